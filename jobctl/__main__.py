@@ -1,0 +1,3 @@
+from jobctl.cli import main
+
+main()

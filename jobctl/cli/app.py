@@ -1,0 +1,97 @@
+"""The typer app, its global options, and what every command shares.
+
+Command modules register on `app`. They import only what their command needs, inside the
+command: the hot commands (enqueue, claim, complete, fail, heartbeat) must start without rich
+or sqlite-utils.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+import typer
+
+from jobctl import __version__
+
+app = typer.Typer(
+    name="jobctl",
+    help="An operator tool for a persistent job queue kept in one SQLite file.",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["--help", "-h"]},
+    rich_markup_mode=None,
+)
+
+
+@dataclass
+class State:
+    """The global options, and the settings and queue they lead to (opened on first use)."""
+
+    db: str | None = None
+    config: str | None = None
+    busy_timeout: str | None = None
+    allow_network_fs: bool = False
+    _settings: object = field(default=None, repr=False)
+
+    @property
+    def settings(self):
+        if self._settings is None:
+            from jobctl.config import load_settings
+
+            self._settings = load_settings(self.config)
+        return self._settings
+
+    def db_path(self):
+        from jobctl.config import resolve_db_path
+
+        return resolve_db_path(self.db, self.settings)[0]
+
+    def open_queue(self, *, create: bool = False):
+        """Open the queue; only init, enqueue and work pass create=True (SPEC §1)."""
+        from jobctl.config import resolve_busy_timeout
+        from jobctl.queue import Queue
+
+        return Queue.open(
+            self.db_path(), self.settings, create=create,
+            busy_timeout=resolve_busy_timeout(self.busy_timeout, self.settings),
+            allow_network_fs=self.allow_network_fs,
+        )
+
+
+def state(ctx: typer.Context) -> State:
+    return ctx.find_root().obj
+
+
+def emit(line: str = "") -> None:
+    sys.stdout.write(line + "\n")
+
+
+def emit_json(obj) -> None:
+    """Compact JSON, one object per line; payloads exactly as enqueued (never masked)."""
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+
+
+def _version(value: bool) -> None:
+    if value:
+        emit(f"jobctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    db: Optional[str] = typer.Option(None, "--db", metavar="PATH", help="The database file (else JOBCTL_DB, the config's db, or ~/.local/share/jobctl/jobctl.db)."),
+    config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="The config file (else JOBCTL_CONFIG, ./jobctl.toml, ~/.config/jobctl/config.toml)."),
+    busy_timeout: Optional[str] = typer.Option(None, "--busy-timeout", metavar="DUR", help="How long to wait for another process's write lock (default 5s, JOBCTL_BUSY_TIMEOUT)."),
+    allow_network_fs: bool = typer.Option(False, "--allow-network-fs", help="Use a database on NFS/SMB/sshfs anyway (SQLite locking is unsafe there)."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+):
+    """jobctl: a persistent job queue in one SQLite file.
+
+    Example: jobctl enqueue send-invoice '{"order": 42}'
+    """
+    ctx.obj = State(db=db, config=config, busy_timeout=busy_timeout, allow_network_fs=allow_network_fs)

@@ -1,0 +1,246 @@
+"""The commands that move jobs: enqueue, claim, complete, fail, heartbeat, progress, cancel,
+retry, retry-buried. The first five are called from shell loops: keep them free of rich."""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import typer
+
+from jobctl.cli.app import app, emit, emit_json, state
+from jobctl.errors import InvalidInput, NothingToClaim
+
+
+def _read_source(path: str) -> bytes:
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+
+
+@app.command()
+def enqueue(
+    ctx: typer.Context,
+    type: Optional[str] = typer.Argument(None, metavar="TYPE", help="The job type (its handler's name)."),
+    payload: Optional[str] = typer.Argument(None, metavar="[PAYLOAD]", help="The payload as JSON (default {})."),
+    payload_file: Optional[str] = typer.Option(None, "--payload-file", metavar="PATH|-", help="Read the payload from a file, or - for stdin."),
+    batch: Optional[str] = typer.Option(None, "--batch", metavar="PATH|-", help="Enqueue many jobs from NDJSON (all or nothing)."),
+    queue: Optional[str] = typer.Option(None, "--queue", "-q", help="The queue (default: the type's, else 'default')."),
+    priority: Optional[str] = typer.Option(None, "--priority", "-p", help="low, normal, high, critical, or -1000..1000."),
+    delay: Optional[str] = typer.Option(None, "--delay", metavar="DUR", help="Run no earlier than this from now (90s, 5m, 2h)."),
+    at: Optional[str] = typer.Option(None, "--at", metavar="TIME", help="Run no earlier than this time (ISO 8601)."),
+    max_attempts: Optional[int] = typer.Option(None, "--max-attempts", min=1, max=1000, help="Total runs allowed (default 3)."),
+    backoff: Optional[str] = typer.Option(None, "--backoff", help="exponential, linear, fixed, or seconds like 10,30,60."),
+    timeout: Optional[str] = typer.Option(None, "--timeout", metavar="DUR", help="Longest a run may take (default 10m)."),
+    key: Optional[str] = typer.Option(None, "--key", metavar="K", help="Idempotency key: the same key returns the same job."),
+    unique: bool = typer.Option(False, "--unique", help="Return a pending or running twin instead of adding a job."),
+    after: Optional[List[int]] = typer.Option(None, "--after", metavar="ID", help="Run only after job ID completed (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the job as JSON, with \"created\"."),
+):
+    """Add a job; print its id.
+
+    Example: jobctl enqueue send-invoice '{"order": 42}' -q billing -p high --key order-42
+    """
+    st = state(ctx)
+    if batch is not None:
+        if type is not None or payload is not None or payload_file is not None:
+            raise InvalidInput("--batch reads every job from NDJSON; give no TYPE, PAYLOAD or --payload-file with it")
+        data = _read_source(batch)
+        try:
+            lines = data.decode("utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise InvalidInput("--batch input is not UTF-8 text; nothing was enqueued") from None
+        with st.open_queue(create=True) as q:
+            results = q.enqueue_batch(lines)
+            if as_json:
+                for job in q.engine.get_jobs([r.id for r in results]):
+                    emit_json(job.to_dict())
+                return
+        sys.stdout.write("".join(f"{r.id}\n" for r in results))
+        return
+    if type is None:
+        raise InvalidInput("missing TYPE: `jobctl enqueue TYPE [PAYLOAD]`, or --batch PATH")
+    if payload is not None and payload_file is not None:
+        raise InvalidInput("give the payload either as an argument or with --payload-file, not both")
+    text = _read_source(payload_file) if payload_file is not None else payload
+    with st.open_queue(create=True) as q:
+        r = q.enqueue(type, payload_text=text, queue=queue, priority=priority, delay=delay, at=at,
+                      max_attempts=max_attempts, backoff=backoff, timeout=timeout, key=key, unique=unique,
+                      after=after or [])
+        if as_json:
+            emit_json({**q.get(r.id).to_dict(), "created": r.created})
+        else:
+            emit(str(r.id))
+
+
+@app.command()
+def claim(
+    ctx: typer.Context,
+    queue: Optional[List[str]] = typer.Option(None, "--queue", "-q", help="Only this queue (repeatable; earlier first)."),
+    type: Optional[List[str]] = typer.Option(None, "--type", "-t", help="Only this type (repeatable)."),
+    worker: Optional[str] = typer.Option(None, "--worker", metavar="ID", help="Who claims (default JOBCTL_WORKER_ID, else host:pid of the shell)."),
+    lease: Optional[str] = typer.Option(None, "--lease", metavar="DUR", help="Lease length (default: the job's timeout)."),
+    wait: Optional[str] = typer.Option(None, "--wait", metavar="DUR", help="Poll up to this long for a ready job."),
+    as_json: bool = typer.Option(True, "--json", help="Print the job as JSON (always; accepted for symmetry)."),
+):
+    """Take the best ready job; print it as one line of JSON (exit 5 when none is ready).
+
+    Example: job=$(jobctl claim -q billing) || exit 0
+    """
+    from jobctl.durations import parse_duration
+
+    wait_s = parse_duration(wait, what="--wait") if wait is not None else 0
+    with state(ctx).open_queue() as q:
+        options = dict(worker=worker, queues=queue, types=type, lease=lease)
+        job = q.claim_wait(wait_s, **options) if wait_s else q.claim(**options)
+        if job is None:
+            raise NothingToClaim("no job is ready" + (f" after waiting {wait}" if wait else ""))
+        emit_json(job.to_dict(claim=True))
+
+
+@app.command()
+def complete(
+    ctx: typer.Context,
+    job_id: int = typer.Argument(..., metavar="ID"),
+    token: Optional[str] = typer.Option(None, "--token", metavar="T", help="The claim's token (refused if stale)."),
+    result: Optional[str] = typer.Option(None, "--result", metavar="JSON", help="The job's result as JSON."),
+):
+    """Mark a running job completed.
+
+    Example: jobctl complete 42 --token "$token" --result '{"sent": true}'
+    """
+    with state(ctx).open_queue() as q:
+        q.complete(job_id, token=token, result=result)
+
+
+@app.command()
+def fail(
+    ctx: typer.Context,
+    job_id: int = typer.Argument(..., metavar="ID"),
+    token: Optional[str] = typer.Option(None, "--token", metavar="T", help="The claim's token (refused if stale)."),
+    error: Optional[str] = typer.Option(None, "--error", metavar="MSG", help="Why it failed (one line)."),
+    bury: bool = typer.Option(False, "--bury", help="Do not retry: bury it for a person."),
+    retry_in: Optional[str] = typer.Option(None, "--retry-in", metavar="DUR", help="Retry after this instead of the backoff."),
+    as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
+):
+    """Report a failed run: retried after its backoff, or buried when no runs are left.
+
+    Example: jobctl fail 42 --token "$token" --error "smtp timeout"
+    """
+    from jobctl.durations import format_duration, to_rfc3339
+
+    with state(ctx).open_queue() as q:
+        job = q.fail(job_id, token=token, error=error, bury=bury, retry_in=retry_in)
+        if as_json:
+            emit_json(job.to_dict())
+        elif job.status == "pending":
+            emit(f"pending, retry at {to_rfc3339(job.run_at)} (in {format_duration(max(job.run_at - q.now(), 0) / 1000)})")
+        else:
+            emit(job.status)
+
+
+@app.command()
+def heartbeat(
+    ctx: typer.Context,
+    job_id: int = typer.Argument(..., metavar="ID"),
+    token: Optional[str] = typer.Option(None, "--token", metavar="T"),
+    extend: Optional[str] = typer.Option(None, "--extend", metavar="DUR", help="New lease from now (default: the claim's lease length)."),
+):
+    """Extend the lease of a running job (exit 7 when cancellation was requested).
+
+    Example: jobctl heartbeat 42 --token "$token" --extend 5m || stop_now
+    """
+    with state(ctx).open_queue() as q:
+        q.heartbeat(job_id, token=token, extend=extend)
+
+
+@app.command()
+def progress(
+    ctx: typer.Context,
+    job_id: int = typer.Argument(..., metavar="ID"),
+    token: Optional[str] = typer.Option(None, "--token", metavar="T"),
+    message: Optional[str] = typer.Option(None, "--message", "-m", metavar="M"),
+    percent: Optional[int] = typer.Option(None, "--percent", metavar="N", help="0 to 100."),
+):
+    """Record the progress of a running job (each call replaces message and percent).
+
+    Example: jobctl progress "$JOBCTL_JOB_ID" --token "$JOBCTL_TOKEN" -m "page 3 of 10" --percent 30
+    """
+    with state(ctx).open_queue() as q:
+        q.progress(job_id, token=token, message=message, percent=percent)
+
+
+def _each(ctx, job_ids: List[int], action, as_json: bool) -> None:
+    """Apply an action to several jobs; report every one; exit with the first error's code."""
+    from jobctl.errors import JobctlError
+
+    first_error = None
+    with state(ctx).open_queue() as q:
+        for job_id in job_ids:
+            try:
+                job = action(q, job_id)
+            except JobctlError as e:
+                if first_error is None:
+                    first_error = e
+                if len(job_ids) > 1:
+                    sys.stderr.write(f"jobctl: error: {e}\n")
+                continue
+            emit_json(job.to_dict()) if as_json else emit(f"{job.id} {job.status}")
+    if first_error is not None:
+        if len(job_ids) > 1:
+            raise typer.Exit(first_error.exit_code)
+        raise first_error
+
+
+@app.command()
+def cancel(
+    ctx: typer.Context,
+    job_ids: List[int] = typer.Argument(..., metavar="ID..."),
+    reason: Optional[str] = typer.Option(None, "--reason", metavar="R"),
+    token: Optional[str] = typer.Option(None, "--token", metavar="T", help="As the claim's holder: confirm that the job stopped."),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Cancel jobs: pending and buried ones at once, running ones by asking their worker.
+
+    Example: jobctl cancel 42 43 --reason "customer left"
+    """
+    _each(ctx, job_ids, lambda q, i: q.cancel(i, token=token, reason=reason), as_json)
+
+
+@app.command()
+def retry(
+    ctx: typer.Context,
+    job_ids: List[int] = typer.Argument(..., metavar="ID..."),
+    reset_attempts: bool = typer.Option(False, "--reset-attempts", help="Start counting runs from zero again."),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Move buried jobs back to pending.
+
+    Example: jobctl retry 42 --reset-attempts
+    """
+    _each(ctx, job_ids, lambda q, i: q.retry(i, reset_attempts=reset_attempts), as_json)
+
+
+@app.command("retry-buried")
+def retry_buried(
+    ctx: typer.Context,
+    queue: Optional[str] = typer.Option(None, "--queue", "-q"),
+    type: Optional[str] = typer.Option(None, "--type", "-t"),
+    reset_attempts: bool = typer.Option(False, "--reset-attempts"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only count them."),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Move every buried job (of a queue or type) back to pending; print how many.
+
+    Example: jobctl retry-buried -q billing --dry-run
+    """
+    with state(ctx).open_queue() as q:
+        jobs = q.retry_buried(queue=queue, type=type, reset_attempts=reset_attempts, dry_run=dry_run)
+    if as_json:
+        emit_json({"count": len(jobs), "ids": [j.id for j in jobs], "dry_run": dry_run})
+    else:
+        emit(str(len(jobs)))

@@ -1,0 +1,64 @@
+"""Read-only views: list and show."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from jobctl.cli.app import app, emit_json, state
+
+
+@app.command("list")
+def list_jobs(
+    ctx: typer.Context,
+    status: Optional[List[str]] = typer.Option(None, "--status", "-s", help="Only jobs in this state (repeatable)."),
+    queue: Optional[str] = typer.Option(None, "--queue", "-q"),
+    type: Optional[str] = typer.Option(None, "--type", "-t"),
+    limit: int = typer.Option(50, "--limit", "-n", min=1, max=1_000_000, help="At most this many (default 50)."),
+    reveal: bool = typer.Option(False, "--reveal", help="Show values of secret-looking payload keys."),
+    as_json: bool = typer.Option(False, "--json", help="One job object per line (NDJSON), payloads unmasked."),
+):
+    """List jobs, newest first.
+
+    Example: jobctl list --status buried -q billing
+    """
+    st = state(ctx)
+    with st.open_queue() as q:
+        jobs = q.list_jobs(statuses=status or [], queue=queue, type=type, limit=limit)
+        now = q.now()
+    if as_json:
+        for job in jobs:
+            emit_json(job.to_dict())
+        return
+    from jobctl import output
+
+    out = output.console()
+    if not jobs:
+        out.print("no jobs match")
+        return
+    out.print(output.jobs_table(jobs, now, st.settings.secret_keys, reveal))
+
+
+@app.command()
+def show(
+    ctx: typer.Context,
+    job_id: int = typer.Argument(..., metavar="ID"),
+    reveal: bool = typer.Option(False, "--reveal", help="Show values of secret-looking payload keys."),
+    as_json: bool = typer.Option(False, "--json", help="The job object with its \"events\"."),
+):
+    """Show one job and its event history.
+
+    Example: jobctl show 42
+    """
+    st = state(ctx)
+    with st.open_queue() as q:
+        job = q.get(job_id)
+        events = q.events(job_id)
+        now = q.now()
+    if as_json:
+        emit_json({**job.to_dict(), "events": [e.to_dict() for e in events]})
+        return
+    from jobctl import output
+
+    output.console().print(output.job_panel(job, events, now, st.settings.secret_keys, reveal))

@@ -1,0 +1,320 @@
+"""Settings: where the database and the config file are, and what the config file says.
+
+Precedence, first match wins: command-line flag > environment > config file > built-in default.
+Read with the stdlib tomllib (fast enough for the hot commands); written by `config init/show`
+with tomli_w, which is imported only there.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jobctl.durations import parse_duration, parse_priority
+from jobctl.errors import ConfigError, InvalidInput
+
+DEFAULT_TIMEOUT = 600.0
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_BUSY_TIMEOUT = 5.0
+DEFAULT_SECRET_KEYS = ["password", "passwd", "token", "secret", "api_key", "apikey", "authorization", "private_key", "credential", "cookie", "session"]
+BACKOFF_NAMES = ("exponential", "linear", "fixed")
+
+
+def data_home() -> Path:
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+
+
+def config_home() -> Path:
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+
+
+def default_db_path() -> Path:
+    return data_home() / "jobctl" / "jobctl.db"
+
+
+def default_config_path() -> Path:
+    return config_home() / "jobctl" / "config.toml"
+
+
+@dataclass
+class TypeConfig:
+    """One `[types.NAME]` table: enqueue defaults for the type and, for workers, its handler."""
+
+    name: str
+    command: list[str] | None = None
+    queue: str | None = None
+    max_attempts: int | None = None
+    timeout: float | None = None
+    priority: int | None = None
+    backoff: str | None = None
+    bury_exit_codes: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Settings:
+    config_path: Path | None = None
+    db: Path | None = None  # from the config file only; resolve_db_path applies flag and env first
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+    synchronous: str = "full"
+    max_payload_bytes: int = 1024 * 1024
+    secret_keys: list[str] = field(default_factory=lambda: list(DEFAULT_SECRET_KEYS))
+    queue: str = "default"
+    priority: int = 10
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    backoff: str = "exponential"
+    backoff_jitter: float = 0.0
+    timeout: float = DEFAULT_TIMEOUT
+    retention: dict[str, float | None] = field(
+        default_factory=lambda: {"completed": 7 * 86400.0, "cancelled": 7 * 86400.0, "buried": None}
+    )
+    types: dict[str, TypeConfig] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)  # setting -> where its value came from
+
+    def type_config(self, name: str) -> TypeConfig | None:
+        return self.types.get(name)
+
+
+def find_config_file(flag: str | None, env=os.environ) -> tuple[Path | None, bool]:
+    """The config file to read and whether it was named explicitly (then it must exist)."""
+    if flag:
+        return Path(flag).expanduser(), True
+    if env.get("JOBCTL_CONFIG"):
+        return Path(env["JOBCTL_CONFIG"]).expanduser(), True
+    local = Path("jobctl.toml")
+    if local.is_file():
+        return local, False
+    xdg = default_config_path()
+    if xdg.is_file():
+        return xdg, False
+    return None, False
+
+
+def parse_backoff(value, *, where: str = "backoff") -> str:
+    """A strategy name or a list of seconds ("10,30,60" or [10, 30, 60]) -> the stored text form."""
+    if isinstance(value, str) and value.strip().lower() in BACKOFF_NAMES:
+        return value.strip().lower()
+    if isinstance(value, str):
+        items = [x.strip() for x in value.split(",")]
+    elif isinstance(value, list):
+        items = value
+    else:
+        items = None
+    try:
+        if not items:
+            raise ValueError
+        seconds = [int(parse_duration(x)) if isinstance(x, str) else x for x in items]
+        if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 or s > 365 * 86400 for s in seconds):
+            raise ValueError
+    except (ValueError, InvalidInput):
+        raise InvalidInput(
+            f"invalid {where} {value!r}: use exponential, linear, fixed, or a list of seconds such as 10,30,60"
+        ) from None
+    return ",".join(str(s) for s in seconds)
+
+
+def parse_command(value, *, where: str) -> list[str]:
+    if isinstance(value, str):
+        try:
+            argv = shlex.split(value)
+        except ValueError as e:
+            raise ConfigError(f"{where}: cannot split the command: {e}") from None
+    elif isinstance(value, list) and all(isinstance(x, str) for x in value):
+        argv = list(value)
+    else:
+        raise ConfigError(f"{where}: must be an argv list of strings or a string")
+    if not argv:
+        raise ConfigError(f"{where}: the command is empty")
+    return argv
+
+
+def _int(value, where: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ConfigError(f"{where}: must be an integer from {lo} to {hi}, not {value!r}")
+    return value
+
+
+def _duration(value, where: str) -> float:
+    try:
+        return parse_duration(value, what=where)
+    except InvalidInput as e:
+        raise ConfigError(str(e)) from None
+
+
+def load_settings(flag: str | None = None, env=os.environ) -> Settings:
+    """Find and read the config file. A named file that is missing or malformed is exit 2."""
+    path, explicit = find_config_file(flag, env)
+    settings = Settings(config_path=path)
+    if path is None:
+        return settings
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist; create one with `jobctl config init {path}`") from None
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read: {e.strerror}") from None
+    import tomllib
+
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {path} does not parse: {e}") from None
+    try:
+        apply_config(settings, data, str(path))
+    except ConfigError as e:
+        raise ConfigError(f"config file {path}: {e}") from None
+    return settings
+
+
+def apply_config(settings: Settings, data: dict, origin: str) -> None:
+    """Validate a parsed config document into settings; errors name the key and what is wrong."""
+    known_top = {"db", "busy_timeout", "synchronous", "max_payload_bytes", "secret_keys", "defaults", "retention", "types", "worker"}
+    for key in data:
+        if key not in known_top:
+            raise ConfigError(f"unknown key {key!r} (known: {', '.join(sorted(known_top))})")
+
+    def src(name):
+        settings.sources[name] = origin
+
+    if "db" in data:
+        if not isinstance(data["db"], str) or not data["db"]:
+            raise ConfigError("db: must be a path string")
+        settings.db = Path(data["db"]).expanduser()
+        src("db")
+    if "busy_timeout" in data:
+        settings.busy_timeout = _duration(data["busy_timeout"], "busy_timeout")
+        src("busy_timeout")
+    if "synchronous" in data:
+        v = str(data["synchronous"]).lower()
+        if v not in ("full", "normal"):
+            raise ConfigError(f"synchronous: must be \"full\" or \"normal\", not {data['synchronous']!r}")
+        settings.synchronous = v
+        src("synchronous")
+    if "max_payload_bytes" in data:
+        settings.max_payload_bytes = _int(data["max_payload_bytes"], "max_payload_bytes", 2, 1024**3)
+        src("max_payload_bytes")
+    if "secret_keys" in data:
+        v = data["secret_keys"]
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise ConfigError("secret_keys: must be a list of strings")
+        settings.secret_keys = [x.lower() for x in v]
+        src("secret_keys")
+
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise ConfigError("[defaults] must be a table")
+    for key, value in defaults.items():
+        where = f"defaults.{key}"
+        if key == "max_attempts":
+            settings.max_attempts = _int(value, where, 1, 1000)
+        elif key == "timeout":
+            settings.timeout = _duration(value, where)
+            if settings.timeout <= 0:
+                raise ConfigError(f"{where}: must be more than 0")
+        elif key == "backoff":
+            try:
+                settings.backoff = parse_backoff(value, where=where)
+            except InvalidInput as e:
+                raise ConfigError(str(e)) from None
+        elif key in ("backoff_jitter", "jitter"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise ConfigError(f"{where}: must be a fraction from 0 to 1, such as 0.1")
+            settings.backoff_jitter = float(value)
+        elif key == "priority":
+            try:
+                settings.priority = parse_priority(value)
+            except InvalidInput as e:
+                raise ConfigError(f"{where}: {e}") from None
+        elif key == "queue":
+            from jobctl.queue import validate_name
+
+            try:
+                settings.queue = validate_name(value, "queue")
+            except InvalidInput as e:
+                raise ConfigError(f"{where}: {e}") from None
+        else:
+            raise ConfigError(f"unknown key {where!r}")
+        src(where)
+
+    retention = data.get("retention", {})
+    if not isinstance(retention, dict):
+        raise ConfigError("[retention] must be a table")
+    for key, value in retention.items():
+        if key not in ("completed", "cancelled", "buried"):
+            raise ConfigError(f"unknown key retention.{key!r} (known: completed, cancelled, buried)")
+        if value in (False, "never", "keep"):
+            settings.retention[key] = None
+        else:
+            settings.retention[key] = _duration(value, f"retention.{key}")
+        src(f"retention.{key}")
+
+    types = data.get("types", {})
+    if not isinstance(types, dict):
+        raise ConfigError("[types] must be a table of tables")
+    for name, table in types.items():
+        from jobctl.queue import validate_name
+
+        try:
+            validate_name(name, "type")
+        except InvalidInput as e:
+            raise ConfigError(f"types.{name}: {e}") from None
+        if not isinstance(table, dict):
+            raise ConfigError(f"types.{name}: must be a table")
+        tc = TypeConfig(name=name)
+        for key, value in table.items():
+            where = f"types.{name}.{key}"
+            if key == "command":
+                tc.command = parse_command(value, where=where)
+            elif key == "queue":
+                try:
+                    tc.queue = validate_name(value, "queue")
+                except InvalidInput as e:
+                    raise ConfigError(f"{where}: {e}") from None
+            elif key == "max_attempts":
+                tc.max_attempts = _int(value, where, 1, 1000)
+            elif key == "timeout":
+                tc.timeout = _duration(value, where)
+                if tc.timeout <= 0:
+                    raise ConfigError(f"{where}: must be more than 0")
+            elif key == "priority":
+                try:
+                    tc.priority = parse_priority(value)
+                except InvalidInput as e:
+                    raise ConfigError(f"{where}: {e}") from None
+            elif key == "backoff":
+                try:
+                    tc.backoff = parse_backoff(value, where=where)
+                except InvalidInput as e:
+                    raise ConfigError(str(e)) from None
+            elif key == "bury_exit_codes":
+                if not isinstance(value, list):
+                    raise ConfigError(f"{where}: must be a list of exit codes such as [65]")
+                tc.bury_exit_codes = [_int(v, where, 1, 255) for v in value]
+            else:
+                raise ConfigError(
+                    f"unknown key {where!r} (known: command, queue, max_attempts, timeout, priority, backoff, bury_exit_codes)"
+                )
+        settings.types[name] = tc
+        src(f"types.{name}")
+    if "worker" in data and not isinstance(data["worker"], dict):
+        raise ConfigError("[worker] must be a table")
+
+
+def resolve_db_path(flag: str | None, settings: Settings, env=os.environ) -> tuple[Path, str]:
+    """The database file and where that choice came from: --db, JOBCTL_DB, config, default."""
+    if flag:
+        return Path(flag).expanduser(), "--db"
+    if env.get("JOBCTL_DB"):
+        return Path(env["JOBCTL_DB"]).expanduser(), "JOBCTL_DB"
+    if settings.db is not None:
+        return settings.db, f"config {settings.config_path}"
+    return default_db_path(), "default"
+
+
+def resolve_busy_timeout(flag: str | None, settings: Settings, env=os.environ) -> float:
+    if flag is not None:
+        return parse_duration(flag, what="busy timeout")
+    if env.get("JOBCTL_BUSY_TIMEOUT"):
+        return parse_duration(env["JOBCTL_BUSY_TIMEOUT"], what="JOBCTL_BUSY_TIMEOUT")
+    return settings.busy_timeout

@@ -1,0 +1,112 @@
+"""Pure conversions between what people type and what the queue stores.
+
+Durations ("90", "500ms", "1h30m") become seconds (float), priority labels become integers,
+times become milliseconds since the epoch (UTC), and stored milliseconds become RFC 3339.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime, timezone
+
+from jobctl.errors import InvalidInput
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+MAX_DURATION = 10 * 365 * 86400  # ten years: anything longer is a typo, not a plan
+
+PRIORITY_LABELS = {"low": 0, "normal": 10, "medium": 10, "high": 20, "critical": 30, "urgent": 30}
+PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
+
+
+def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
+    """'90' -> 90.0, '500ms' -> 0.5, '1h30m' -> 5400.0. Raises InvalidInput with the forms allowed."""
+    if isinstance(text, bool):
+        raise InvalidInput(f"invalid {what} {text!r}")
+    if isinstance(text, (int, float)):
+        seconds = float(text)
+    else:
+        s = str(text).strip().lower()
+        if re.fullmatch(r"\d+(\.\d+)?", s):
+            seconds = float(s)
+        else:
+            pos, seconds, matched = 0, 0.0, False
+            for m in _PART.finditer(s):
+                if m.start() != pos:
+                    break
+                seconds += float(m.group(1)) * _UNITS[m.group(2)]
+                pos, matched = m.end(), True
+            if not matched or pos != len(s):
+                raise InvalidInput(
+                    f"invalid {what} {str(text)!r}: use seconds (90) or units such as 500ms, 90s, 5m, 2h, 1d, 1h30m"
+                )
+    if not (0 <= seconds <= MAX_DURATION) or seconds != seconds:
+        raise InvalidInput(f"invalid {what} {text!r}: must be between 0 and {MAX_DURATION} seconds (10 years)")
+    return seconds
+
+
+def format_duration(seconds: float | None) -> str:
+    """A short human form: 0.5 -> '500ms', 5400 -> '1h30m'."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{int(round(seconds * 1000))}ms"
+    total = int(round(seconds))
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if total >= size:
+            parts.append(f"{total // size}{unit}")
+            total %= size
+        if len(parts) == 2:
+            break
+    return "".join(parts) or "0s"
+
+
+def parse_priority(value: str | int) -> int:
+    """A label (low, normal/medium, high, critical/urgent) or an integer from -1000 to 1000."""
+    if isinstance(value, bool):
+        raise InvalidInput(f"invalid priority {value!r}")
+    if isinstance(value, int):
+        n = value
+    else:
+        s = str(value).strip().lower()
+        if s in PRIORITY_LABELS:
+            return PRIORITY_LABELS[s]
+        if not re.fullmatch(r"[+-]?\d+", s):
+            raise InvalidInput(
+                f"invalid priority {value!r}: use low, normal, high, critical (or medium, urgent), "
+                f"or an integer from {PRIORITY_MIN} to {PRIORITY_MAX}"
+            )
+        n = int(s)
+    if not PRIORITY_MIN <= n <= PRIORITY_MAX:
+        raise InvalidInput(f"invalid priority {value!r}: must be from {PRIORITY_MIN} to {PRIORITY_MAX}")
+    return n
+
+
+def parse_time(text: str) -> int:
+    """ISO 8601 / RFC 3339 to epoch milliseconds; a time without an offset is local time."""
+    s = str(text).strip()
+    if s.endswith(("Z", "z")):
+        s = s[:-1] + "+00:00"
+    try:
+        dt = datetime.fromisoformat(s)
+    except ValueError:
+        raise InvalidInput(
+            f"invalid time {text!r}: use ISO 8601, such as 2026-11-29T21:00:00Z or 2026-11-29 22:00"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.astimezone()  # local time
+    return int(dt.timestamp() * 1000)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def to_rfc3339(ms: int | None) -> str | None:
+    """Epoch milliseconds -> '2026-11-29T21:03:04.123Z'."""
+    if ms is None:
+        return None
+    dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"

@@ -1,0 +1,1 @@
+"""Storage engines. The queue core talks only to the Engine contract in base.py."""

@@ -1,0 +1,106 @@
+"""The Engine contract: the mechanism under the queue's policy.
+
+Every method that changes jobs is one atomic step (on SQLite: one short BEGIN IMMEDIATE
+transaction). The engine never decides policy — how long a backoff is, whether a failure buries
+a job, which transitions are allowed. The queue decides; where a decision needs the job's current
+row, the engine reads the row and calls the queue's `decide` function *inside* the transaction,
+then applies what it returns. A second engine (PostgreSQL: SELECT ... FOR UPDATE, and
+FOR UPDATE SKIP LOCKED for the claim) implements the same methods; the contract tests in
+tests/test_engine_contract.py run against every engine.
+
+Times are integers, milliseconds since the epoch, supplied by the caller (so the clock is
+the queue's, never the engine's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Protocol
+
+from jobctl.models import Event, Job
+
+
+@dataclass
+class NewJob:
+    """A validated job to insert."""
+
+    queue: str
+    type: str
+    payload: str
+    payload_hash: str
+    priority: int
+    max_attempts: int
+    backoff: str
+    timeout_ms: int
+    run_at: int
+    idempotency_key: str | None = None
+    unique: bool = False
+    after: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Change:
+    """What a decision does to one job: new column values and the event that records it.
+
+    `run` ends the current run with that outcome in the run log (completed, failed, lost,
+    cancelled, released), which feeds throughput and duration figures.
+    """
+
+    to_status: str
+    fields: dict
+    message: str | None = None
+    details: dict | None = None
+    run: str | None = None
+
+
+Decide = Callable[[Job], Change]
+
+
+@dataclass
+class ClaimRequest:
+    worker: str
+    token: str
+    queues: list[str] | None = None  # in order of preference; None = every queue
+    types: list[str] | None = None
+    lease_ms: int | None = None  # None = the job's timeout
+
+
+class Engine(Protocol):
+    path: str
+
+    # -- writes: one transaction each ------------------------------------------------------
+    def insert_jobs(self, jobs: list[NewJob], now: int, actor: str) -> list[tuple[Job, bool]]:
+        """Insert all jobs or none. A job whose idempotency key exists returns the existing job
+        (created=False) when type and payload hash match, else raises InvalidState naming it; a
+        `unique` job returns a pending/running twin with the same queue, type and payload. An
+        `after` id that does not exist raises NoSuchJob."""
+
+    def claim(self, request: ClaimRequest, now: int) -> Job | None:
+        """Atomically move the best ready job (SPEC §4 claim order) to running and return it."""
+
+    def update_job(self, job_id: int, decide: Decide, now: int, actor: str) -> Job:
+        """Read the job, call decide(job) -> Change (which may raise to refuse), apply it,
+        write the event; all in one transaction. Raises NoSuchJob."""
+
+    def update_expired(self, decide: Decide, now: int, actor: str, *, heartbeat_before: int | None = None,
+                       dry_run: bool = False) -> list[tuple[Job, Change]]:
+        """Apply decide to every running or cancel_requested job whose lease expired before `now`
+        (or, with heartbeat_before, that was claimed or heartbeated before it), one transaction.
+        Concurrent sweeps act on each job exactly once."""
+
+    def update_buried(self, decide: Decide, now: int, actor: str, *, queue: str | None = None,
+                      type: str | None = None, dry_run: bool = False) -> list[tuple[Job, Change]]:
+        """Apply decide to every buried job (optionally of one queue and type), one transaction."""
+
+    def purge(self, status: str, finished_before: int, *, dry_run: bool = False, batch: int = 500) -> int:
+        """Delete finished jobs of `status` that finished before the time, with their history."""
+
+    def set_paused(self, queue: str, paused: bool, now: int) -> None: ...
+
+    # -- reads: one consistent snapshot each ----------------------------------------------
+    def get_job(self, job_id: int) -> Job: ...
+    def events(self, job_id: int) -> list[Event]: ...
+    def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
+                  limit: int = 50) -> list[Job]: ...
+    def paused_queues(self) -> set[str]: ...
+    def close(self) -> None: ...

@@ -1,0 +1,127 @@
+"""The SQLite schema and its forward migrations.
+
+The version lives in PRAGMA user_version and jobctl's mark in PRAGMA application_id. Migrations
+run through sqlite-utils, which is imported only here (it costs ~90 ms to import, so the hot
+commands never load this module unless a file needs creating or migrating). All pending steps run
+in the caller's single BEGIN IMMEDIATE transaction: a file is either at the old version or at the
+new one, never in between.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+APPLICATION_ID = 0x6A6F6263  # "jobc"
+SCHEMA_VERSION = 1
+
+
+def _v1(db) -> None:
+    """The first schema. Times are integer milliseconds since the epoch (UTC)."""
+    # AUTOINCREMENT: an id is never handed out twice, even after the newest rows are purged.
+    db.execute(
+        """
+        CREATE TABLE jobs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            queue TEXT NOT NULL,
+            type TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            payload_hash TEXT NOT NULL,
+            priority INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            max_attempts INTEGER NOT NULL,
+            backoff TEXT NOT NULL,
+            timeout_ms INTEGER NOT NULL,
+            run_at INTEGER NOT NULL,
+            waiting_on INTEGER NOT NULL DEFAULT 0,
+            unique_key TEXT,
+            idempotency_key TEXT UNIQUE,
+            worker TEXT,
+            claimed_at INTEGER,
+            heartbeat_at INTEGER,
+            lease_expires_at INTEGER,
+            lease_ms INTEGER,
+            token TEXT,
+            progress TEXT,
+            error TEXT,
+            result TEXT,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            finished_at INTEGER
+        )
+        """
+    )
+    # The claim: one partial index per claim order, so a claim is a short index walk whether the
+    # table holds ten thousand rows or ten million (finished rows are not in these indexes).
+    db.execute(
+        "CREATE INDEX jobs_ready_by_queue ON jobs (queue, priority DESC, run_at, id) "
+        "WHERE status = 'pending' AND waiting_on = 0"
+    )
+    db.execute(
+        "CREATE INDEX jobs_ready ON jobs (priority DESC, run_at, id) "
+        "WHERE status = 'pending' AND waiting_on = 0"
+    )
+    # Leases of held jobs, for recover and for the stuck view.
+    db.execute(
+        "CREATE INDEX jobs_held ON jobs (lease_expires_at) WHERE status IN ('running', 'cancel_requested')"
+    )
+    db.execute(
+        "CREATE INDEX jobs_unique ON jobs (unique_key) "
+        "WHERE unique_key IS NOT NULL AND status IN ('pending', 'running', 'cancel_requested')"
+    )
+    # Counting by state and queue (stats, list --status) and purging by age, from one index.
+    db.execute("CREATE INDEX jobs_status ON jobs (status, queue, finished_at)")
+
+    db["job_deps"].create({"job_id": int, "after_id": int}, pk=("job_id", "after_id"), not_null={"job_id", "after_id"})
+    db.execute("CREATE INDEX job_deps_after ON job_deps (after_id)")
+
+    db["events"].create(
+        {
+            "id": int,
+            "job_id": int,
+            "at": int,
+            "from_status": str,
+            "to_status": str,
+            "actor": str,
+            "message": str,
+            "details": str,
+        },
+        pk="id",
+        not_null={"job_id", "at", "to_status", "actor"},
+    )
+    db.execute("CREATE INDEX events_job ON events (job_id, id)")
+
+    # One row per finished run: throughput and run durations without scanning the history.
+    db["runs"].create(
+        {
+            "id": int,
+            "job_id": int,
+            "queue": str,
+            "type": str,
+            "worker": str,
+            "ready_at": int,
+            "started_at": int,
+            "ended_at": int,
+            "outcome": str,
+        },
+        pk="id",
+        not_null={"job_id", "queue", "type", "started_at", "ended_at", "outcome"},
+    )
+    db.execute("CREATE INDEX runs_ended ON runs (ended_at)")
+    db.execute("CREATE INDEX runs_job ON runs (job_id)")
+
+    db["queues"].create({"name": str, "paused": int, "updated_at": int}, pk="name", not_null={"paused"})
+
+
+MIGRATIONS = {1: _v1}
+
+
+def migrate(conn: sqlite3.Connection, from_version: int) -> None:
+    """Bring the schema from `from_version` to SCHEMA_VERSION inside the caller's transaction."""
+    import sqlite_utils
+
+    db = sqlite_utils.Database(conn)
+    for version in range(from_version + 1, SCHEMA_VERSION + 1):
+        MIGRATIONS[version](db)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")

@@ -1,0 +1,78 @@
+"""Every error a user can meet, each carrying its exit code from SPEC §7.
+
+The CLI turns them into one `jobctl: error: ...` line in exactly one place (jobctl.cli.main).
+A class's docstring is its default message.
+"""
+
+
+class JobctlError(Exception):
+    """unexpected internal error"""
+
+    exit_code = 1
+
+    def __init__(self, message: str | None = None):
+        super().__init__(message or (self.__doc__ or "").strip())
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class InvalidInput(JobctlError):
+    """invalid input"""
+
+    exit_code = 2
+
+
+class ConfigError(InvalidInput):
+    """the config file cannot be used"""
+
+
+class NoSuchJob(JobctlError):
+    """no such job"""
+
+    exit_code = 3
+
+    def __init__(self, job_id: int):
+        super().__init__(f"no job with id {job_id}; `jobctl list` shows the jobs in this file")
+        self.job_id = job_id
+
+
+class InvalidState(JobctlError):
+    """not allowed in the job's current state"""
+
+    exit_code = 4
+
+
+class StaleToken(InvalidState):
+    """the token is from an older claim"""
+
+
+class NothingToClaim(JobctlError):
+    """no job is ready"""
+
+    exit_code = 5
+
+
+class DatabaseBusy(JobctlError):
+    """the database is locked by another process; nothing changed, safe to retry"""
+
+    exit_code = 6
+
+
+class CancelRequested(JobctlError):
+    """cancellation was requested"""
+
+    exit_code = 7
+
+
+class DatabaseUnusable(JobctlError):
+    """the database cannot be used"""
+
+    exit_code = 8
+
+
+class CheckFailed(JobctlError):
+    """a threshold was crossed"""
+
+    exit_code = 9

@@ -1,0 +1,75 @@
+"""JSON payloads: strict parsing, the compact stored form, and the canonical form for comparisons."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from jobctl.errors import InvalidInput
+
+MAX_DEPTH = 256
+DEFAULT_MAX_BYTES = 1024 * 1024
+
+
+def _reject_constant(name: str):
+    raise InvalidInput(f"invalid JSON: {name} is not allowed (JSON has no NaN or Infinity)")
+
+
+def _depth_ok(value, limit: int = MAX_DEPTH) -> bool:
+    """Iterative, so a hostile document cannot exhaust the Python stack."""
+    stack = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            if d > limit:
+                return False
+            children = v.values() if isinstance(v, dict) else v
+            stack.extend((c, d + 1) for c in children if isinstance(c, (dict, list)))
+    return True
+
+
+def parse_json(text: str | bytes, *, what: str = "payload") -> object:
+    """Parse untrusted JSON text, refusing NaN/Infinity, lone surrogates and deep nesting."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInput(f"invalid {what}: not UTF-8 text") from None
+    if not text.strip():
+        raise InvalidInput(f"invalid {what}: empty; give a JSON value such as {{}}")
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise InvalidInput(f"invalid {what}: nested deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError as e:
+        raise InvalidInput(f"invalid {what}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    if not _depth_ok(value):
+        raise InvalidInput(f"invalid {what}: nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def compact(value: object, *, what: str = "payload", max_bytes: int | None = None) -> str:
+    """The stored form: compact JSON, key order kept. Validates surrogates, numbers and size."""
+    if not _depth_ok(value):
+        raise InvalidInput(f"invalid {what}: nested deeper than {MAX_DEPTH} levels")
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        size = len(text.encode("utf-8"))
+    except ValueError as e:  # NaN/Infinity given as Python floats
+        raise InvalidInput(f"invalid {what}: {e}") from None
+    except UnicodeEncodeError:
+        raise InvalidInput(f"invalid {what}: contains a lone surrogate (invalid unicode)") from None
+    except RecursionError:
+        raise InvalidInput(f"invalid {what}: nested deeper than {MAX_DEPTH} levels") from None
+    if max_bytes is not None and size > max_bytes:
+        raise InvalidInput(
+            f"{what} too large: {size} bytes in compact form, the limit is {max_bytes} "
+            "(max_payload_bytes in the config)"
+        )
+    return text
+
+
+def canonical_hash(value: object) -> str:
+    """Payloads are "the same" when their canonical forms (keys sorted, compact) are equal."""
+    canon = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canon.encode("utf-8")).hexdigest()

@@ -1,0 +1,480 @@
+"""The queue's policy: validation, the transition rules of SPEC §3, backoff, retry-or-bury, leases,
+idempotency. The engine below carries each decision out atomically; nothing here does I/O of its
+own, and nothing here imports typer, rich or sqlite-utils.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Iterable
+
+from jobctl import payloads
+from jobctl.config import Settings, parse_backoff
+from jobctl.durations import format_duration, parse_duration, parse_priority, parse_time, to_rfc3339
+from jobctl.engines.base import ClaimRequest, Change, NewJob
+from jobctl.errors import CancelRequested, InvalidInput, InvalidState, StaleToken
+from jobctl.models import Event, Job
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+MAX_ATTEMPTS_LIMIT = 1000
+MAX_ID = 2**63 - 1
+ERROR_MAX_CHARS = 500
+HELD = ("running", "cancel_requested")
+BATCH_KEYS = {"type", "payload", "queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
+              "key", "unique", "after"}
+
+
+def validate_name(value, what: str = "name") -> str:
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
+        shown = repr(value) if not isinstance(value, str) or len(value) <= 80 else repr(value[:80] + "…")
+        raise InvalidInput(
+            f"invalid {what} name {shown}: use 1 to 64 characters, letters, digits and _ . : -, "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def validate_job_id(value) -> int:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"invalid job id {value!r}: must be a positive integer") from None
+    if isinstance(value, bool) or not 1 <= n <= MAX_ID:
+        raise InvalidInput(f"invalid job id {value!r}: must be from 1 to {MAX_ID}")
+    return n
+
+
+def validate_max_attempts(value) -> int:
+    try:
+        n = int(value)
+        if isinstance(value, bool) or isinstance(value, float) and value != n:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise InvalidInput(f"invalid max attempts {value!r}: must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}") from None
+    if not 1 <= n <= MAX_ATTEMPTS_LIMIT:
+        raise InvalidInput(f"invalid max attempts {value!r}: must be from 1 to {MAX_ATTEMPTS_LIMIT}")
+    return n
+
+
+def backoff_delay(strategy: str, run: int) -> float:
+    """Seconds to wait after run number `run` (1-based) failed (SPEC §2)."""
+    if strategy == "exponential":
+        return float(min(2**min(run, 32) * 30, 3600))
+    if strategy == "linear":
+        return float(run * 60)
+    if strategy == "fixed":
+        return 60.0
+    steps = [int(x) for x in strategy.split(",")]
+    return float(steps[min(run, len(steps)) - 1])
+
+
+def one_line(text: str | None, limit: int = ERROR_MAX_CHARS) -> str | None:
+    if text is None:
+        return None
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def operator_name() -> str:
+    """The actor of an operator's change: the operating-system user."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (KeyError, ImportError):
+        return os.environ.get("USER") or f"uid:{os.getuid()}"
+
+
+def default_worker_id() -> str:
+    """JOBCTL_WORKER_ID, else host:pid of the calling shell (the parent of this process)."""
+    import socket
+
+    return os.environ.get("JOBCTL_WORKER_ID") or f"{socket.gethostname()}:{os.getppid()}"
+
+
+@dataclass
+class EnqueueResult:
+    id: int
+    created: bool
+
+
+def _refuse(job: Job, action: str, hint: str = "") -> InvalidState:
+    return InvalidState(f"job {job.id} is {job.status}; cannot {action}{hint}")
+
+
+def _check_token(job: Job, token: str | None, action: str) -> None:
+    if token is not None and token != job.token:
+        raise StaleToken(
+            f"job {job.id}: the token is not that of its current claim (it was recovered or claimed "
+            f"again; now {job.status}, run {job.attempts}); {action} refused, nothing changed"
+        )
+
+
+_CLEAR_CLAIM = {"worker": None, "lease_expires_at": None, "lease_ms": None, "token": None, "heartbeat_at": None}
+
+
+class Queue:
+    """The job queue over one engine. Times come from `clock` (seconds, like time.time)."""
+
+    def __init__(self, engine, settings: Settings | None = None, clock=time.time):
+        self.engine = engine
+        self.settings = settings or Settings()
+        self.clock = clock
+
+    @classmethod
+    def open(cls, db_path, settings: Settings | None = None, *, create: bool = False,
+             busy_timeout: float | None = None, allow_network_fs: bool = False, clock=time.time) -> "Queue":
+        from jobctl.engines.sqlite import SQLiteEngine
+
+        settings = settings or Settings()
+        engine = SQLiteEngine.open(
+            db_path, create=create,
+            busy_timeout=settings.busy_timeout if busy_timeout is None else busy_timeout,
+            synchronous=settings.synchronous, allow_network_fs=allow_network_fs,
+        )
+        return cls(engine, settings, clock)
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def now(self) -> int:
+        return int(self.clock() * 1000)
+
+    # -- enqueue ---------------------------------------------------------------------------
+
+    def prepare(self, type: str, payload=None, *, payload_text: str | bytes | None = None, queue=None,
+                priority=None, delay=None, at=None, max_attempts=None, backoff=None, timeout=None, key=None,
+                unique: bool = False, after: Iterable = ()) -> NewJob:
+        """Validate one job's options into a NewJob: command line > [types.X] > [defaults]."""
+        s = self.settings
+        validate_name(type, "type")
+        tc = s.type_config(type)
+        if payload_text is not None:
+            payload = payloads.parse_json(payload_text)
+        elif payload is None:
+            payload = {}
+        compact = payloads.compact(payload, max_bytes=s.max_payload_bytes)
+        queue = validate_name(queue, "queue") if queue is not None else (tc and tc.queue) or s.queue
+        if priority is not None:
+            priority = parse_priority(priority)
+        else:
+            priority = tc.priority if tc and tc.priority is not None else s.priority
+        if max_attempts is not None:
+            max_attempts = validate_max_attempts(max_attempts)
+        else:
+            max_attempts = tc.max_attempts if tc and tc.max_attempts is not None else s.max_attempts
+        backoff = parse_backoff(backoff) if backoff is not None else (tc and tc.backoff) or s.backoff
+        if timeout is not None:
+            timeout_s = parse_duration(timeout, what="timeout")
+            if timeout_s <= 0:
+                raise InvalidInput("invalid timeout: must be more than 0")
+        else:
+            timeout_s = tc.timeout if tc and tc.timeout is not None else s.timeout
+        if delay is not None and at is not None:
+            raise InvalidInput("--delay and --at cannot be used together; give one of them")
+        now = self.now()
+        run_at = now
+        if delay is not None:
+            run_at = now + int(parse_duration(delay, what="delay") * 1000)
+        elif at is not None:
+            run_at = max(now, parse_time(at))  # a time in the past means now
+        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
+            raise InvalidInput("invalid idempotency key: must be a string of 1 to 255 characters")
+        if not isinstance(unique, bool):
+            raise InvalidInput(f"invalid unique {unique!r}: must be true or false")
+        if isinstance(after, (str, int)):
+            after = [after]
+        after_ids = [validate_job_id(a) for a in after]
+        return NewJob(
+            queue=queue, type=type, payload=compact, payload_hash=payloads.canonical_hash(payload),
+            priority=priority, max_attempts=max_attempts, backoff=backoff, timeout_ms=int(timeout_s * 1000),
+            run_at=run_at, idempotency_key=key, unique=unique, after=after_ids,
+        )
+
+    def enqueue(self, type: str, payload=None, *, actor: str | None = None, **options) -> EnqueueResult:
+        job = self.prepare(type, payload, **options)
+        job_id, created = self.engine.insert_jobs([job], self.now(), actor or operator_name())[0]
+        return EnqueueResult(job_id, created)
+
+    def prepare_batch_line(self, text: str, lineno: int) -> NewJob | None:
+        """One NDJSON line of `enqueue --batch` (None for a blank line); errors name the line."""
+        if not text.strip():
+            return None
+        try:
+            obj = payloads.parse_json(text, what="JSON")
+            if not isinstance(obj, dict):
+                raise InvalidInput("each line must be a JSON object with at least a \"type\"")
+            unknown = set(obj) - BATCH_KEYS
+            if unknown:
+                raise InvalidInput(f"unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(BATCH_KEYS))})")
+            if "type" not in obj:
+                raise InvalidInput("missing \"type\"")
+            opts = {k: obj[k] for k in ("queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
+                                       "key") if obj.get(k) is not None}
+            after = obj.get("after") or []
+            if not isinstance(after, list):
+                raise InvalidInput("\"after\" must be a list of job ids")
+            return self.prepare(obj["type"], obj.get("payload", {}), unique=obj.get("unique", False) or False,
+                                after=after, **opts)
+        except InvalidInput as e:
+            raise InvalidInput(f"line {lineno}: {e}; nothing was enqueued") from None
+
+    def enqueue_batch(self, lines: Iterable[str], *, actor: str | None = None) -> list[EnqueueResult]:
+        """All or nothing: every line is validated before one transaction inserts them all."""
+        jobs = [j for n, line in enumerate(lines, 1) if (j := self.prepare_batch_line(line, n)) is not None]
+        if not jobs:
+            return []
+        return [EnqueueResult(i, c) for i, c in self.engine.insert_jobs(jobs, self.now(), actor or operator_name())]
+
+    # -- claim -----------------------------------------------------------------------------
+
+    def claim(self, *, worker: str | None = None, queues: list[str] | None = None,
+              types: list[str] | None = None, lease=None) -> Job | None:
+        queues = [validate_name(q, "queue") for q in queues] if queues else None
+        types = [validate_name(t, "type") for t in types] if types else None
+        lease_ms = None
+        if lease is not None:
+            seconds = parse_duration(lease, what="lease")
+            if seconds <= 0:
+                raise InvalidInput("invalid lease: must be more than 0")
+            lease_ms = int(seconds * 1000)
+        request = ClaimRequest(worker=worker or default_worker_id(), token=secrets.token_hex(12),
+                               queues=queues, types=types, lease_ms=lease_ms)
+        return self.engine.claim(request, self.now())
+
+    def claim_wait(self, wait: float, poll: float = 0.5, sleep=time.sleep, **claim_options) -> Job | None:
+        """Poll until a job is ready or `wait` seconds have passed (monotonic clock)."""
+        deadline = time.monotonic() + wait
+        while True:
+            job = self.claim(**claim_options)
+            if job is not None:
+                return job
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            sleep(min(poll, left))
+
+    # -- a running job's reports -----------------------------------------------------------
+
+    def complete(self, job_id: int, *, token: str | None = None, result=None, actor: str | None = None) -> Job:
+        result_text = None
+        if result is not None:
+            result_text = payloads.compact(
+                payloads.parse_json(result, what="result") if isinstance(result, (str, bytes)) else result,
+                what="result", max_bytes=self.settings.max_payload_bytes)
+
+        def decide(job: Job) -> Change:
+            if job.status not in HELD:
+                raise _refuse(job, "complete it (only a running job can be completed)")
+            _check_token(job, token, "complete")
+            return Change("completed", {**_CLEAR_CLAIM, "result": result_text, "progress": None},
+                          message="completed", run="completed")
+
+        return self.engine.update_job(validate_job_id(job_id), decide, self.now(), actor or operator_name())
+
+    def fail(self, job_id: int, *, token: str | None = None, error: str | None = None, bury: bool = False,
+             retry_in=None, actor: str | None = None, details: dict | None = None) -> Job:
+        retry_s = parse_duration(retry_in, what="retry delay") if retry_in is not None else None
+        error = one_line(error) or "failed"
+        jitter = self.settings.backoff_jitter
+        now = self.now()
+
+        def decide(job: Job) -> Change:
+            if job.status not in HELD:
+                raise _refuse(job, "fail it (only a running job can fail)")
+            _check_token(job, token, "fail")
+            fields = {**_CLEAR_CLAIM, "error": error}
+            if job.status == "cancel_requested":
+                return Change("buried", fields, message=f"{error} (cancellation was requested: not retried)",
+                              details=details, run="failed")
+            if bury or job.attempts >= job.max_attempts:
+                why = "--bury" if bury else f"no runs left ({job.attempts} of {job.max_attempts})"
+                return Change("buried", fields, message=f"{error}; buried: {why}", details=details, run="failed")
+            delay = retry_s if retry_s is not None else backoff_delay(job.backoff, job.attempts)
+            if jitter and retry_s is None:
+                delay *= 1 + random.uniform(-jitter, jitter)
+            fields["run_at"] = now + int(delay * 1000)
+            return Change("pending", fields, details=details, run="failed",
+                          message=f"{error}; retry in {format_duration(delay)} (run {job.attempts} of {job.max_attempts})")
+
+        return self.engine.update_job(validate_job_id(job_id), decide, now, actor or operator_name())
+
+    def heartbeat(self, job_id: int, *, token: str | None = None, extend=None, actor: str | None = None) -> Job:
+        extend_ms = None
+        if extend is not None:
+            seconds = parse_duration(extend, what="extension")
+            if seconds <= 0:
+                raise InvalidInput("invalid --extend: must be more than 0")
+            extend_ms = int(seconds * 1000)
+        now = self.now()
+
+        def decide(job: Job) -> Change:
+            if job.status not in HELD:
+                raise _refuse(job, "heartbeat it (only a running job holds a lease)")
+            _check_token(job, token, "heartbeat")
+            ms = extend_ms if extend_ms is not None else (job.lease_ms or job.timeout_ms)
+            return Change(job.status, {"lease_expires_at": now + ms, "heartbeat_at": now})
+
+        job = self.engine.update_job(validate_job_id(job_id), decide, now, actor or operator_name())
+        if job.status == "cancel_requested":
+            raise CancelRequested(
+                f"cancellation of job {job.id} was requested; stop it and confirm with "
+                f"`jobctl cancel {job.id} --token TOKEN`"
+            )
+        return job
+
+    def progress(self, job_id: int, *, token: str | None = None, message: str | None = None,
+                 percent: int | None = None, actor: str | None = None) -> Job:
+        if percent is not None and (isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100):
+            raise InvalidInput(f"invalid percent {percent!r}: must be an integer from 0 to 100")
+        text = payloads.compact({"message": message, "percent": percent}, what="progress", max_bytes=64 * 1024)
+
+        def decide(job: Job) -> Change:
+            if job.status not in HELD:
+                raise _refuse(job, "record progress (only a running job has progress)")
+            _check_token(job, token, "progress")
+            return Change(job.status, {"progress": text})
+
+        return self.engine.update_job(validate_job_id(job_id), decide, self.now(), actor or operator_name())
+
+    # -- operators -------------------------------------------------------------------------
+
+    def cancel(self, job_id: int, *, token: str | None = None, reason: str | None = None,
+               actor: str | None = None) -> Job:
+        reason = one_line(reason)
+        note = f": {reason}" if reason else ""
+
+        def decide(job: Job) -> Change | None:
+            if token is not None:
+                _check_token(job, token, "cancel")
+            if job.status in ("pending", "buried"):
+                return Change("cancelled", {"error": job.error}, message=f"cancelled{note}")
+            if job.status in HELD and token is not None:
+                return Change("cancelled", {**_CLEAR_CLAIM}, message=f"stopped and cancelled{note}", run="cancelled")
+            if job.status == "running":
+                return Change("cancel_requested", {}, message=f"cancellation requested{note}")
+            if job.status == "cancel_requested":
+                return None  # asked again: nothing changes
+            raise _refuse(job, "cancel it (it has finished)")
+
+        return self.engine.update_job(validate_job_id(job_id), decide, self.now(), actor or operator_name())
+
+    def _retry_change(self, reset_attempts: bool, now: int):
+        def decide(job: Job) -> Change:
+            if job.status != "buried":
+                raise _refuse(job, "retry it (only a buried job can be retried)")
+            fields = {"run_at": now}
+            if reset_attempts:
+                fields["attempts"] = 0
+            return Change("pending", fields, message="retried" + (" with attempts reset" if reset_attempts else ""))
+        return decide
+
+    def retry(self, job_id: int, *, reset_attempts: bool = False, actor: str | None = None) -> Job:
+        now = self.now()
+        return self.engine.update_job(validate_job_id(job_id), self._retry_change(reset_attempts, now), now,
+                                      actor or operator_name())
+
+    def retry_buried(self, *, queue: str | None = None, type: str | None = None, reset_attempts: bool = False,
+                     dry_run: bool = False, actor: str | None = None) -> list[Job]:
+        if queue is not None:
+            validate_name(queue, "queue")
+        if type is not None:
+            validate_name(type, "type")
+        now = self.now()
+        done = self.engine.update_buried(self._retry_change(reset_attempts, now), now, actor or operator_name(),
+                                         queue=queue, type=type, dry_run=dry_run)
+        return [job for job, _ in done]
+
+    def recover(self, *, older_than=None, dry_run: bool = False, actor: str | None = None) -> list[tuple[Job, str]]:
+        """Requeue or bury jobs whose worker is gone (lease expired, or silent for `older_than`)."""
+        now = self.now()
+        heartbeat_before = None
+        if older_than is not None:
+            heartbeat_before = now - int(parse_duration(older_than, what="--older-than") * 1000)
+
+        def decide(job: Job) -> Change:
+            lost = f"worker {job.worker} lost: lease expired at {to_rfc3339(job.lease_expires_at)}"
+            if job.lease_expires_at is not None and job.lease_expires_at >= now:
+                lost = f"worker {job.worker} silent since {to_rfc3339(job.heartbeat_at or job.claimed_at)}"
+            if job.status == "cancel_requested":
+                return Change("cancelled", {**_CLEAR_CLAIM}, message=f"{lost}; cancellation completed", run="lost")
+            if job.attempts >= job.max_attempts:
+                return Change("buried", {**_CLEAR_CLAIM, "error": one_line(f"{lost} (no runs left)")},
+                              message=f"{lost}; no runs left", run="lost")
+            return Change("pending", {**_CLEAR_CLAIM, "run_at": now, "error": one_line(lost)},
+                          message=f"{lost}; requeued", run="lost")
+
+        done = self.engine.update_expired(decide, now, actor or operator_name(),
+                                          heartbeat_before=heartbeat_before, dry_run=dry_run)
+        actions = {"pending": "requeued", "buried": "buried", "cancelled": "cancelled"}
+        return [(job, actions[change.to_status]) for job, change in done]
+
+    def release(self, job_id: int, *, token: str, actor: str | None = None, reason: str = "worker shutting down") -> Job:
+        """A worker gives back a job it could not finish: that run does not count."""
+
+        def decide(job: Job) -> Change:
+            if job.status not in HELD:
+                raise _refuse(job, "release it")
+            _check_token(job, token, "release")
+            if job.status == "cancel_requested":
+                return Change("cancelled", {**_CLEAR_CLAIM}, message=f"stopped ({reason}); cancellation completed",
+                              run="cancelled")
+            return Change("pending", {**_CLEAR_CLAIM, "attempts": max(job.attempts - 1, 0), "run_at": self.now()},
+                          message=f"released: {reason}; this run does not count", run="released")
+
+        return self.engine.update_job(validate_job_id(job_id), decide, self.now(), actor or operator_name())
+
+    # -- views and housekeeping ------------------------------------------------------------
+
+    def get(self, job_id: int) -> Job:
+        return self.engine.get_job(validate_job_id(job_id))
+
+    def events(self, job_id: int) -> list[Event]:
+        return self.engine.events(validate_job_id(job_id))
+
+    def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
+                  limit: int = 50) -> list[Job]:
+        from jobctl.models import STATES
+
+        statuses = list(statuses)
+        for s in statuses:
+            if s not in STATES:
+                raise InvalidInput(f"invalid status {s!r}: use one of {', '.join(STATES)}")
+        if queue is not None:
+            validate_name(queue, "queue")
+        if type is not None:
+            validate_name(type, "type")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1_000_000:
+            raise InvalidInput(f"invalid limit {limit!r}: must be from 1 to 1000000")
+        return self.engine.list_jobs(statuses=statuses, queue=queue, type=type, limit=limit)
+
+    def purge(self, *, completed_older_than=None, cancelled_older_than=None, buried_older_than=None,
+              dry_run: bool = False) -> dict[str, int]:
+        """Delete finished jobs older than the given ages; with none given, the config's [retention]."""
+        given = {"completed": completed_older_than, "cancelled": cancelled_older_than, "buried": buried_older_than}
+        if all(v is None for v in given.values()):
+            ages = dict(self.settings.retention)
+        else:
+            ages = {k: (parse_duration(v, what=f"--{k}-older-than") if v is not None else None) for k, v in given.items()}
+        now = self.now()
+        return {
+            status: self.engine.purge(status, now - int(age * 1000), dry_run=dry_run)
+            for status, age in ages.items() if age is not None
+        }
+
+    def pause(self, queue: str) -> None:
+        self.engine.set_paused(validate_name(queue, "queue"), True, self.now())
+
+    def resume(self, queue: str) -> None:
+        self.engine.set_paused(validate_name(queue, "queue"), False, self.now())

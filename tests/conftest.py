@@ -1,0 +1,53 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+JOBCTL = [sys.executable, "-m", "jobctl"]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path, monkeypatch):
+    """No test reads the developer's config or database, or inherits their worker id."""
+    for var in ("JOBCTL_DB", "JOBCTL_CONFIG", "JOBCTL_BUSY_TIMEOUT", "JOBCTL_WORKER_ID", "JOBCTL_DEBUG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def db(tmp_path):
+    return tmp_path / "q" / "jobs.db"
+
+
+class Result:
+    def __init__(self, proc):
+        self.exit_code = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+
+    @property
+    def output(self):
+        return f"exit {self.exit_code}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+
+
+def run_cli(*args, db=None, input=None, env=None, timeout=60):
+    """jobctl as users meet it: a real subprocess."""
+    argv = [*JOBCTL, *(["--db", str(db)] if db is not None else []), *map(str, args)]
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run(argv, input=input, capture_output=True, text=True, env=full_env, timeout=timeout)
+    return Result(proc)
+
+
+@pytest.fixture
+def cli(db):
+    def _run(*args, **kw):
+        kw.setdefault("db", db)
+        return run_cli(*args, **kw)
+    return _run

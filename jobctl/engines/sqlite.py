@@ -368,6 +368,9 @@ class SQLiteEngine:
         for queue in request.queues or [None]:
             queue_filter = " AND queue = ?" if queue is not None else ""
             queue_params = [queue] if queue is not None else []
+            # Pin the partial index that matches the claim order, so the planner never falls back
+            # to sorting every pending row (its choice on a fresh file without statistics).
+            index = "jobs_ready_by_queue" if queue is not None else "jobs_ready"
             # One statement picks and takes the job: no other writer can run between the two,
             # because the whole transaction holds the write lock (BEGIN IMMEDIATE).
             rows = c.execute(
@@ -376,7 +379,7 @@ class SQLiteEngine:
                     heartbeat_at = ?, lease_ms = COALESCE(?, timeout_ms),
                     lease_expires_at = ? + COALESCE(?, timeout_ms), token = ?, progress = NULL, updated_at = ?
                 WHERE status = 'pending' AND id = (
-                    SELECT id FROM jobs
+                    SELECT id FROM jobs INDEXED BY {index}
                     WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?{queue_filter}{type_filter}
                       AND queue NOT IN (SELECT name FROM queues WHERE paused = 1)
                     ORDER BY priority DESC, run_at, id LIMIT 1)

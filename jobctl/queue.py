@@ -359,7 +359,7 @@ class Queue:
             if token is not None:
                 _check_token(job, token, "cancel")
             if job.status in ("pending", "buried"):
-                return Change("cancelled", {"error": job.error}, message=f"cancelled{note}")
+                return Change("cancelled", {}, message=f"cancelled{note}")
             if job.status in HELD and token is not None:
                 return Change("cancelled", {**_CLEAR_CLAIM}, message=f"stopped and cancelled{note}", run="cancelled")
             if job.status == "running":

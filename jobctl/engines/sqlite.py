@@ -147,6 +147,8 @@ def _check_file(path: Path) -> None:
         st = os.lstat(path)
     except FileNotFoundError:
         raise
+    except OSError as e:
+        raise DatabaseUnusable(f"cannot read {path}: {e.strerror}; check the permissions of its folder") from None
     if stat.S_ISLNK(st.st_mode):
         raise DatabaseUnusable(
             f"{path} is a symbolic link; jobctl refuses links to its database so that a link cannot "
@@ -207,6 +209,9 @@ class SQLiteEngine:
                 conn.execute(f"PRAGMA synchronous = {'NORMAL' if synchronous == 'normal' else 'FULL'}")
                 conn.execute("PRAGMA journal_size_limit = 8388608")  # a checkpointed WAL shrinks back to 8 MiB
                 engine._check_schema()
+                # WAL persists in the file; switch only when it is not set (a restored backup, say).
+                if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    conn.execute("PRAGMA journal_mode = WAL")
         except BaseException:
             conn.close()
             raise

@@ -203,9 +203,15 @@ class Queue:
         )
 
     def enqueue(self, type: str, payload=None, *, actor: str | None = None, **options) -> EnqueueResult:
-        job = self.prepare(type, payload, **options)
-        job_id, created = self.engine.insert_jobs([job], self.now(), actor or operator_name())[0]
-        return EnqueueResult(job_id, created)
+        return self.insert([self.prepare(type, payload, **options)], actor=actor)[0]
+
+    def insert(self, jobs: list[NewJob], *, actor: str | None = None) -> list[EnqueueResult]:
+        """Insert jobs validated by prepare()/prepare_batch(), all or nothing. Validation needs no
+        engine (Queue(None, settings).prepare(...)), so a command can refuse bad input before it
+        opens, or creates, the database."""
+        if not jobs:
+            return []
+        return [EnqueueResult(i, c) for i, c in self.engine.insert_jobs(jobs, self.now(), actor or operator_name())]
 
     def prepare_batch_line(self, text: str, lineno: int) -> NewJob | None:
         """One NDJSON line of `enqueue --batch` (None for a blank line); errors name the line."""
@@ -230,12 +236,12 @@ class Queue:
         except InvalidInput as e:
             raise InvalidInput(f"line {lineno}: {e}; nothing was enqueued") from None
 
+    def prepare_batch(self, lines: Iterable[str]) -> list[NewJob]:
+        return [j for n, line in enumerate(lines, 1) if (j := self.prepare_batch_line(line, n)) is not None]
+
     def enqueue_batch(self, lines: Iterable[str], *, actor: str | None = None) -> list[EnqueueResult]:
         """All or nothing: every line is validated before one transaction inserts them all."""
-        jobs = [j for n, line in enumerate(lines, 1) if (j := self.prepare_batch_line(line, n)) is not None]
-        if not jobs:
-            return []
-        return [EnqueueResult(i, c) for i, c in self.engine.insert_jobs(jobs, self.now(), actor or operator_name())]
+        return self.insert(self.prepare_batch(lines), actor=actor)
 
     # -- claim -----------------------------------------------------------------------------
 

@@ -31,8 +31,10 @@ def run(argv: list[str] | None = None) -> int:
 
     debug = os.environ.get("JOBCTL_DEBUG") == "1"
     try:
-        app(args=argv, prog_name="jobctl", standalone_mode=False)
-        return 0
+        # Without standalone mode, a `raise typer.Exit(code)` in a command comes back as the
+        # return value (commands themselves return None).
+        rv = app(args=argv, prog_name="jobctl", standalone_mode=False)
+        return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
     except Exit as e:
         return e.exit_code
     except JobctlError as e:

@@ -54,8 +54,11 @@ def enqueue(
             lines = data.decode("utf-8").splitlines()
         except UnicodeDecodeError:
             raise InvalidInput("--batch input is not UTF-8 text; nothing was enqueued") from None
+        from jobctl.queue import Queue
+
+        prepared = Queue(None, st.settings).prepare_batch(lines)  # bad input never creates the file
         with st.open_queue(create=True) as q:
-            results = q.enqueue_batch(lines)
+            results = q.insert(prepared)
             if as_json:
                 for job in q.engine.get_jobs([r.id for r in results]):
                     emit_json(job.to_dict())
@@ -67,10 +70,13 @@ def enqueue(
     if payload is not None and payload_file is not None:
         raise InvalidInput("give the payload either as an argument or with --payload-file, not both")
     text = _read_source(payload_file) if payload_file is not None else payload
+    from jobctl.queue import Queue
+
+    prepared = Queue(None, st.settings).prepare(  # bad input is refused before the file is created
+        type, payload_text=text, queue=queue, priority=priority, delay=delay, at=at, max_attempts=max_attempts,
+        backoff=backoff, timeout=timeout, key=key, unique=unique, after=after or [])
     with st.open_queue(create=True) as q:
-        r = q.enqueue(type, payload_text=text, queue=queue, priority=priority, delay=delay, at=at,
-                      max_attempts=max_attempts, backoff=backoff, timeout=timeout, key=key, unique=unique,
-                      after=after or [])
+        r = q.insert([prepared])[0]
         if as_json:
             emit_json({**q.get(r.id).to_dict(), "created": r.created})
         else:

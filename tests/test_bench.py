@@ -1,0 +1,60 @@
+"""The benchmark harness must not rot: run it at toy sizes (a smoke run, not a measurement)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+RUN = [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--rounds", "1", "--enqueue-calls", "2",
+       "--batch-jobs", "300", "--claim-jobs", "60", "--work-jobs", "5", "--latency-sizes", "200,400",
+       "--latency-claims", "20", "--stats-jobs", "2000"]
+PEER_MODULES = ("huey", "persistqueue", "litequeue")
+
+
+def run_bench(tmp_path, *args):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([*RUN, "--out", str(tmp_path), "--json", str(out), *args], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert (tmp_path / "latest.md").read_text().count("### ") >= 2, proc.stdout
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_jobctl_workloads_run_and_process_every_job_once(tmp_path):
+    report = run_bench(tmp_path, "--no-peers")
+    results = report["results"]
+    assert set(results) == {"enqueue", "batch", "claim", "work", "latency", "stats"}
+    for workload in ("enqueue", "batch", "claim", "latency"):
+        rows = [r for r in results[workload] if r["role"] in ("ref", "jobctl")]
+        assert rows, workload
+        for r in rows:
+            assert not r["errors"], (workload, r)
+            assert r["median"] is not None and r["median"] > 0, (workload, r)
+            assert (r["duplicates"], r["missing"]) == (0, 0), (workload, r)
+            assert r["ratio"] is not None, (workload, r)
+    for r in results["work"] + results["stats"]:  # measured once those commands exist, else skipped
+        assert not r["errors"], r
+    assert any(t["target"].startswith("enqueue ≤ 1.2×") for t in report["targets"])
+
+
+@pytest.mark.slow
+def test_peer_workloads_run(tmp_path):
+    missing = []
+    for module in PEER_MODULES:
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        pytest.skip(f"the bench extra's peers are not installed ({', '.join(missing)}); "
+                    "pip install -e '.[bench]' to run them")
+    results = run_bench(tmp_path, "batch", "claim")["results"]
+    peers = [r for w in ("batch", "claim") for r in results[w] if r["role"] == "peer"]
+    assert len(peers) == 3 + 2 * 3
+    for r in peers:
+        assert not r["errors"] and not r["skipped"], r
+        assert r["median"] > 0, r

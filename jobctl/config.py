@@ -53,6 +53,23 @@ class TypeConfig:
 
 
 @dataclass
+class WorkerSettings:
+    """The `[worker]` table: defaults for `jobctl work` (its command-line options win)."""
+
+    concurrency: int = 1
+    poll: float = 1.0  # longest wait between claims when the queue is empty
+    grace: float = 30.0  # on SIGTERM/SIGINT: how long running handlers may finish
+    lease: float = 60.0  # claim lease, renewed while the handler runs; a lost worker's job is recovered after it
+    kill_grace: float = 5.0  # between SIGTERM and SIGKILL when a handler is stopped
+    recover_every: float = 30.0  # how often expired leases of other workers are recovered
+    purge_every: float = 600.0  # how often [retention] is applied
+    log_format: str = "human"  # or "json"
+
+
+WORKER_KEYS = ("concurrency", "poll", "grace", "lease", "kill_grace", "recover_every", "purge_every", "log_format")
+
+
+@dataclass
 class Settings:
     config_path: Path | None = None
     db: Path | None = None  # from the config file only; resolve_db_path applies flag and env first
@@ -70,6 +87,7 @@ class Settings:
         default_factory=lambda: {"completed": 7 * 86400.0, "cancelled": 7 * 86400.0, "buried": None}
     )
     types: dict[str, TypeConfig] = field(default_factory=dict)
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
     sources: dict[str, str] = field(default_factory=dict)  # setting -> where its value came from
 
     def type_config(self, name: str) -> TypeConfig | None:
@@ -297,8 +315,25 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
                 )
         settings.types[name] = tc
         src(f"types.{name}")
-    if "worker" in data and not isinstance(data["worker"], dict):
+    worker = data.get("worker", {})
+    if not isinstance(worker, dict):
         raise ConfigError("[worker] must be a table")
+    for key, value in worker.items():
+        where = f"worker.{key}"
+        if key == "concurrency":
+            settings.worker.concurrency = _int(value, where, 1, 1024)
+        elif key == "log_format":
+            if value not in ("human", "json"):
+                raise ConfigError(f"{where}: must be \"human\" or \"json\", not {value!r}")
+            settings.worker.log_format = value
+        elif key in WORKER_KEYS:
+            seconds = _duration(value, where)
+            if seconds <= 0 and key != "grace":
+                raise ConfigError(f"{where}: must be more than 0")
+            setattr(settings.worker, key, seconds)
+        else:
+            raise ConfigError(f"unknown key {where!r} (known: {', '.join(WORKER_KEYS)})")
+        src(where)
 
 
 def resolve_db_path(flag: str | None, settings: Settings, env=os.environ) -> tuple[Path, str]:

@@ -247,6 +247,9 @@ class Queue:
 
     def claim(self, *, worker: str | None = None, queues: list[str] | None = None,
               types: list[str] | None = None, lease=None) -> Job | None:
+        return self.engine.claim(self._claim_request(worker, queues, types, lease), self.now())
+
+    def _claim_request(self, worker, queues, types, lease) -> ClaimRequest:
         queues = [validate_name(q, "queue") for q in queues] if queues else None
         types = [validate_name(t, "type") for t in types] if types else None
         lease_ms = None
@@ -255,9 +258,8 @@ class Queue:
             if seconds <= 0:
                 raise InvalidInput("invalid lease: must be more than 0")
             lease_ms = int(seconds * 1000)
-        request = ClaimRequest(worker=worker or default_worker_id(), token=secrets.token_hex(12),
-                               queues=queues, types=types, lease_ms=lease_ms)
-        return self.engine.claim(request, self.now())
+        return ClaimRequest(worker=worker or default_worker_id(), token=secrets.token_hex(12),
+                            queues=queues, types=types, lease_ms=lease_ms)
 
     def claim_wait(self, wait: float, poll: float = 0.5, sleep=time.sleep, **claim_options) -> Job | None:
         """Poll until a job is ready or `wait` seconds have passed (monotonic clock)."""
@@ -274,6 +276,18 @@ class Queue:
     # -- a running job's reports -----------------------------------------------------------
 
     def complete(self, job_id: int, *, token: str | None = None, result=None, actor: str | None = None) -> Job:
+        decide = self._complete_change(token, result)
+        return self.engine.update_job(validate_job_id(job_id), decide, self.now(), actor or operator_name())
+
+    def complete_and_claim(self, job_id: int, *, token: str | None = None, result=None, actor: str | None = None,
+                           worker: str | None = None, queues=None, types=None, lease=None) -> tuple[Job, Job | None]:
+        """complete, then claim the next job, in one transaction (the worker's fast path)."""
+        decide = self._complete_change(token, result)
+        request = self._claim_request(worker, queues, types, lease)
+        return self.engine.update_job_and_claim(validate_job_id(job_id), decide, request, self.now(),
+                                                actor or operator_name())
+
+    def _complete_change(self, token: str | None, result):
         result_text = None
         if result is not None:
             result_text = payloads.compact(
@@ -287,7 +301,7 @@ class Queue:
             return Change("completed", {**_CLEAR_CLAIM, "result": result_text, "progress": None},
                           message="completed", run="completed")
 
-        return self.engine.update_job(validate_job_id(job_id), decide, self.now(), actor or operator_name())
+        return decide
 
     def fail(self, job_id: int, *, token: str | None = None, error: str | None = None, bury: bool = False,
              retry_in=None, actor: str | None = None, details: dict | None = None) -> Job:

@@ -82,6 +82,11 @@ class Engine(Protocol):
         """Read the job, call decide(job) -> Change (which may raise to refuse), apply it,
         write the event; all in one transaction. Raises NoSuchJob."""
 
+    def update_job_and_claim(self, job_id: int, decide: Decide, request: ClaimRequest, now: int,
+                             actor: str) -> tuple[Job, Job | None]:
+        """update_job, then claim, in one transaction (a worker finishing a job and taking the
+        next pays for one commit). If decide refuses, nothing changes and nothing is claimed."""
+
     def update_expired(self, decide: Decide, now: int, actor: str, *, heartbeat_before: int | None = None,
                        dry_run: bool = False) -> list[tuple[Job, Change]]:
         """Apply decide to every running or cancel_requested job whose lease expired before `now`

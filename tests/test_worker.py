@@ -1,0 +1,587 @@
+"""`jobctl work` (SPEC §5) with real handler processes, real signals and real files.
+
+Handlers are small scripts written into tmp_path; the config is ./jobctl.toml (the tests run in
+tmp_path). Leases, timeouts and graces are shortened through the config so each test is quick.
+"""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import JOBCTL, run_cli
+
+PY = sys.executable
+
+
+def write_config(tmp_path, body: str, worker: str = 'lease = "1s"\nkill_grace = "300ms"\nrecover_every = "200ms"\npoll = "100ms"'):
+    (tmp_path / "jobctl.toml").write_text(f"{textwrap.dedent(body)}\n[worker]\n{worker}\n")
+
+
+def script(tmp_path, name: str, code: str) -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(code))
+    return str(path)
+
+
+def toml_argv(*argv) -> str:
+    return json.dumps([str(a) for a in argv])
+
+
+def show(db, job_id) -> dict:
+    r = run_cli("show", job_id, "--json", db=db)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def wait_for(predicate, timeout=20.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def start_worker(tmp_path, db, *args, name="worker"):
+    log = open(tmp_path / f"{name}.log", "wb")
+    proc = subprocess.Popen([*JOBCTL, "--db", str(db), "work", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=log, stdin=subprocess.DEVNULL)
+    proc.log_path = tmp_path / f"{name}.log"
+    log.close()
+    return proc
+
+
+def finish(proc, timeout=30):
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError("worker did not exit:\n" + proc.log_path.read_text())
+    return proc.returncode, proc.log_path.read_text()
+
+
+def work(db, *args, timeout=60):
+    return run_cli("work", *args, db=db, timeout=timeout)
+
+
+# -- 1. outcomes -----------------------------------------------------------------------------
+
+
+def test_success_with_result_and_failure_retried_then_buried(tmp_path, cli, db):
+    write_config(tmp_path, f"""
+        [types.ok]
+        command = ["sh", "-c", "echo working; echo '{{\\"sent\\": 2}}'"]
+
+        [types.boom]
+        command = ["sh", "-c", "echo first >&2; echo 'smtp said no' >&2; exit 3"]
+        max_attempts = 2
+        backoff = [1]
+    """)
+    ok = int(cli("enqueue", "ok").stdout)
+    boom = int(cli("enqueue", "boom").stdout)
+    r = work(db, "--max-jobs", 3)  # ok, boom run 1, boom run 2 one second later
+    assert r.exit_code == 0, r.output
+
+    job = show(db, ok)
+    assert job["status"] == "completed" and job["result"] == {"sent": 2}
+
+    job = show(db, boom)
+    assert job["status"] == "buried", job
+    assert job["attempts"] == 2
+    assert job["error"] == "exit 3: smtp said no"
+    failed = [e for e in job["events"] if e["from"] == "running"]
+    assert [e["to"] for e in failed] == ["pending", "buried"]
+    assert "retry in 1s" in failed[0]["message"]
+    assert failed[0]["details"]["exit_code"] == 3
+    assert failed[0]["details"]["stderr_tail"] == "first\nsmtp said no"
+    # The retry waited for its backoff.
+    retried = [e for e in job["events"] if e["to"] == "running"]
+    gap = _ms(retried[1]["at"]) - _ms(failed[0]["at"])
+    assert gap >= 1000 - 5, job["events"]
+    assert "failed job" in r.stderr and "buried job" in r.stderr and "done job" in r.stderr
+
+
+def _ms(rfc3339: str) -> int:
+    from jobctl.durations import parse_time
+
+    return parse_time(rfc3339)
+
+
+def test_bury_exit_codes_bury_on_first_such_exit(tmp_path, cli, db):
+    write_config(tmp_path, """
+        [types.bad-input]
+        command = ["sh", "-c", "echo 'bad address' >&2; exit 65"]
+        max_attempts = 5
+        bury_exit_codes = [64, 65]
+    """)
+    job_id = int(cli("enqueue", "bad-input").stdout)
+    r = work(db, "--stop-when-empty")
+    assert r.exit_code == 0, r.output
+    job = show(db, job_id)
+    assert job["status"] == "buried" and job["attempts"] == 1
+    assert job["error"] == "exit 65: bad address"
+    assert "bury_exit_codes" in r.stderr
+
+
+def test_last_stdout_line_only_becomes_result_when_json(tmp_path, cli, db):
+    write_config(tmp_path, """
+        [types.text]
+        command = ["sh", "-c", "echo '{\\"not\\": \\"last\\"}'; echo all done"]
+    """)
+    job_id = int(cli("enqueue", "text").stdout)
+    assert work(db, "--stop-when-empty").exit_code == 0
+    job = show(db, job_id)
+    assert job["status"] == "completed" and job["result"] is None
+
+
+def test_missing_command_fails_the_job_with_a_reason(tmp_path, cli, db):
+    write_config(tmp_path, f"""
+        [types.gone]
+        command = ["{tmp_path}/no-such-handler"]
+        max_attempts = 1
+    """)
+    job_id = int(cli("enqueue", "gone").stdout)
+    r = work(db, "--stop-when-empty")
+    assert r.exit_code == 0, r.output
+    job = show(db, job_id)
+    assert job["status"] == "buried" and job["error"].startswith("cannot run ")
+
+
+# -- 2. payload and environment -------------------------------------------------------------
+
+
+def test_payload_arrives_byte_exact_and_is_never_executed(tmp_path, cli, db):
+    handler = script(tmp_path, "capture.py", """
+        import json, os, sys
+        data = sys.stdin.buffer.read()
+        job = os.environ["JOBCTL_JOB_ID"]
+        open(f"payload-{job}.bin", "wb").write(data)
+        env = {k: v for k, v in os.environ.items() if k.startswith("JOBCTL_")}
+        open(f"env-{job}.json", "w").write(json.dumps(env))
+    """)
+    write_config(tmp_path, f"""
+        [types.capture]
+        command = {toml_argv(PY, handler)}
+        queue = "mail"
+        max_attempts = 4
+    """)
+    payload = '{"cmd":"$(touch pwned)","rm":"; rm -rf x","tick":"`touch pwned2`","quote":"\'\\"","ü":"日本 ✓ 🚀","n":[1,2.5,null]}'
+    job_id = int(cli("enqueue", "capture", payload).stdout)
+    r = work(db, "--stop-when-empty")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / f"payload-{job_id}.bin").read_bytes() == payload.encode("utf-8")
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
+    env = json.loads((tmp_path / f"env-{job_id}.json").read_text())
+    job = show(db, job_id)
+    assert env["JOBCTL_JOB_ID"] == str(job_id)
+    assert env["JOBCTL_JOB_TYPE"] == "capture"
+    assert env["JOBCTL_QUEUE"] == "mail"
+    assert env["JOBCTL_ATTEMPT"] == "1" and env["JOBCTL_MAX_ATTEMPTS"] == "4"
+    assert len(env["JOBCTL_TOKEN"]) >= 16
+    assert os.path.samefile(env["JOBCTL_DB"], db)
+    assert payload not in r.stderr and "pwned" not in r.stderr  # payloads never reach the log
+
+
+def test_handler_reports_progress_with_its_environment(tmp_path, cli, db):
+    handler = script(tmp_path, "progress.sh", f"""
+        {" ".join(JOBCTL)} progress "$JOBCTL_JOB_ID" --token "$JOBCTL_TOKEN" -m halfway --percent 50 || exit 9
+        {" ".join(JOBCTL)} show "$JOBCTL_JOB_ID" --json > shown.json
+    """)
+    write_config(tmp_path, f"""
+        [types.p]
+        command = ["sh", "{handler}"]
+    """)
+    job_id = int(cli("enqueue", "p").stdout)
+    r = work(db, "--stop-when-empty")
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "shown.json").read_text())["progress"] == {"message": "halfway", "percent": 50}
+    assert show(db, job_id)["status"] == "completed"
+
+
+# -- 3, 4. timeouts kill the whole process group ----------------------------------------------
+
+
+def test_timeout_kills_the_handler_and_its_children(tmp_path, cli, db):
+    write_config(tmp_path, """
+        [types.hang]
+        command = ["sh", "-c", "sleep 600 & echo $! > child.pid; echo $$ > handler.pid; wait"]
+        timeout = "1s"
+        max_attempts = 1
+    """)
+    job_id = int(cli("enqueue", "hang").stdout)
+    r = work(db, "--stop-when-empty")
+    assert r.exit_code == 0, r.output
+    handler, child = int((tmp_path / "handler.pid").read_text()), int((tmp_path / "child.pid").read_text())
+    wait_for(lambda: not alive(handler) and not alive(child), 5, "the handler and its child to be gone")
+    job = show(db, job_id)
+    assert job["status"] == "buried"
+    assert job["error"] == "timed out after 1s"
+
+
+def test_handler_ignoring_sigterm_is_killed_after_the_grace(tmp_path, cli, db):
+    handler = script(tmp_path, "stubborn.py", """
+        import os, signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        open("handler.pid", "w").write(str(os.getpid()))
+        while True:
+            time.sleep(0.05)
+    """)
+    write_config(tmp_path, f"""
+        [types.stubborn]
+        command = {toml_argv(PY, handler)}
+        timeout = "1s"
+        max_attempts = 1
+    """)
+    job_id = int(cli("enqueue", "stubborn").stdout)
+    r = work(db, "--stop-when-empty")
+    assert r.exit_code == 0, r.output
+    pid = int((tmp_path / "handler.pid").read_text())
+    wait_for(lambda: not alive(pid), 5, "the handler to be gone")
+    job = show(db, job_id)
+    assert job["error"] == "timed out after 1s"
+    assert job["events"][-1]["details"]["signal"] == "SIGKILL"
+
+
+# -- 5. heartbeats --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_job_longer_than_its_lease_completes_and_is_not_claimed_twice(tmp_path, cli, db):
+    write_config(tmp_path, """
+        [types.long]
+        command = ["sh", "-c", "echo $JOBCTL_ATTEMPT >> runs.txt; sleep 3"]
+    """)  # lease 1s: the job runs three leases long
+    job_id = int(cli("enqueue", "long").stdout)
+    first = start_worker(tmp_path, db, "--max-jobs", 1, name="first")
+    wait_for(lambda: (tmp_path / "runs.txt").exists(), what="the job to start")
+    other = start_worker(tmp_path, db, "--max-time", "4s", name="other")  # recovers every 200 ms
+    code, log = finish(first)
+    assert code == 0, log
+    code, other_log = finish(other)
+    assert code == 0, other_log
+    job = show(db, job_id)
+    assert job["status"] == "completed" and job["attempts"] == 1
+    assert (tmp_path / "runs.txt").read_text() == "1\n"
+    assert [e["to"] for e in job["events"]] == ["pending", "running", "completed"]
+    assert "recovered" not in other_log
+
+
+# -- 6. cancellation ------------------------------------------------------------------------
+
+
+def test_cancel_of_a_running_job_stops_the_handler(tmp_path, cli, db):
+    write_config(tmp_path, """
+        [types.slow]
+        command = ["sh", "-c", "echo $$ > handler.pid; sleep 600"]
+    """)
+    job_id = int(cli("enqueue", "slow").stdout)
+    worker = start_worker(tmp_path, db)
+    try:
+        wait_for(lambda: (tmp_path / "handler.pid").exists() and show(db, job_id)["status"] == "running",
+                 what="the job to run")
+        r = cli("cancel", job_id, "--reason", "no longer needed")
+        assert r.exit_code == 0 and "cancel_requested" in r.stdout, r.output
+        wait_for(lambda: show(db, job_id)["status"] == "cancelled", 10, "the job to be cancelled")
+        assert not alive(int((tmp_path / "handler.pid").read_text()))
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code, log = finish(worker)
+    assert code == 0, log
+    assert "cancelled job" in log
+
+
+# -- 7. stopping the worker -----------------------------------------------------------------
+
+
+def test_sigterm_mid_job_releases_it_without_counting_the_run(tmp_path, cli, db):
+    write_config(tmp_path, """
+        [types.slow]
+        command = ["sh", "-c", "echo $$ > handler.pid; sleep 600"]
+    """)
+    job_id = int(cli("enqueue", "slow").stdout)
+    worker = start_worker(tmp_path, db, "--grace", "500ms")
+    wait_for(lambda: (tmp_path / "handler.pid").exists(), what="the handler to start")
+    worker.send_signal(signal.SIGTERM)
+    code, log = finish(worker, timeout=10)
+    assert code == 0, log
+    assert not alive(int((tmp_path / "handler.pid").read_text()))
+    job = show(db, job_id)
+    assert job["status"] == "pending" and job["attempts"] == 0 and job["token"] is None
+    assert job["events"][-1]["message"].startswith("released")
+    assert "released job" in log
+
+
+def test_sigterm_lets_a_running_job_finish_within_the_grace(tmp_path, cli, db):
+    write_config(tmp_path, """
+        [types.short]
+        command = ["sh", "-c", "touch started; sleep 1; echo '{\\"ok\\": true}'"]
+    """)
+    first = int(cli("enqueue", "short").stdout)
+    second = int(cli("enqueue", "short").stdout)
+    worker = start_worker(tmp_path, db, "--grace", "30s")
+    wait_for(lambda: (tmp_path / "started").exists(), what="the handler to start")
+    worker.send_signal(signal.SIGINT)
+    code, log = finish(worker)
+    assert code == 0, log
+    assert show(db, first)["status"] == "completed"
+    assert show(db, second)["status"] == "pending" and show(db, second)["attempts"] == 0  # not claimed
+
+
+def test_second_signal_stops_at_once(tmp_path, cli, db):
+    write_config(tmp_path, """
+        [types.slow]
+        command = ["sh", "-c", "echo $$ > handler.pid; sleep 600"]
+    """)
+    job_id = int(cli("enqueue", "slow").stdout)
+    worker = start_worker(tmp_path, db, "--grace", "10m")
+    wait_for(lambda: (tmp_path / "handler.pid").exists(), what="the handler to start")
+    worker.send_signal(signal.SIGTERM)
+    wait_for(lambda: "stopping" in worker.log_path.read_text(), what="the first signal to be seen")
+    worker.send_signal(signal.SIGTERM)
+    code, log = finish(worker, timeout=10)
+    assert code == 0, log
+    assert show(db, job_id)["status"] == "pending"
+
+
+def test_limits_stop_the_worker(tmp_path, cli, db):
+    write_config(tmp_path, """
+        [types.t]
+        command = ["true"]
+    """)
+    for _ in range(3):
+        cli("enqueue", "t")
+    r = work(db, "--max-jobs", 2)
+    assert r.exit_code == 0, r.output
+    statuses = sorted(json.loads(line)["status"] for line in cli("list", "--json").stdout.splitlines())
+    assert statuses == ["completed", "completed", "pending"]
+    r = work(db, "--max-time", "300ms", "--queue", "elsewhere")
+    assert r.exit_code == 0, r.output
+
+
+# -- 8. a worker killed with SIGKILL -------------------------------------------------------
+
+
+def test_killed_worker_job_is_recovered_by_another_worker(tmp_path, cli, db):
+    write_config(tmp_path, """
+        [types.once]
+        command = ["sh", "-c", "if [ $JOBCTL_ATTEMPT = 1 ]; then echo $$ > first.pid; exec sleep 600; fi; echo '{\\"run\\": 2}'"]
+    """)
+    job_id = int(cli("enqueue", "once").stdout)
+    doomed = start_worker(tmp_path, db, name="doomed")
+    try:
+        wait_for(lambda: (tmp_path / "first.pid").exists(), what="the first run to start")
+        doomed.kill()
+        doomed.wait()
+    finally:
+        # The orphaned handler lives in its own session; under systemd the unit's cgroup is
+        # killed with the worker. Here the test cleans it up.
+        wait_for(lambda: (tmp_path / "first.pid").exists(), what="the first run's pid")
+        os.kill(int((tmp_path / "first.pid").read_text()), signal.SIGKILL)
+    r = work(db, "--max-jobs", 1)  # waits for the 1 s lease to expire, recovers, claims, completes
+    assert r.exit_code == 0, r.output
+    assert "recovered" in r.stderr
+    job = show(db, job_id)
+    assert job["status"] == "completed" and job["attempts"] == 2 and job["result"] == {"run": 2}
+    assert [e["to"] for e in job["events"]] == ["pending", "running", "pending", "running", "completed"]
+    assert "lost" in job["events"][2]["message"]
+
+
+# -- 9. many workers ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_four_workers_run_every_job_exactly_once(tmp_path, cli, db):
+    write_config(tmp_path, """
+        [types.append]
+        command = ["sh", "-c", "echo $JOBCTL_JOB_ID >> ids.txt"]
+    """)
+    batch = "".join('{"type": "append"}\n' for _ in range(300))
+    r = cli("enqueue", "--batch", "-", input=batch)
+    assert r.exit_code == 0, r.output
+    workers = [start_worker(tmp_path, db, "--concurrency", 2, "--stop-when-empty", name=f"w{i}") for i in range(4)]
+    for w in workers:
+        code, log = finish(w, timeout=120)
+        assert code == 0, log
+    ids = [int(x) for x in (tmp_path / "ids.txt").read_text().split()]
+    assert sorted(ids) == list(range(1, 301))
+    statuses = {json.loads(line)["status"] for line in cli("list", "--json", "--limit", 1000).stdout.splitlines()}
+    assert statuses == {"completed"}
+
+
+# -- 10. a locked database ------------------------------------------------------------------
+
+
+LOCKER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+conn.execute("COMMIT")
+"""
+
+
+@pytest.mark.slow
+def test_worker_waits_out_a_write_lock_held_by_another_process(tmp_path, cli, db):
+    write_config(tmp_path, """
+        busy_timeout = "1s"
+
+        [types.append]
+        command = ["sh", "-c", "echo $JOBCTL_JOB_ID >> ids.txt; sleep 0.2"]
+    """, worker='lease = "30s"\npoll = "100ms"')  # a lease longer than the outage
+    cli("enqueue", "--batch", "-", input='{"type": "append"}\n' * 12)
+    worker = start_worker(tmp_path, db, "--stop-when-empty")
+    wait_for(lambda: (tmp_path / "ids.txt").exists() and len((tmp_path / "ids.txt").read_text().split()) >= 2,
+             what="some jobs to run")
+    locker = subprocess.Popen([PY, "-c", LOCKER, str(db), "10"], stdout=subprocess.PIPE, text=True)
+    assert locker.stdout.readline().strip() == "locked"
+    assert locker.wait(timeout=30) == 0
+    code, log = finish(worker, timeout=60)
+    assert code == 0, log
+    ids = sorted(int(x) for x in (tmp_path / "ids.txt").read_text().split())
+    assert ids == list(range(1, 13))
+    assert log.count("db-busy") == 1, log  # logged once, not once per retry
+    statuses = {json.loads(line)["status"] for line in cli("list", "--json").stdout.splitlines()}
+    assert statuses == {"completed"}
+
+
+# -- retention, recovery, logs, configuration problems ----------------------------------------
+
+
+def test_retention_deletes_only_what_is_old_enough(tmp_path, cli, db):
+    """In-process worker with a queue clock three days ahead: the retention sees old jobs."""
+    from jobctl.config import load_settings
+    from jobctl.queue import Queue
+    from jobctl.worker import Log, Worker, WorkerOptions
+
+    write_config(tmp_path, """
+        [retention]
+        completed = "2d"
+        cancelled = "5d"
+
+        [types.t]
+        command = ["true"]
+    """)
+    done = int(cli("enqueue", "t").stdout)
+    assert work(db, "--stop-when-empty").exit_code == 0
+    cancelled = int(cli("enqueue", "t").stdout)
+    cli("cancel", cancelled)
+    buried = int(cli("enqueue", "t", "--max-attempts", 1).stdout)
+    token = json.loads(cli("claim").stdout)["token"]
+    cli("fail", buried, "--token", token)
+    fresh = int(cli("enqueue", "t").stdout)
+
+    settings = load_settings(str(tmp_path / "jobctl.toml"))
+    lines = []
+
+    class Lines:
+        write = lines.append
+
+        @staticmethod
+        def flush():
+            pass
+
+    options = WorkerOptions(worker_id="test", stop_when_empty=True, poll=0.1)
+    with Queue.open(db, settings, clock=lambda: time.time() + 3 * 86400) as q:
+        assert Worker(q, settings, options, Log("test", "json", Lines)).run() == 0
+    assert run_cli("show", done, db=db).exit_code == 3  # completed 3 days "ago": deleted
+    for kept in (cancelled, buried):
+        assert show(db, kept)["status"] in ("cancelled", "buried")
+    assert show(db, fresh)["status"] == "completed"  # finished "now"
+    purged = [json.loads(line) for line in lines if '"purged"' in line]
+    assert purged and purged[0]["deleted"] == {"completed": 1, "cancelled": 0}
+
+
+def test_json_logs_one_object_per_line_without_payloads(tmp_path, cli, db):
+    write_config(tmp_path, """
+        [types.t]
+        command = ["sh", "-c", "cat > /dev/null; echo 'broke \\u001b[31m' >&2; exit 1"]
+        max_attempts = 1
+    """)
+    job_id = int(cli("enqueue", "t", '{"password": "hunter2-secret"}').stdout)
+    r = work(db, "--stop-when-empty", "--log-format", "json")
+    assert r.exit_code == 0, r.output
+    records = [json.loads(line) for line in r.stderr.splitlines()]
+    assert [x["event"] for x in records if "job" in x] == ["start", "buried"]
+    buried = records[-2]
+    assert buried["job"] == job_id and buried["type"] == "t" and buried["error"].startswith("exit 1: broke")
+    assert "hunter2" not in r.stderr
+
+
+def test_human_logs_escape_control_characters(tmp_path, cli, db):
+    handler = script(tmp_path, "noisy.py", """
+        import sys
+        sys.stderr.write("\\x1b]0;owned\\x07\\x1b[2J gone\\n")
+        sys.exit(2)
+    """)
+    write_config(tmp_path, f"""
+        [types.t]
+        command = {toml_argv(PY, handler)}
+    """)
+    cli("enqueue", "t", "--max-attempts", 1)
+    r = work(db, "--stop-when-empty")
+    assert r.exit_code == 0, r.output
+    assert "\x1b" not in r.stderr and "\x07" not in r.stderr
+    assert "exit 2: \\x1b]0;owned\\x07\\x1b[2J gone" in r.stderr, r.stderr
+
+
+def test_work_needs_a_handler_command(tmp_path, cli, db):
+    r = work(db, "--stop-when-empty")
+    assert r.exit_code == 2 and "no job type has a command" in r.stderr, r.output
+    assert not db.exists()  # a config problem creates no file
+    write_config(tmp_path, """
+        [types.t]
+        queue = "x"
+    """)
+    r = work(db, "--type", "t")
+    assert r.exit_code == 2 and "no command for type t" in r.stderr, r.output
+
+
+def test_work_claims_only_types_with_a_command(tmp_path, cli, db):
+    write_config(tmp_path, """
+        [types.t]
+        command = ["true"]
+    """)
+    other = int(cli("enqueue", "manual").stdout)
+    mine = int(cli("enqueue", "t").stdout)
+    assert work(db, "--stop-when-empty").exit_code == 0
+    assert show(db, mine)["status"] == "completed"
+    assert show(db, other)["status"] == "pending"
+
+
+def test_unusable_database_stops_the_worker_with_exit_8(tmp_path, db):
+    write_config(tmp_path, """
+        [types.t]
+        command = ["true"]
+    """)
+    foreign = tmp_path / "foreign.db"
+    conn = sqlite3.connect(foreign)
+    conn.execute("CREATE TABLE x (y)")
+    conn.close()
+    os.chmod(foreign, 0o600)
+    r = run_cli("work", "--stop-when-empty", db=foreign)
+    assert r.exit_code == 8 and "not a jobctl database" in r.stderr, r.output
+
+
+def test_worker_module_does_not_import_typer_or_rich():
+    code = "import sys, jobctl.worker; print(sorted(m for m in ('typer', 'rich', 'sqlite_utils') if m in sys.modules))"
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -417,13 +417,17 @@ class Queue:
         return [job for job, _ in done]
 
     def recover(self, *, older_than=None, dry_run: bool = False, actor: str | None = None) -> list[tuple[Job, str]]:
-        """Requeue or bury jobs whose worker is gone (lease expired, or silent for `older_than`)."""
+        """Requeue or bury jobs whose worker is gone (lease expired, or silent for `older_than`).
+
+        Returns each job as it was found (its lost worker and expired lease), with the action."""
         now = self.now()
         heartbeat_before = None
         if older_than is not None:
             heartbeat_before = now - int(parse_duration(older_than, what="--older-than") * 1000)
+        found: dict[int, Job] = {}
 
         def decide(job: Job) -> Change:
+            found[job.id] = job
             lost = f"worker {job.worker} lost: lease expired at {to_rfc3339(job.lease_expires_at)}"
             if job.lease_expires_at is not None and job.lease_expires_at >= now:
                 lost = f"worker {job.worker} silent since {to_rfc3339(job.heartbeat_at or job.claimed_at)}"
@@ -438,7 +442,7 @@ class Queue:
         done = self.engine.update_expired(decide, now, actor or operator_name(),
                                           heartbeat_before=heartbeat_before, dry_run=dry_run)
         actions = {"pending": "requeued", "buried": "buried", "cancelled": "cancelled"}
-        return [(job, actions[change.to_status]) for job, change in done]
+        return [(found.get(job.id, job), actions[change.to_status]) for job, change in done]
 
     def release(self, job_id: int, *, token: str, actor: str | None = None, reason: str = "worker shutting down") -> Job:
         """A worker gives back a job it could not finish: that run does not count."""

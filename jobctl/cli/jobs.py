@@ -183,7 +183,9 @@ def progress(
 def _each(ctx, job_ids: List[int], action, as_json: bool) -> None:
     """Apply an action to several jobs; report every one; exit with the first error's code."""
     from jobctl.errors import JobctlError
+    from jobctl.queue import validate_job_id
 
+    job_ids = [validate_job_id(i) for i in job_ids]  # a malformed id is a usage error: nothing is done
     first_error = None
     with state(ctx).open_queue() as q:
         for job_id in job_ids:

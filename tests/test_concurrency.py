@@ -1,0 +1,127 @@
+"""Issue 2, test 6: eight processes claim and complete 5,000 jobs from one file; every job is
+completed exactly once and no error but "nothing to claim" surfaces. The same harness driving a
+deliberately naive SELECT-then-UPDATE claim must be caught handing jobs out twice: proof that the
+check can fail."""
+
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+
+import pytest
+
+from jobctl.queue import Queue
+
+WORKER = textwrap.dedent(
+    r"""
+    import json, sqlite3, sys
+
+    db, mode, name = sys.argv[1], sys.argv[2], sys.argv[3]
+    claimed, errors = [], []
+
+    if mode == "core":
+        from jobctl.config import Settings
+        from jobctl.errors import JobctlError
+        from jobctl.queue import Queue
+
+        # A generous busy timeout: SQLite's lock is not fair, and this test is about correctness,
+        # not about how long one claim may wait behind seven others.
+        q = Queue.open(db, Settings(synchronous="normal"), busy_timeout=60)  # durability is not under test
+        while True:
+            try:
+                job = q.claim(worker=name)
+                if job is None:
+                    break  # "nothing to claim": the only way out
+                claimed.append(job.id)
+                q.complete(job.id, token=job.token, result={"by": name}, actor=name)
+            except Exception as e:
+                errors.append(f"{type(e).__name__}: {e}")
+                break
+    else:
+        # The classic mistake: Python's implicit transaction starts only at the UPDATE, so the
+        # SELECT that picked the job ran outside it and another process may have picked it too.
+        conn = sqlite3.connect(db, timeout=60)
+        conn.execute("PRAGMA synchronous = NORMAL")
+        while True:
+            try:
+                row = conn.execute(
+                    "SELECT id FROM jobs WHERE status = 'pending' ORDER BY priority DESC, run_at, id LIMIT 1"
+                ).fetchone()
+                if row is None:
+                    break
+                conn.execute("UPDATE jobs SET status = 'running', worker = ? WHERE id = ?", (name, row[0]))
+                conn.commit()
+                claimed.append(row[0])
+                conn.execute("UPDATE jobs SET status = 'completed' WHERE id = ?", (row[0],))
+                conn.commit()
+            except Exception as e:
+                errors.append(f"{type(e).__name__}: {e}")
+                break
+    print(json.dumps({"claimed": claimed, "errors": errors}))
+    """
+)
+
+
+def run_workers(db, mode, n=8):
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(db), mode, f"w{i}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
+    claimed, errors = Counter(), []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+        report = json.loads(out)
+        claimed.update(report["claimed"])
+        errors += report["errors"]
+    return claimed, errors
+
+
+def fill(db, n):
+    with Queue.open(db, create=True) as q:
+        ids = [r.id for r in q.enqueue_batch([json.dumps({"type": "t", "payload": {"i": i}}) for i in range(n)])]
+    return ids
+
+
+@pytest.mark.slow
+def test_eight_processes_complete_every_job_exactly_once(db):
+    ids = fill(db, 5000)
+    claimed, errors = run_workers(db, "core")
+    assert errors == []
+    doubled = {i: c for i, c in claimed.items() if c > 1}
+    assert doubled == {}
+    assert sorted(claimed) == ids
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall() == [("completed", 5000)]
+        assert conn.execute("SELECT count(*) FROM jobs WHERE attempts != 1").fetchone()[0] == 0
+        # the history agrees: one claim and one completion per job, one finished run each
+        transitions = dict(((f, t), n) for f, t, n in conn.execute(
+            "SELECT from_status, to_status, count(*) FROM events GROUP BY 1, 2"))
+        assert transitions == {(None, "pending"): 5000, ("pending", "running"): 5000,
+                               ("running", "completed"): 5000}
+        assert conn.execute("SELECT count(DISTINCT job_id), count(*) FROM runs WHERE outcome = 'completed'"
+                            ).fetchone() == (5000, 5000)
+        # the worker that claimed a job is the one that completed it
+        assert conn.execute(
+            "SELECT count(*) FROM events c JOIN events r ON r.job_id = c.job_id AND r.to_status = 'running' "
+            "WHERE c.to_status = 'completed' AND c.actor != r.actor").fetchone()[0] == 0
+        by_worker = dict(conn.execute(
+            "SELECT json_extract(result, '$.by'), count(*) FROM jobs GROUP BY 1").fetchall())
+        assert sum(by_worker.values()) == 5000 and len(by_worker) >= 2  # they really ran side by side
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_the_harness_catches_a_naive_claim(tmp_path):
+    """Without this, the test above could pass by never looking. A naive claim doubles jobs."""
+    for attempt in range(6):
+        db = tmp_path / f"naive{attempt}.db"
+        ids = fill(db, 2000)
+        claimed, errors = run_workers(db, "naive")
+        assert set(claimed) == set(ids)
+        doubled = {i: c for i, c in claimed.items() if c > 1}
+        if doubled:
+            break
+    assert doubled, "the naive SELECT-then-UPDATE claim never handed a job out twice in 6 runs"

@@ -95,9 +95,14 @@ def parse_time(text: str) -> int:
         raise InvalidInput(
             f"invalid time {text!r}: use ISO 8601, such as 2026-11-29T21:00:00Z or 2026-11-29 22:00"
         ) from None
-    if dt.tzinfo is None:
-        dt = dt.astimezone()  # local time
-    return int(dt.timestamp() * 1000)
+    try:
+        if dt.tzinfo is None:
+            dt = dt.astimezone()  # local time
+        return int(dt.timestamp() * 1000)
+    except (ValueError, OverflowError, OSError):  # year 1 or 9999 pushed past datetime's range by the offset
+        if dt.year < 1970:
+            return 0  # long past: callers treat a time in the past as now
+        raise InvalidInput(f"invalid time {text!r}: out of range (use a year from 1970 to 9998)") from None
 
 
 def now_ms() -> int:

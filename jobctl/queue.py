@@ -42,7 +42,9 @@ def validate_name(value, what: str = "name") -> str:
 def validate_job_id(value) -> int:
     try:
         n = int(value)
-    except (TypeError, ValueError):
+        if isinstance(value, float) and value != n:  # 1.5 from JSON is not job 1
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
         raise InvalidInput(f"invalid job id {value!r}: must be a positive integer") from None
     if isinstance(value, bool) or not 1 <= n <= MAX_ID:
         raise InvalidInput(f"invalid job id {value!r}: must be from 1 to {MAX_ID}")
@@ -54,7 +56,7 @@ def validate_max_attempts(value) -> int:
         n = int(value)
         if isinstance(value, bool) or isinstance(value, float) and value != n:
             raise ValueError
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InvalidInput(f"invalid max attempts {value!r}: must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}") from None
     if not 1 <= n <= MAX_ATTEMPTS_LIMIT:
         raise InvalidInput(f"invalid max attempts {value!r}: must be from 1 to {MAX_ATTEMPTS_LIMIT}")
@@ -231,6 +233,8 @@ class Queue:
             after = obj.get("after") or []
             if not isinstance(after, list):
                 raise InvalidInput("\"after\" must be a list of job ids")
+            if "payload" in obj and obj["payload"] is None:
+                opts["payload_text"] = "null"  # an explicit null is a payload, not "use the default {}"
             return self.prepare(obj["type"], obj.get("payload", {}), unique=obj.get("unique", False) or False,
                                 after=after, **opts)
         except InvalidInput as e:

@@ -22,6 +22,11 @@ def init(ctx: typer.Context):
     """
     st = state(ctx)
     with st.open_queue(create=True) as q:
+        integrity = q.engine.file_report()["integrity"]
+        if integrity != "ok":  # the header can be fine while pages are not: say so before anyone trusts it
+            from jobctl.errors import DatabaseUnusable
+
+            raise DatabaseUnusable(f"the database {q.engine.path} is corrupt ({integrity}); restore it from a backup")
         emit(q.engine.path)
 
 

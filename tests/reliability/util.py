@@ -1,0 +1,138 @@
+"""Helpers shared by the reliability tests: jobctl as a real subprocess, raw looks at the file,
+and helper processes that hold SQLite locks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+JOBCTL = [sys.executable, "-m", "jobctl"]
+
+
+class Result:
+    def __init__(self, proc, text=True):
+        self.exit_code = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+
+    @property
+    def output(self):
+        return f"exit {self.exit_code}\nstdout:\n{self.stdout!r}\nstderr:\n{self.stderr!r}"
+
+    def one_error_line(self) -> str:
+        """The error must be exactly one `jobctl: error: ...` line and never a traceback."""
+        err = self.stderr if isinstance(self.stderr, str) else self.stderr.decode("utf-8", "replace")
+        assert "Traceback" not in err, self.output
+        lines = err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("jobctl: error: "), self.output
+        return lines[0]
+
+
+def jobctl(*args, db=None, input=None, env=None, timeout=120, preexec_fn=None, binary=False) -> Result:
+    argv = [*JOBCTL, *(["--db", str(db)] if db is not None else []), *map(str, args)]
+    if isinstance(input, str) and binary:
+        input = input.encode()
+    proc = subprocess.run(argv, input=input, capture_output=True, text=not binary, env={**os.environ, **(env or {})},
+                          timeout=timeout, preexec_fn=preexec_fn)
+    return Result(proc)
+
+
+def connect_ro(db) -> sqlite3.Connection:
+    """A read-only look at the file from the test process (never the process under test)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def rows(db, sql: str, params=()) -> list[dict]:
+    conn = connect_ro(db)
+    try:
+        return [dict(r) for r in conn.execute(sql, params)]
+    finally:
+        conn.close()
+
+
+def jobs(db) -> dict[int, dict]:
+    return {r["id"]: r for r in rows(db, "SELECT * FROM jobs")}
+
+
+def schema(db) -> list[tuple]:
+    return [tuple(r.values()) for r in rows(db, "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name")]
+
+
+def integrity(db) -> str:
+    return ";".join(r["integrity_check"] for r in rows(db, "PRAGMA integrity_check"))
+
+
+def files_state(folder: Path) -> dict[str, str]:
+    """Every file in a folder with the sha256 of its bytes: 'unchanged' means this is equal."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(folder).iterdir()) if p.is_file()}
+
+
+HOLDER = textwrap.dedent("""
+    import sqlite3, sys, time
+    path, mode, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+    if mode == "write":
+        conn.execute("BEGIN IMMEDIATE")
+    else:
+        conn.execute("BEGIN")
+        conn.execute("SELECT count(*) FROM jobs").fetchall()
+    print("ready", flush=True)
+    # stdin closing early (the test is done) ends the hold as well
+    import select
+    select.select([sys.stdin], [], [], seconds)
+    conn.execute("ROLLBACK")
+    conn.close()
+""")
+
+
+def hold(db, mode: str, seconds: float) -> subprocess.Popen:
+    """Another process holding the write lock (mode='write') or a read snapshot (mode='read')."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(db), mode, str(seconds)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def release(proc: subprocess.Popen) -> None:
+    try:
+        proc.stdin.close()
+    except OSError:
+        pass
+    proc.wait(timeout=30)
+
+
+def show_json(db, job_id) -> dict:
+    r = jobctl("show", job_id, "--json", db=db)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def run_inproc(*args, db=None, input: bytes | str | None = None) -> Result:
+    """jobctl.cli.run, the function main() calls, in this process: the same exit code and error
+    line, without a process start per case (for the long tables of invalid input)."""
+    import contextlib
+    import io
+    import types
+
+    from jobctl.cli import run
+
+    argv = [*(["--db", str(db)] if db is not None else []), *map(str, args)]
+    if isinstance(input, str):
+        input = input.encode()
+    out, err = io.StringIO(), io.StringIO()
+    old_stdin = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO(input or b""), encoding="utf-8")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = run(argv)
+    finally:
+        sys.stdin = old_stdin
+    return Result(types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue()))

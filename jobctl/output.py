@@ -168,3 +168,149 @@ def simple_table(columns: list[str], rows: list[list]) -> Table:
     for r in rows:
         table.add_row(*[v if isinstance(v, Text) else text(v) for v in r])
     return table
+
+
+# -- stats (SPEC §6) -----------------------------------------------------------------------------
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def _count(n: int) -> str:
+    return f"{n:,}" if n else "0"
+
+
+def _age(seconds: float | None) -> str:
+    return format_duration(seconds) if seconds is not None else "-"
+
+
+def sparkline(values: list[int]) -> str:
+    """One block character per value, scaled to the largest (all blank-low when all are 0)."""
+    top = max(values, default=0)
+    if top <= 0:
+        return SPARK[0] * len(values)
+    return "".join(SPARK[min(int(v / top * (len(SPARK) - 1) + 0.5), len(SPARK) - 1)] for v in values)
+
+
+def _section(title: str, table: Table | None, empty: str) -> list:
+    if table is None or not table.rows:
+        return [Text(f"{title}: {empty}")]
+    return [Text(title, style="bold"), table]
+
+
+def _grid_table(columns: list[tuple[str, dict]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 1))
+    for name, kw in columns:
+        table.add_column(name, **kw)
+    return table
+
+
+def queues_table(stats: dict, previous: dict | None = None) -> Table:
+    """The per-queue counts. With `previous` (the last snapshot of --watch), a growing backlog of
+    ready jobs is marked with ↑ and highlighted."""
+    right = {"justify": "right", "no_wrap": True}
+    table = _grid_table([("QUEUE", {"overflow": "fold"}), ("READY", right), ("SCHED", right), ("BLOCKED", right),
+                         ("RUN", right), ("STOPPING", right), ("BURIED", right), ("DONE", right),
+                         ("CANCELLED", right), ("OLDEST", right)])
+    before = (previous or {}).get("queues", {})
+    for name, q in stats["queues"].items():
+        growing = name in before and q["ready"] > before[name]["ready"]
+        ready = Text(_count(q["ready"]) + (" ↑" if growing else ""), style="bold yellow" if growing else "")
+        label = text(name)
+        if q["paused"]:
+            label.append(" (paused)", style="magenta")
+        table.add_row(
+            label, ready, _count(q["scheduled"]), _count(q["blocked"]), _count(q["running"]),
+            _count(q["cancel_requested"]), Text(_count(q["buried"]), style="red" if q["buried"] else ""),
+            _count(q["completed"]), _count(q["cancelled"]), _age(q["oldest_ready_age"]),
+        )
+    if len(stats["queues"]) > 1:
+        t = stats["totals"]
+        table.add_row(Text("(all)", style="bold"), _count(t["ready"]), _count(t["scheduled"]), _count(t["blocked"]),
+                      _count(t["running"]), _count(t["cancel_requested"]), _count(t["buried"]),
+                      _count(t["completed"]), _count(t["cancelled"]), _age(t["oldest_ready_age"]))
+    return table
+
+
+def _stuck_table(stats: dict, highlight: bool) -> Table:
+    table = _grid_table([("ID", {"justify": "right"}), ("QUEUE", {}), ("TYPE", {}),
+                         ("WORKER", {"overflow": "ellipsis", "no_wrap": True, "max_width": 24}),
+                         ("RUNNING FOR", {"justify": "right"}), ("WHY", {"overflow": "fold"})])
+    for j in stats["stuck"]:
+        table.add_row(str(j["id"]), text(j["queue"]), text(j["type"]), text(j["worker"] or "-"),
+                      _age(j["running_for"]), text(j["stuck_reason"]), style="bold red" if highlight else None)
+    return table
+
+
+def _buried_table(stats: dict, now: int) -> Table:
+    table = _grid_table([("ID", {"justify": "right"}), ("QUEUE", {}), ("TYPE", {}), ("RUNS", {"justify": "right"}),
+                         ("BURIED", {"no_wrap": True}), ("ERROR", {"overflow": "ellipsis", "no_wrap": True, "ratio": 1})])
+    from jobctl.durations import parse_time
+
+    for j in stats["buried"]:
+        finished = parse_time(j["finished_at"]) if j["finished_at"] else None
+        table.add_row(str(j["id"]), text(j["queue"]), text(j["type"]), f"{j['attempts']}/{j['max_attempts']}",
+                      ago(finished, now), text(j["error"] or "", "red"))
+    return table
+
+
+def _aging_table(stats: dict) -> Table:
+    table = _grid_table([("ID", {"justify": "right"}), ("QUEUE", {}), ("TYPE", {}), ("PRI", {"justify": "right"}),
+                         ("WAITING", {"justify": "right"})])
+    for j in stats["aging"]:
+        table.add_row(str(j["id"]), text(j["queue"]), text(j["type"]), str(j["priority"]), _age(j["waiting_for"]))
+    return table
+
+
+def throughput_table(stats: dict, spark: bool = False) -> Table:
+    t = stats["throughput"]
+    table = _grid_table([("RUNS/MIN", {}), ("1m", {"justify": "right"}), ("15m", {"justify": "right"}),
+                         ("60m", {"justify": "right"})] + ([("LAST HOUR", {"no_wrap": True})] if spark else []))
+    for outcome, style in (("completed", "green"), ("failed", "red")):
+        row = [outcome] + [f"{t[w][outcome + '_per_minute']:g}" for w in ("1m", "15m", "60m")]
+        if spark:
+            row.append(Text(sparkline(t[f"{outcome}_by_minute"]), style=style))
+        table.add_row(*row)
+    return table
+
+
+def durations_line(stats: dict) -> Text:
+    t = stats["throughput"]
+    rt = t["run_time"]
+    if not rt["runs"]:
+        return Text("run time: no runs finished in the last hour")
+    runs = f"{rt['runs']:,} run" + ("s" if rt["runs"] != 1 else "")
+    return Text(f"run time (last hour, {runs}): median {_age(rt['median'])}, p95 {_age(rt['p95'])}\n"
+                f"wait from ready to start: median {_age(t['wait']['median'])}")
+
+
+def stats_view(stats: dict, now: int, *, previous: dict | None = None, watch: bool = False) -> Group:
+    """Everything `jobctl stats` shows, as one renderable (pure: the same stats give the same text)."""
+    parts: list = []
+    if stats["queues"]:
+        parts.append(queues_table(stats, previous))
+    else:
+        parts.append(Text("queues: no jobs yet"))
+    parts.append(Text(""))
+    stuck_total = stats["totals"]["stuck"]
+    stuck_title = "stuck" if stuck_total <= len(stats["stuck"]) else f"stuck ({len(stats['stuck'])} of {stuck_total})"
+    parts += _section(stuck_title, _stuck_table(stats, watch), "none")
+    parts.append(Text(""))
+    buried_total = stats["totals"]["buried"]
+    buried_title = ("buried" if buried_total <= len(stats["buried"])
+                    else f"buried (latest {len(stats['buried'])} of {buried_total:,})")
+    parts += _section(buried_title, _buried_table(stats, now), "none")
+    parts.append(Text(""))
+    parts += _section("aging (ready jobs waiting longest)", _aging_table(stats), "no ready jobs")
+    parts.append(Text(""))
+    parts.append(throughput_table(stats, spark=watch))
+    parts.append(durations_line(stats))
+    return Group(*parts)
+
+
+def watch_view(stats: dict, now: int, *, previous: dict | None, interval: float) -> Group:
+    """The --watch frame: the stats view with highlights and sparklines, and a footer."""
+    from datetime import datetime
+
+    stamp = datetime.fromtimestamp(now / 1000).strftime("%H:%M:%S")
+    footer = Text(f"refreshed {stamp} · every {format_duration(interval)} · Ctrl-C to quit", style="dim")
+    return Group(stats_view(stats, now, previous=previous, watch=True), Text(""), footer)

@@ -30,6 +30,10 @@ def run(argv: list[str] | None = None) -> int:
     from typer._click.exceptions import ClickException, UsageError
 
     debug = os.environ.get("JOBCTL_DEBUG") == "1"
+    if os.environ.get("_JOBCTL_COMPLETE"):  # a TAB in a shell that sourced completions/
+        from jobctl.completion import register_shells
+
+        register_shells()
     try:
         # Without standalone mode, a `raise typer.Exit(code)` in a command comes back as the
         # return value (commands themselves return None).

@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 
 from jobctl.cli.app import app, emit, emit_json, state
+from jobctl.completion import complete_queue
 from jobctl.errors import InvalidInput, NothingToClaim
 
 
@@ -29,7 +30,7 @@ def enqueue(
     payload: Optional[str] = typer.Argument(None, metavar="[PAYLOAD]", help="The payload as JSON (default {})."),
     payload_file: Optional[str] = typer.Option(None, "--payload-file", metavar="PATH|-", help="Read the payload from a file, or - for stdin."),
     batch: Optional[str] = typer.Option(None, "--batch", metavar="PATH|-", help="Enqueue many jobs from NDJSON (all or nothing)."),
-    queue: Optional[str] = typer.Option(None, "--queue", "-q", help="The queue (default: the type's, else 'default')."),
+    queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="The queue (default: the type's, else 'default')."),
     priority: Optional[str] = typer.Option(None, "--priority", "-p", help="low, normal, high, critical, or -1000..1000."),
     delay: Optional[str] = typer.Option(None, "--delay", metavar="DUR", help="Run no earlier than this from now (90s, 5m, 2h)."),
     at: Optional[str] = typer.Option(None, "--at", metavar="TIME", help="Run no earlier than this time (ISO 8601)."),
@@ -86,7 +87,7 @@ def enqueue(
 @app.command()
 def claim(
     ctx: typer.Context,
-    queue: Optional[List[str]] = typer.Option(None, "--queue", "-q", help="Only this queue (repeatable; earlier first)."),
+    queue: Optional[List[str]] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Only this queue (repeatable; earlier first)."),
     type: Optional[List[str]] = typer.Option(None, "--type", "-t", help="Only this type (repeatable)."),
     worker: Optional[str] = typer.Option(None, "--worker", metavar="ID", help="Who claims (default JOBCTL_WORKER_ID, else host:pid of the shell)."),
     lease: Optional[str] = typer.Option(None, "--lease", metavar="DUR", help="Lease length (default: the job's timeout)."),
@@ -236,7 +237,7 @@ def retry(
 @app.command("retry-buried")
 def retry_buried(
     ctx: typer.Context,
-    queue: Optional[str] = typer.Option(None, "--queue", "-q"),
+    queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Only buried jobs of this queue."),
     type: Optional[str] = typer.Option(None, "--type", "-t"),
     reset_attempts: bool = typer.Option(False, "--reset-attempts"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only count them."),

@@ -7,25 +7,30 @@ from typing import List, Optional
 import typer
 
 from jobctl.cli.app import app, emit_json, state
+from jobctl.completion import complete_queue
 
 
 @app.command("list")
 def list_jobs(
     ctx: typer.Context,
     status: Optional[List[str]] = typer.Option(None, "--status", "-s", help="Only jobs in this state (repeatable)."),
-    queue: Optional[str] = typer.Option(None, "--queue", "-q"),
-    type: Optional[str] = typer.Option(None, "--type", "-t"),
+    queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Only jobs of this queue."),
+    type: Optional[str] = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
+    stuck: bool = typer.Option(False, "--stuck", help="Only running jobs whose lease expired or that ran past their timeout."),
+    older_than: Optional[str] = typer.Option(None, "--older-than", metavar="DUR", help="Only jobs created longer ago than this (e.g. 1h)."),
+    sort: str = typer.Option("newest", "--sort", metavar="ORDER", help="newest (default), oldest, priority (claim order), run-at, updated."),
     limit: int = typer.Option(50, "--limit", "-n", min=1, max=1_000_000, help="At most this many (default 50)."),
     reveal: bool = typer.Option(False, "--reveal", help="Show values of secret-looking payload keys."),
     as_json: bool = typer.Option(False, "--json", help="One job object per line (NDJSON), payloads unmasked."),
 ):
-    """List jobs, newest first.
+    """List jobs, newest first (or in the --sort order).
 
-    Example: jobctl list --status buried -q billing
+    Example: jobctl list --status pending --older-than 1h --sort oldest -q billing
     """
     st = state(ctx)
     with st.open_queue() as q:
-        jobs = q.list_jobs(statuses=status or [], queue=queue, type=type, limit=limit)
+        jobs = q.list_jobs(statuses=status or [], queue=queue, type=type, limit=limit, stuck=stuck,
+                           older_than=older_than, sort=sort)
         now = q.now()
     if as_json:
         for job in jobs:
@@ -56,9 +61,13 @@ def show(
         job = q.get(job_id)
         events = q.events(job_id)
         now = q.now()
-    if as_json:
-        emit_json({**job.to_dict(), "events": [e.to_dict() for e in events]})
-        return
+        if as_json:
+            emit_json({**job.to_dict(), "events": [e.to_dict() for e in events]})
+            return
+        from jobctl.stats import explain
+
+        why = explain(job, now, dependencies=q.engine.dependencies(job.id) if job.after else [],
+                      paused=q.engine.paused_queues() if job.status == "pending" else set())
     from jobctl import output
 
-    output.console().print(output.job_panel(job, events, now, st.settings.secret_keys, reveal))
+    output.console().print(output.job_panel(job, events, now, st.settings.secret_keys, reveal, explanation=why))

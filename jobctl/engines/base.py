@@ -108,4 +108,18 @@ class Engine(Protocol):
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                   limit: int = 50) -> list[Job]: ...
     def paused_queues(self) -> set[str]: ...
+
+    def stats_snapshot(self, now: int, *, limit: int = 10, sample: int = 10_000) -> dict:
+        """The raw figures of `jobctl stats`, all from ONE consistent read, as a dict:
+        counts {queue: {state: n}} (states of SPEC §3, but a pending job waiting on `after` jobs
+        counts as "blocked", not "pending"); paused {queue: bool} (every row of the queues table);
+        scheduled {queue: n} (pending, not blocked, run_at > now); oldest_ready {queue: run_at ms}
+        (of the oldest pending, unblocked job with run_at <= now); aging [Job] (those jobs, oldest
+        run_at first, at most `limit`); stuck [Job] (running or cancel_requested whose lease expired
+        or that ran past claimed_at + timeout; oldest claim first, at most `limit`); stuck_total;
+        buried [Job] (latest finished_at first, at most `limit`); runs_by_minute [(minute, outcome,
+        n)] for runs that ended in (now - 60 min, now], minute 0 being the last 60 s; run_ms and
+        wait_ms (ended - started of completed/failed runs, started - ready_at of all runs) of the
+        latest `sample` runs of that hour. Cost must not grow with the number of finished jobs."""
+
     def close(self) -> None: ...

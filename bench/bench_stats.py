@@ -1,0 +1,108 @@
+"""Speed of `jobctl stats` on a large file (issue 4: under 150 ms on 1,000,000 jobs).
+
+    python bench/bench_stats.py [--jobs 1000000] [--path /tmp/jobctl-stats-bench.db] [--rebuild]
+
+Builds the file once (900k completed, 100k pending of which some scheduled and some blocked, a few
+running, buried and cancelled; one run per finished job, spread over the last week, a few thousand
+in the last hour), then times the snapshot read in-process and `jobctl stats --json` as a process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+QUEUES = ["default", "billing", "email", "reports", "media"]
+
+
+def build(path: Path, n: int) -> None:
+    from jobctl.engines.sqlite import SQLiteEngine
+
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.unlink(f"{path}{suffix}")
+        except FileNotFoundError:
+            pass
+    SQLiteEngine.open(path, create=True).close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA synchronous = OFF")
+    now = int(time.time() * 1000)
+    rnd = random.Random(1)
+    n_pending = n // 10
+    n_done = n - n_pending
+    conn.execute("BEGIN")
+
+    def rows():
+        for i in range(n):
+            q = QUEUES[i % len(QUEUES)]
+            created = now - rnd.randrange(7 * 86400_000)
+            if i < n_done:
+                status = "completed" if i % 1000 else ("buried" if i % 2000 else "cancelled")
+                yield (q, "t", "{}", "h", 10, status, 1, 3, "exponential", 600_000, created, 0,
+                       created, created + 5000, created + 5000, None)
+            else:
+                k = i - n_done
+                run_at = now + 3600_000 if k % 10 == 0 else created
+                waiting = 1 if k % 50 == 1 else 0
+                status = "running" if k % 5000 == 2 else "pending"
+                yield (q, "t", "{}", "h", 10 * (k % 3), status, 0, 3, "exponential", 600_000, run_at, waiting,
+                       created, created, None, "w:1" if status == "running" else None)
+
+    conn.executemany(
+        "INSERT INTO jobs (queue, type, payload, payload_hash, priority, status, attempts, max_attempts, backoff,"
+        " timeout_ms, run_at, waiting_on, created_at, updated_at, finished_at, worker) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows())
+    conn.execute("UPDATE jobs SET claimed_at = created_at, lease_expires_at = created_at + 600000, token = 'x' "
+                 "WHERE status = 'running'")
+    conn.execute(
+        "INSERT INTO runs (job_id, queue, type, worker, ready_at, started_at, ended_at, outcome) "
+        "SELECT id, queue, type, 'w:1', created_at, created_at + 1000, finished_at, "
+        "CASE status WHEN 'completed' THEN 'completed' ELSE 'failed' END FROM jobs WHERE status IN "
+        "('completed', 'buried')")
+    conn.execute("COMMIT")
+    conn.execute("ANALYZE")
+    conn.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=1_000_000)
+    ap.add_argument("--path", default="/tmp/jobctl-stats-bench.db")
+    ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--repeat", type=int, default=7)
+    args = ap.parse_args()
+    path = Path(args.path)
+    if args.rebuild or not path.exists():
+        t = time.perf_counter()
+        build(path, args.jobs)
+        print(f"built {args.jobs} jobs in {time.perf_counter() - t:.1f}s ({path.stat().st_size / 1e6:.0f} MB)")
+
+    from jobctl.engines.sqlite import SQLiteEngine
+    from jobctl.stats import collect
+
+    engine = SQLiteEngine.open(path)
+    times = []
+    for _ in range(args.repeat):
+        t = time.perf_counter()
+        collect(engine, int(time.time() * 1000))
+        times.append((time.perf_counter() - t) * 1000)
+    engine.close()
+    print(f"snapshot in-process: median {statistics.median(times):.1f} ms, min {min(times):.1f} ms")
+    times = []
+    for _ in range(max(3, args.repeat // 2)):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "jobctl", "--db", str(path), "stats", "--json"], check=True,
+                       stdout=subprocess.DEVNULL)
+        times.append((time.perf_counter() - t) * 1000)
+    print(f"`jobctl stats --json` process: median {statistics.median(times):.0f} ms (target < 150 ms)")
+
+
+if __name__ == "__main__":
+    main()

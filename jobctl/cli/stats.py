@@ -1,0 +1,113 @@
+"""`jobctl stats`: the queue at a glance (SPEC §6), live with --watch, as JSON, as Prometheus
+text, or as a probe with --check. The figures come from jobctl.stats (one consistent read); the
+drawing from jobctl.output (pure renderers); this module only wires options to them and runs the
+refresh loop."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import List, Optional
+
+import typer
+
+from jobctl.cli.app import app, emit, emit_json, state
+from jobctl.completion import complete_queue
+from jobctl.errors import CheckFailed, InvalidInput
+
+FORMATS = ("table", "json", "prometheus")
+
+
+@app.command()
+def stats(
+    ctx: typer.Context,
+    queue: Optional[List[str]] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue,
+                                              help="Only this queue (repeatable); --check then looks at it alone."),
+    watch: bool = typer.Option(False, "--watch", "-w", help="Redraw in place every --interval until Ctrl-C (on a terminal)."),
+    interval: str = typer.Option("2s", "--interval", "-i", metavar="DUR", help="Time between redraws of --watch (default 2s)."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object (SPEC §6); same as --format json."),
+    fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table, json or prometheus (text format for node_exporter's textfile collector)."),
+    limit: int = typer.Option(10, "--limit", "-n", min=1, max=1000, help="Rows in the stuck, buried and aging lists (default 10)."),
+    check: bool = typer.Option(False, "--check", help="Probe: print one summary line; exit 9 when a --max-* threshold is crossed."),
+    max_ready_age: Optional[str] = typer.Option(None, "--max-ready-age", metavar="DUR", help="--check: the oldest ready job may wait at most this long."),
+    max_buried: Optional[int] = typer.Option(None, "--max-buried", metavar="N", min=0, help="--check: at most N buried jobs."),
+    max_stuck: Optional[int] = typer.Option(None, "--max-stuck", metavar="N", min=0, help="--check: at most N stuck jobs."),
+):
+    """Show the queue at a glance: counts per queue, stuck, buried and aging jobs, throughput.
+
+    Example: jobctl stats --check --max-ready-age 10m --max-buried 0 --max-stuck 0
+    """
+    from jobctl.durations import parse_duration
+    from jobctl.stats import check as run_check, collect, prometheus
+
+    if fmt not in FORMATS:
+        raise InvalidInput(f"invalid --format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if as_json:
+        if fmt not in ("table", "json"):
+            raise InvalidInput("--json and --format prometheus are two different outputs; give one")
+        fmt = "json"
+    interval_s = parse_duration(interval, what="--interval")
+    if interval_s < 0.1:
+        raise InvalidInput(f"--interval {interval} is too short; use 100ms or more")
+    age_s = parse_duration(max_ready_age, what="--max-ready-age") if max_ready_age is not None else None
+    thresholds = age_s is not None or max_buried is not None or max_stuck is not None
+    if check and not thresholds:
+        raise InvalidInput("--check needs at least one threshold: --max-ready-age DUR, --max-buried N, --max-stuck N")
+    if thresholds and not check:
+        raise InvalidInput("--max-ready-age, --max-buried and --max-stuck are thresholds of --check; add --check")
+    if check and (watch or fmt != "table"):
+        raise InvalidInput("--check prints one summary line; leave out --watch, --json and --format")
+    if watch and fmt != "table":
+        raise InvalidInput("--watch draws tables on a terminal; for JSON or Prometheus text, call stats repeatedly")
+    if queue:
+        from jobctl.queue import validate_name
+
+        for name in queue:
+            validate_name(name, "queue")
+
+    st = state(ctx)
+    with st.open_queue() as q:
+        def snapshot() -> tuple[dict, int]:
+            now = q.now()
+            return collect(q.engine, now, queues=queue, limit=limit), now
+
+        if watch and sys.stdout.isatty():
+            _watch(snapshot, interval_s)
+            return
+        figures, now = snapshot()
+
+    if check:
+        ok, line = run_check(figures, max_ready_age=age_s, max_buried=max_buried, max_stuck=max_stuck)
+        emit(line)
+        if not ok:
+            raise typer.Exit(CheckFailed.exit_code)
+        return
+    if fmt == "json":
+        emit_json(figures)
+        return
+    if fmt == "prometheus":
+        sys.stdout.write(prometheus(figures))
+        return
+    from jobctl import output
+
+    output.console().print(output.stats_view(figures, now))
+
+
+def _watch(snapshot, interval: float) -> None:
+    """Redraw until Ctrl-C (exit 0). Each snapshot is its own short read, so checkpoints go on."""
+    from rich.live import Live
+
+    from jobctl import output
+
+    previous = None
+    try:
+        figures, now = snapshot()
+        with Live(output.watch_view(figures, now, previous=None, interval=interval), console=output.console(),
+                  auto_refresh=False, screen=False, redirect_stdout=False, redirect_stderr=False) as live:
+            while True:
+                time.sleep(interval)
+                previous = figures
+                figures, now = snapshot()
+                live.update(output.watch_view(figures, now, previous=previous, interval=interval), refresh=True)
+    except KeyboardInterrupt:
+        return

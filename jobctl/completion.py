@@ -1,0 +1,93 @@
+"""Shell completion: the queue-name callback, and the generator of the scripts in completions/.
+
+    python -m jobctl.completion            # rewrite completions/jobctl.{bash,zsh,fish}
+    python -m jobctl.completion --check    # exit 1 when a committed script is stale
+
+The scripts are typer's: each TAB runs `jobctl` with _JOBCTL_COMPLETE set, so commands and options
+always match the installed jobctl. This module stays light (no rich, no sqlite-utils): the hot
+commands import complete_queue for their --queue options.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+PROG = "jobctl"
+COMPLETE_VAR = "_JOBCTL_COMPLETE"
+SHELLS = {"bash": "jobctl.bash", "zsh": "_jobctl", "fish": "jobctl.fish"}
+
+
+def _queue_names(db_path: str, incomplete: str) -> list[str]:
+    import sqlite3
+    from urllib.parse import quote
+
+    # Read-only, no waiting on locks, never creating the file: a TAB must not change anything.
+    conn = sqlite3.connect(f"file:{quote(db_path)}?mode=ro", uri=True, timeout=0.2)
+    try:
+        rows = conn.execute(
+            "SELECT queue FROM job_counts WHERE n > 0 UNION SELECT name FROM queues ORDER BY 1"
+        ).fetchall()
+    finally:
+        conn.close()
+    return [r[0] for r in rows if isinstance(r[0], str) and r[0].startswith(incomplete)]
+
+
+def complete_queue(ctx, incomplete: str) -> list[str]:
+    """Queue names from the database named by --db / JOBCTL_DB / the config; [] on any problem."""
+    try:
+        root = ctx.find_root()
+        params = root.params or {}
+        from jobctl.config import load_settings, resolve_db_path
+
+        settings = load_settings(params.get("config"))
+        path = resolve_db_path(params.get("db"), settings)[0]
+        if not os.path.isfile(path):
+            return []
+        return _queue_names(str(path), incomplete or "")
+    except Exception:  # noqa: BLE001 - completion must stay silent, whatever happens
+        return []
+
+
+def register_shells() -> None:
+    """Teach the app's click the bash, zsh and fish protocols (typer does this only for apps built
+    with add_completion=True, which would add --install-completion to jobctl's options)."""
+    from typer._completion_classes import completion_init
+
+    completion_init()
+
+
+def script(shell: str) -> str:
+    """The completion script for `shell`, as typer generates it for this app."""
+    from typer._completion_shared import get_completion_script
+
+    return get_completion_script(prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell) + "\n"
+
+
+def default_folder() -> Path:
+    return Path(__file__).resolve().parent.parent / "completions"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    check = "--check" in args
+    folder = Path(next((a for a in args if not a.startswith("--")), default_folder()))
+    stale = []
+    for shell, name in SHELLS.items():
+        path = folder / name
+        wanted = script(shell)
+        current = path.read_text() if path.exists() else None
+        if current != wanted:
+            stale.append(str(path))
+            if not check:
+                folder.mkdir(parents=True, exist_ok=True)
+                path.write_text(wanted)
+    if check and stale:
+        sys.stderr.write("stale completion scripts: " + ", ".join(stale) + "; run `python -m jobctl.completion`\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

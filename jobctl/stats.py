@@ -1,0 +1,230 @@
+"""The figures of `jobctl stats` (SPEC §6), the --check probe, the Prometheus text, and the
+explanation `jobctl show` gives for a job that is not running.
+
+Pure functions over one engine snapshot (engine.stats_snapshot): no typer, no rich here, so
+`stats --json`, `--check` and `--format prometheus` start without loading rich.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from jobctl.durations import format_duration, to_rfc3339
+from jobctl.models import Job
+
+COUNT_KEYS = ("ready", "scheduled", "blocked", "running", "cancel_requested", "buried", "completed", "cancelled")
+WINDOWS = (("1m", 1), ("15m", 15), ("60m", 60))
+FAILED_OUTCOMES = ("failed", "lost")  # a run whose worker was lost failed too
+
+
+def _seconds(ms: float | None) -> float | None:
+    return None if ms is None else round(ms / 1000, 3)
+
+
+def _percentile(sorted_values: list, q: float):
+    """Nearest-rank percentile of an already sorted list (None when empty)."""
+    if not sorted_values:
+        return None
+    return sorted_values[max(math.ceil(q * len(sorted_values)) - 1, 0)]
+
+
+def collect(engine, now: int, *, queues: list[str] | None = None, limit: int = 10) -> dict:
+    """The `stats --json` object of SPEC §6 from one consistent read of the engine.
+
+    With `queues`, only those queues (and their stuck, buried and aging jobs) are reported."""
+    snap = engine.stats_snapshot(now, limit=limit if not queues else max(limit, 1000))
+    wanted = set(queues) if queues else None
+    names = sorted(set(snap["counts"]) | set(snap["paused"]))
+    if wanted is not None:
+        names = sorted(wanted)
+    per_queue = {}
+    for name in names:
+        c = snap["counts"].get(name, {})
+        scheduled = snap["scheduled"].get(name, 0)
+        oldest = snap["oldest_ready"].get(name)
+        per_queue[name] = {
+            "ready": c.get("pending", 0) - scheduled,
+            "scheduled": scheduled,
+            "blocked": c.get("blocked", 0),
+            "running": c.get("running", 0),
+            "cancel_requested": c.get("cancel_requested", 0),
+            "buried": c.get("buried", 0),
+            "completed": c.get("completed", 0),
+            "cancelled": c.get("cancelled", 0),
+            "oldest_ready_age": _seconds(now - oldest) if oldest is not None else None,
+            "paused": snap["paused"].get(name, False),
+        }
+
+    def keep(jobs: list[Job]) -> list[Job]:
+        return [j for j in jobs if wanted is None or j.queue in wanted][:limit]
+
+    stuck = []
+    for j in keep(snap["stuck"]):
+        expired = j.lease_expires_at is not None and j.lease_expires_at < now
+        stuck.append({**j.to_dict(), "stuck_reason": "lease expired" if expired else "over its timeout",
+                      "running_for": _seconds(now - (j.claimed_at or now))})
+    stuck_total = snap["stuck_total"] if wanted is None else len([j for j in snap["stuck"] if j.queue in wanted])
+    aging = [{**j.to_dict(), "waiting_for": _seconds(now - j.run_at)} for j in keep(snap["aging"])]
+    ages = [q["oldest_ready_age"] for q in per_queue.values() if q["oldest_ready_age"] is not None]
+    totals = {k: sum(q[k] for q in per_queue.values()) for k in COUNT_KEYS}
+    totals["stuck"] = stuck_total
+    totals["oldest_ready_age"] = max(ages) if ages else None
+    return {
+        "generated_at": to_rfc3339(now),
+        "queues": per_queue,
+        "totals": totals,
+        "stuck": stuck,
+        "buried": [j.to_dict() for j in keep(snap["buried"])],
+        "aging": aging,
+        "throughput": _throughput(snap),
+    }
+
+
+def _throughput(snap: dict) -> dict:
+    completed, failed = [0] * 60, [0] * 60
+    for minute, outcome, n in snap["runs_by_minute"]:
+        if 0 <= minute < 60:
+            if outcome == "completed":
+                completed[minute] += n
+            elif outcome in FAILED_OUTCOMES:
+                failed[minute] += n
+    out = {}
+    for key, minutes in WINDOWS:
+        c, f = sum(completed[:minutes]), sum(failed[:minutes])
+        out[key] = {"completed": c, "failed": f, "completed_per_minute": round(c / minutes, 2),
+                    "failed_per_minute": round(f / minutes, 2)}
+    run_ms, wait_ms = sorted(snap["run_ms"]), sorted(snap["wait_ms"])
+    out["run_time"] = {"median": _seconds(statistics.median(run_ms)) if run_ms else None,
+                       "p95": _seconds(_percentile(run_ms, 0.95)), "runs": len(run_ms)}
+    out["wait"] = {"median": _seconds(statistics.median(wait_ms)) if wait_ms else None}
+    # Oldest minute first, for sparklines.
+    out["completed_by_minute"] = completed[::-1]
+    out["failed_by_minute"] = failed[::-1]
+    return out
+
+
+# -- the --check probe -----------------------------------------------------------------------
+
+def check(stats: dict, *, max_ready_age: float | None = None, max_buried: int | None = None,
+          max_stuck: int | None = None) -> tuple[bool, str]:
+    """(all thresholds hold, one summary line naming every figure and what was crossed)."""
+    crossed, held = [], []
+    if max_ready_age is not None:
+        worst = [(q["oldest_ready_age"], name) for name, q in stats["queues"].items()
+                 if q["oldest_ready_age"] is not None]
+        age, name = min(worst, key=lambda w: (-w[0], w[1])) if worst else (None, None)
+        if age is not None and age > max_ready_age:
+            paused = " (paused)" if stats["queues"][name]["paused"] else ""
+            crossed.append(f"oldest ready job waited {format_duration(age)} in queue {name}{paused} "
+                           f"(max {format_duration(max_ready_age)})")
+        else:
+            held.append(f"oldest ready {format_duration(age) if age is not None else 'none'} "
+                        f"(max {format_duration(max_ready_age)})")
+    if max_buried is not None:
+        n = stats["totals"]["buried"]
+        if n > max_buried:
+            where = ", ".join(f"{name} {q['buried']}" for name, q in stats["queues"].items() if q["buried"])
+            crossed.append(f"{n} buried (max {max_buried}: {where})")
+        else:
+            held.append(f"{n} buried (max {max_buried})")
+    if max_stuck is not None:
+        n = stats["totals"]["stuck"]
+        (crossed if n > max_stuck else held).append(f"{n} stuck (max {max_stuck})")
+    if crossed:
+        return False, "CRITICAL: " + "; ".join(crossed) + (f" | ok: {', '.join(held)}" if held else "")
+    return True, "OK: " + ", ".join(held)
+
+
+# -- Prometheus text format --------------------------------------------------------------------
+
+def _label(value: str) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _num(value) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return repr(round(value, 3))
+    return str(value)
+
+
+def prometheus(stats: dict) -> str:
+    """The figures in the Prometheus text exposition format (for node_exporter's textfile collector).
+
+    Everything is a gauge: job counts fall when finished jobs are purged, and run counts are over
+    sliding windows, so neither is a monotonic counter."""
+    lines: list[str] = []
+
+    def family(name: str, help_: str, samples: list[tuple[dict, object]]) -> None:
+        lines.append(f"# HELP {name} {help_}")
+        lines.append(f"# TYPE {name} gauge")
+        for labels, value in samples:
+            label_text = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+            lines.append(f"{name}{{{label_text}}} {_num(value)}" if label_text else f"{name} {_num(value)}")
+
+    queues = stats["queues"]
+    family("jobctl_jobs", "Jobs per queue and state (ready, scheduled and blocked are kinds of pending).",
+           [({"queue": q, "state": k}, v[k]) for q, v in queues.items() for k in COUNT_KEYS])
+    family("jobctl_oldest_ready_age_seconds", "How long the oldest ready job of the queue has waited (0: none).",
+           [({"queue": q}, v["oldest_ready_age"] or 0.0) for q, v in queues.items()])
+    family("jobctl_queue_paused", "1 when the queue is paused.", [({"queue": q}, v["paused"]) for q, v in queues.items()])
+    family("jobctl_stuck_jobs", "Running jobs whose lease expired or that ran past their timeout.",
+           [({}, stats["totals"]["stuck"])])
+    t = stats["throughput"]
+    family("jobctl_runs", "Runs that ended in the window, by outcome (failed includes lost workers).",
+           [({"outcome": o, "window": w}, t[w][o]) for w, _ in WINDOWS for o in ("completed", "failed")])
+    family("jobctl_runs_per_minute", "Runs per minute over the window, by outcome.",
+           [({"outcome": o, "window": w}, float(t[w][f"{o}_per_minute"])) for w, _ in WINDOWS
+            for o in ("completed", "failed")])
+    family("jobctl_run_duration_seconds", "Run time of the runs of the last hour (0: no runs).",
+           [({"quantile": "0.5"}, t["run_time"]["median"] or 0.0), ({"quantile": "0.95"}, t["run_time"]["p95"] or 0.0)])
+    family("jobctl_wait_seconds", "Median wait from ready to start over the runs of the last hour (0: no runs).",
+           [({"quantile": "0.5"}, t["wait"]["median"] or 0.0)])
+    return "\n".join(lines) + "\n"
+
+
+# -- why a job is not running (jobctl show) ----------------------------------------------------
+
+def explain(job: Job, now: int, *, dependencies: list[tuple[int, str | None]] = (),
+            paused: set[str] | frozenset = frozenset()) -> str | None:
+    """One or two sentences saying why this job is where it is and what would move it; None for a
+    running job that is fine, or a finished job."""
+    reasons = []
+    if job.status == "pending":
+        waiting = [(d, s) for d, s in dependencies if s != "completed"]
+        if job.waiting_on and waiting:
+            parts = [f"job {d} ({s or 'deleted'})" for d, s in waiting]
+            stuck_deps = [d for d, s in waiting if s in ("buried", "cancelled", None)]
+            hint = ""
+            if stuck_deps:
+                hint = (f"; job {stuck_deps[0]} will not complete by itself: `jobctl retry {stuck_deps[0]}` "
+                        f"or cancel this job")
+            reasons.append("blocked by " + ", ".join(parts) + hint)
+        if job.run_at > now:
+            reasons.append(f"scheduled: not before {to_rfc3339(job.run_at)} "
+                           f"(in {format_duration((job.run_at - now) / 1000)})")
+        if job.queue in paused:
+            reasons.append(f"queue {job.queue} is paused: `jobctl resume {job.queue}`")
+        if not reasons:
+            reasons.append(f"ready for {format_duration((now - job.run_at) / 1000)} but not claimed: "
+                           f"is a worker serving queue {job.queue} and type {job.type}?")
+        if job.attempts >= job.max_attempts:
+            reasons.append(f"all {job.max_attempts} runs used ({job.attempts}), but a retry lets it run once "
+                           f"more: one more failure buries it")
+    elif job.status == "buried":
+        if job.attempts >= job.max_attempts:
+            reasons.append(f"no runs left ({job.attempts} of {job.max_attempts} used): `jobctl retry {job.id}` "
+                           f"(add --reset-attempts for a fresh set)")
+        else:
+            reasons.append(f"buried without retry ({job.attempts} of {job.max_attempts} runs used; "
+                           f"--bury or a bury exit code): `jobctl retry {job.id}`")
+    elif job.status in ("running", "cancel_requested"):
+        if job.lease_expires_at is not None and job.lease_expires_at < now:
+            reasons.append(f"lease expired {format_duration((now - job.lease_expires_at) / 1000)} ago: worker "
+                           f"{job.worker} looks lost; `jobctl recover` (or any worker) will requeue it")
+        elif job.claimed_at is not None and job.claimed_at + job.timeout_ms < now:
+            reasons.append(f"running for {format_duration((now - job.claimed_at) / 1000)}, past its timeout of "
+                           f"{format_duration(job.timeout)}")
+    return "; ".join(reasons) or None

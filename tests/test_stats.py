@@ -1,0 +1,294 @@
+"""`jobctl stats` (SPEC §6): figures, tables, --watch, --json, --format prometheus, --check."""
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import JOBCTL
+from jobctl import output
+from jobctl.queue import Queue
+from jobctl.stats import check, collect, prometheus
+
+T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+
+
+class Clock:
+    def __init__(self, t=T0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def build_known(db, t0=T0):
+    """Jobs in every state and view, at known times after t0 (see each comment); the clock is left
+    at t0 + 10 min. Returns (queue, clock). Give t0 = time.time() - 600 for the command line."""
+    T0 = t0
+    clock = Clock(t0)
+    q = Queue.open(db, create=True, clock=clock)
+    q.enqueue("t1", {"n": 1}, queue="billing")                      # 1 ready
+    q.enqueue("t2", {"n": 2}, queue="billing", priority="high")     # 2 ready
+    q.enqueue("t3", {"n": 3}, queue="billing", delay="1h")          # 3 scheduled
+    q.enqueue("t4", {}, queue="default")                            # 4 completed after a 2 s run
+    q.enqueue("t6", {}, queue="default")                            # 5 ready (job 6's dependency)
+    q.enqueue("t5", {}, queue="default", after=[5])                 # 6 blocked by 5
+    for t in ("t7", "t8", "t9", "t10", "t11"):                      # 7..11 in email
+        q.enqueue(t, {"password": "hunter2"}, queue="email")
+    clock.t = T0 + 10
+    j4 = q.claim(types=["t4"])
+    j7 = q.claim(types=["t7"])
+    clock.t = T0 + 12
+    q.complete(j4.id, token=j4.token)                               # run 2 s, waited 10 s
+    clock.t = T0 + 15
+    q.complete(j7.id, token=j7.token)                               # run 5 s, waited 10 s
+    clock.t = T0 + 20
+    j8 = q.claim(types=["t8"])
+    clock.t = T0 + 21
+    q.fail(j8.id, token=j8.token, error="bad [red]input[/red]\x1b[2J", bury=True)  # run 1 s, waited 20 s
+    clock.t = T0 + 30
+    q.claim(types=["t9"], lease="30s", worker="host:99")            # stuck: lease expires at T0+60
+    j10 = q.claim(types=["t10"], lease="1h", worker="host:100")
+    clock.t = T0 + 31
+    q.cancel(j10.id)                                                # cancel_requested, lease fine
+    q.cancel(11)                                                    # pending -> cancelled
+    q.pause("idle")                                                 # a paused queue with no jobs
+    clock.t = T0 + 600
+    return q, clock
+
+
+def test_stats_figures_of_a_known_database(db):
+    q, clock = build_known(db)
+    with q:
+        s = collect(q.engine, q.now())
+    assert s["generated_at"] == "2027-01-15T08:10:00.000Z"
+    zero = dict.fromkeys(("ready", "scheduled", "blocked", "running", "cancel_requested", "buried", "completed",
+                          "cancelled"), 0)
+    assert s["queues"] == {
+        "billing": {**zero, "ready": 2, "scheduled": 1, "oldest_ready_age": 600.0, "paused": False},
+        "default": {**zero, "ready": 1, "blocked": 1, "completed": 1, "oldest_ready_age": 600.0, "paused": False},
+        "email": {**zero, "running": 1, "cancel_requested": 1, "buried": 1, "completed": 1, "cancelled": 1,
+                  "oldest_ready_age": None, "paused": False},
+        "idle": {**zero, "oldest_ready_age": None, "paused": True},
+    }
+    assert s["totals"]["stuck"] == 1 and s["totals"]["ready"] == 3 and s["totals"]["oldest_ready_age"] == 600.0
+    assert [j["id"] for j in s["stuck"]] == [9]
+    assert s["stuck"][0]["stuck_reason"] == "lease expired" and s["stuck"][0]["running_for"] == 570.0
+    assert [j["id"] for j in s["buried"]] == [8] and s["buried"][0]["error"].startswith("bad [red]")
+    # oldest run_at first; the three ready jobs were all enqueued at T0, so then by id
+    assert [(j["id"], j["waiting_for"]) for j in s["aging"]] == [(1, 600.0), (2, 600.0), (5, 600.0)]
+    t = s["throughput"]
+    assert t["1m"] == {"completed": 0, "failed": 0, "completed_per_minute": 0.0, "failed_per_minute": 0.0}
+    assert t["15m"] == {"completed": 2, "failed": 1, "completed_per_minute": 0.13, "failed_per_minute": 0.07}
+    assert t["60m"]["completed"] == 2 and t["60m"]["failed"] == 1
+    assert t["run_time"] == {"median": 2.0, "p95": 5.0, "runs": 3}
+    assert t["wait"] == {"median": 10.0}
+    assert sum(t["completed_by_minute"]) == 2 and t["completed_by_minute"][-10] == 2  # 9.x minutes ago
+
+
+def test_throughput_counts_runs_inside_each_window(db):
+    clock = Clock()
+    with Queue.open(db, create=True, clock=clock) as q:
+        now = T0 + 7200
+        ends = {"a": now - 7200, "b": now - 50 * 60, "c": now - 10 * 60, "d": now - 30, "e": now - 30}
+        for name, end in ends.items():
+            clock.t = end - 1
+            q.enqueue(name, {})
+            job = q.claim(types=[name])
+            clock.t = end
+            if name == "e":
+                q.fail(job.id, token=job.token, error="boom")  # retried: still a failed run
+            else:
+                q.complete(job.id, token=job.token)
+        clock.t = now
+        t = collect(q.engine, q.now())["throughput"]
+    assert (t["1m"]["completed"], t["1m"]["failed"]) == (1, 1)
+    assert (t["15m"]["completed"], t["15m"]["failed"]) == (2, 1)
+    assert (t["60m"]["completed"], t["60m"]["failed"]) == (3, 1)
+    assert t["run_time"]["runs"] == 4  # the run that ended 2 h ago is outside the hour
+
+
+def test_stats_json_from_the_command_line(cli, db):
+    build_known(db, time.time() - 600)[0].close()
+    r = cli("stats", "--json")
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert set(s) >= {"generated_at", "queues", "stuck", "buried", "aging", "throughput"}
+    assert set(s["queues"]) == {"billing", "default", "email", "idle"}
+    assert set(s["queues"]["billing"]) == {"ready", "scheduled", "blocked", "running", "cancel_requested", "buried",
+                                           "completed", "cancelled", "oldest_ready_age", "paused"}
+    # payloads in --json exactly as enqueued, never masked
+    assert s["buried"][0]["payload"] == {"password": "hunter2"}
+    r = cli("stats", "--json", "-q", "email")
+    assert list(json.loads(r.stdout)["queues"]) == ["email"]
+    assert cli("stats", "--format", "yaml").exit_code == 2
+
+
+def test_missing_database_is_exit_8(cli, db):
+    r = cli("stats")
+    assert r.exit_code == 8, r.output and not db.exists()
+
+
+EXPECTED_TABLES = """\
+QUEUE      READY  SCHED  BLOCKED  RUN  STOPPING  BURIED  DONE  CANCELLED  OLDEST
+billing        2      1        0    0         0       0     0          0     10m
+default        1      0        1    0         0       0     1          0     10m
+email          0      0        0    1         1       1     1          1       -
+idle           0      0        0    0         0       0     0          0       -
+(paused)                                                                        
+(all)          3      1        1    1         1       1     2          1     10m
+
+stuck
+ID  QUEUE  TYPE  WORKER   RUNNING FOR  WHY          
+ 9  email  t9    host:99        9m30s  lease expired
+
+buried
+ID  QUEUE  TYPE  RUNS  BURIED     ERROR
+ 8  email  t8     1/3  9m39s ago  bad [red]input[/red]\\x1b[2J
+
+aging (ready jobs waiting longest)
+ID  QUEUE    TYPE  PRI  WAITING
+ 1  billing  t1     10      10m
+ 2  billing  t2     20      10m
+ 5  default  t6     10      10m
+
+RUNS/MIN   1m   15m   60m
+completed   0  0.13  0.03
+failed      0  0.07  0.02
+run time (last hour, 3 runs): median 2s, p95 5s
+wait from ready to start: median 10s
+"""
+
+
+def render(renderable, width=80) -> str:
+    con = output.console(width=width)
+    with con.capture() as cap:
+        con.print(renderable)
+    return "\n".join(line.rstrip() for line in cap.get().splitlines()) + "\n"
+
+
+def test_rendered_tables_of_a_known_database(db):
+    q, clock = build_known(db)
+    with q:
+        s = collect(q.engine, q.now())
+    expected = "\n".join(line.rstrip() for line in EXPECTED_TABLES.splitlines()) + "\n"
+    assert render(output.stats_view(s, q.now())) == expected
+
+
+def test_empty_sections_say_so_in_one_line(cli, db):
+    assert cli("init").exit_code == 0
+    r = cli("stats")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[:7] == [
+        "queues: no jobs yet", "", "stuck: none", "", "buried: none", "", "aging (ready jobs waiting longest): no ready jobs",
+    ]
+
+
+def test_prometheus_output_parses_and_names_the_same_counts(cli, db):
+    parser = pytest.importorskip("prometheus_client.parser")
+    build_known(db, time.time() - 600)[0].close()
+    r = cli("stats", "--format", "prometheus")
+    assert r.exit_code == 0, r.output
+    families = {f.name: f for f in parser.text_string_to_metric_families(r.stdout)}
+    jobs = {(s.labels["queue"], s.labels["state"]): s.value for s in families["jobctl_jobs"].samples}
+    assert jobs[("billing", "ready")] == 2 and jobs[("billing", "scheduled")] == 1
+    assert jobs[("default", "blocked")] == 1 and jobs[("email", "buried")] == 1 and jobs[("idle", "ready")] == 0
+    assert families["jobctl_stuck_jobs"].samples[0].value == 1
+    paused = {s.labels["queue"]: s.value for s in families["jobctl_queue_paused"].samples}
+    assert paused == {"billing": 0, "default": 0, "email": 0, "idle": 1}
+    runs = {(s.labels["outcome"], s.labels["window"]): s.value for s in families["jobctl_runs"].samples}
+    assert runs[("completed", "60m")] >= 0
+    assert all(f.type == "gauge" for f in families.values())
+
+
+def test_prometheus_is_a_pure_function_of_the_figures(db):
+    q, _ = build_known(db)
+    with q:
+        s = collect(q.engine, q.now())
+    text = prometheus(s)
+    assert 'jobctl_oldest_ready_age_seconds{queue="billing"} 600.0' in text
+    assert 'jobctl_run_duration_seconds{quantile="0.95"} 5.0' in text
+    assert text.endswith("\n")
+
+
+@pytest.mark.parametrize("args, code", [
+    (["--max-buried", "1"], 0), (["--max-buried", "0"], 9),
+    (["--max-stuck", "1"], 0), (["--max-stuck", "0"], 9),
+    (["--max-ready-age", "1h"], 0), (["--max-ready-age", "5m"], 9),
+    (["--max-buried", "5", "--max-stuck", "0"], 9),
+])
+def test_check_exits_0_or_9_on_either_side_of_each_threshold(cli, db, args, code):
+    build_known(db, time.time() - 600)[0].close()  # ready jobs waiting 10 min, 1 buried, 1 stuck
+    r = cli("stats", "--check", *args)
+    assert r.exit_code == code, r.output
+    lines = r.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("OK: " if code == 0 else "CRITICAL: ")
+
+
+def test_check_names_what_was_crossed(db):
+    q, _ = build_known(db)
+    with q:
+        s = collect(q.engine, q.now())
+    ok, line = check(s, max_ready_age=300, max_buried=0, max_stuck=5)
+    assert not ok
+    assert "10m in queue billing" in line and "1 buried (max 0: email 1)" in line and "ok: 1 stuck (max 5)" in line
+    ok, line = check(s, max_ready_age=3600)
+    assert ok and line == "OK: oldest ready 10m (max 1h)"
+
+
+def test_check_needs_a_threshold_and_thresholds_need_check(cli, db):
+    assert cli("init").exit_code == 0
+    assert cli("stats", "--check").exit_code == 2
+    assert cli("stats", "--max-buried", "0").exit_code == 2
+
+
+def test_watch_piped_prints_one_snapshot_and_exits(cli, db):
+    build_known(db, time.time() - 600)[0].close()
+    r = cli("stats", "--watch", "--interval", "1s", timeout=20)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count("RUNS/MIN") == 1 and "refreshed" not in r.stdout
+
+
+@pytest.mark.slow
+def test_watch_on_a_terminal_redraws_and_exits_0_on_sigint(db):
+    build_known(db, time.time() - 600)[0].close()
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "100", "LINES": "60", "TERM": "xterm"}
+    proc = subprocess.Popen([*JOBCTL, "--db", str(db), "stats", "--watch", "--interval", "1s"],
+                            stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and seen.count(b"refreshed") < 3:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    seen += os.read(master, 65536)
+                except OSError:
+                    break
+        assert seen.count(b"refreshed") >= 2, seen[-2000:]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+        try:
+            while select.select([master], [], [], 0.2)[0]:
+                seen += os.read(master, 65536)
+        except OSError:
+            pass
+        assert b"Traceback" not in seen and b"error" not in seen.lower().split(b"refreshed")[-1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def test_sparkline_scales_to_the_largest_value():
+    assert output.sparkline([0, 0, 0]) == "▁▁▁"
+    assert output.sparkline([0, 4, 8]) == "▁▅█"

@@ -668,6 +668,13 @@ class SQLiteEngine:
             try:
                 with self._errors():
                     self.conn.backup(target, pages=4096)
+                    # The backup API copies pages as they are: check the copy, so that a damaged
+                    # file never yields a "backup" that someone later restores in good faith.
+                    check = [r[0] for r in target.execute("PRAGMA quick_check").fetchall()]
+                if check != ["ok"]:
+                    raise DatabaseUnusable(
+                        f"the database {self.path} is corrupt ({'; '.join(check[:3])}); no backup was written; "
+                        "restore it from an earlier backup")
                 target.execute("PRAGMA journal_mode = DELETE")  # a self-contained single file
             finally:
                 target.close()

@@ -443,11 +443,14 @@ class SQLiteEngine:
         if not rows:  # cannot happen under the write lock; refuse rather than guess
             raise InvalidState(f"job {job.id} changed while it was being updated; retry")
         if change.to_status == "completed" and job.status != "completed":
-            # Jobs waiting on this one have one dependency fewer.
+            # Jobs waiting on this one have one dependency fewer; one whose last dependency just
+            # completed becomes ready now, so its age (and its place in the claim order) counts
+            # from this moment rather than from when it was enqueued.
             c.execute(
-                "UPDATE jobs SET waiting_on = waiting_on - 1 WHERE waiting_on > 0 AND id IN "
+                "UPDATE jobs SET run_at = CASE WHEN waiting_on = 1 THEN MAX(run_at, ?) ELSE run_at END, "
+                "waiting_on = waiting_on - 1 WHERE waiting_on > 0 AND id IN "
                 "(SELECT job_id FROM job_deps WHERE after_id = ?)",
-                (job.id,),
+                (now, job.id),
             )
         if change.run and job.claimed_at is not None:
             c.execute(

@@ -141,6 +141,8 @@ def workloads(args, tmp: Path) -> list[Workload]:
                  {**base, "impl": "raw"}, RAW_FULL, group=g),
             Case("jobctl core: q.claim() + q.complete()", "jobctl", "claim", {**base, "impl": "jobctl"}, JOBCTL_FULL,
                  group=g),
+            Case("jobctl core: q.complete_and_claim() (the worker's path)", "jobctl", "claim",
+                 {**base, "impl": "jobctl-pipelined"}, JOBCTL_FULL, group=g),
             Case("hand-written, NORMAL", "floor", "claim", {**base, "impl": "raw", "synchronous": "normal"},
                  RAW_NORMAL, group=g),
             Case("jobctl core, synchronous=normal", "floor", "claim",
@@ -224,7 +226,7 @@ def summarise(w: Workload, raw: dict[str, list[dict]]) -> list[dict]:
                "rounds": len(ok), "median": statistics.median([f["value"] for f in ok]) if ok else None,
                "duplicates": sum(f.get("duplicates", 0) for f in ok), "missing": sum(f.get("missing", 0) for f in ok),
                "errors": [f["error"] for f in figures if "error" in f], "skipped": raw.get("skip:" + c.label + c.group)}
-        for extra in ("p90", "median", "min", "busy_retries"):
+        for extra in ("p90", "cpu", "median", "min", "busy_retries"):
             vals = [f[extra] for f in ok if extra in f]
             if vals and extra != "median":
                 row[extra] = statistics.median(vals)
@@ -270,6 +272,8 @@ def table(w: Workload, rows: list[dict]) -> str:
             notes.append("reference")
         if row.get("p90") is not None:
             notes.append(f"p90 {row['p90']:.1f} ms")
+        if row.get("cpu") is not None:
+            notes.append(f"CPU {row['cpu']:.1f} ms")
         if row.get("claim_median") is not None:
             notes.append(f"median {row['claim_median']:.3f} ms")
         if row.get("min") is not None:
@@ -316,12 +320,15 @@ def targets(results: dict[str, list[dict]]) -> list[tuple[str, str, bool | None]
         r = row("claim", "jobctl core: q.claim() + q.complete()", g)
         check(f"claim + complete ≥ 80% of hand-written ({g})", r, lambda r: r["ratio"] >= 0.8,
               lambda r: f"{r['ratio'] * 100:.0f}%")
-        if r and r["median"]:
+        for path, r in (("q.claim + q.complete", r),
+                        ("q.complete_and_claim", row("claim", "jobctl core: q.complete_and_claim() (the worker's path)", g))):
+            if not (r and r["median"]):
+                continue
             peers = [p for p in results.get("claim", []) if p["role"] == "peer" and p["group"] == g
                      and p["median"] and not p["duplicates"] and not p["missing"]]
             beaten = [p["case"] for p in peers if p["median"] < r["median"]]
             ahead = [p["case"] for p in peers if p["median"] >= r["median"]]
-            out.append((f"claim + complete ahead of every correct peer ({g})",
+            out.append((f"{path} ahead of every correct peer ({g})",
                         f"ahead of {', '.join(beaten) or 'none'}" + (f"; behind {', '.join(ahead)}" if ahead else ""),
                         not ahead if peers else None))
     work1, work2 = row("work", "jobctl work --stop-when-empty, handler `true`"), row("work", "jobctl work --concurrency 2")

@@ -120,6 +120,21 @@ def _check_token(job: Job, token: str | None, action: str) -> None:
 _CLEAR_CLAIM = {"worker": None, "lease_expires_at": None, "lease_ms": None, "token": None, "heartbeat_at": None}
 
 
+def _by_holder(decide, token: str | None, actor: str | None):
+    """A report that carries the claim's token is the worker's change: its event names the worker
+    (SPEC §2), unless the caller named an actor itself."""
+    if token is None or actor is not None:
+        return decide
+
+    def wrapped(job: Job):
+        change = decide(job)
+        if change is not None and change.actor is None:
+            change.actor = job.worker
+        return change
+
+    return wrapped
+
+
 class Queue:
     """The job queue over one engine. Times come from `clock` (seconds, like time.time)."""
 
@@ -280,7 +295,7 @@ class Queue:
     # -- a running job's reports -----------------------------------------------------------
 
     def complete(self, job_id: int, *, token: str | None = None, result=None, actor: str | None = None) -> Job:
-        decide = self._complete_change(token, result)
+        decide = _by_holder(self._complete_change(token, result), token, actor)
         return self.engine.update_job(validate_job_id(job_id), decide, self.now(), actor or operator_name())
 
     def complete_and_claim(self, job_id: int, *, token: str | None = None, result=None, actor: str | None = None,
@@ -332,7 +347,8 @@ class Queue:
             return Change("pending", fields, details=details, run="failed",
                           message=f"{error}; retry in {format_duration(delay)} (run {job.attempts} of {job.max_attempts})")
 
-        return self.engine.update_job(validate_job_id(job_id), decide, now, actor or operator_name())
+        return self.engine.update_job(validate_job_id(job_id), _by_holder(decide, token, actor), now,
+                                      actor or operator_name())
 
     def heartbeat(self, job_id: int, *, token: str | None = None, extend=None, actor: str | None = None) -> Job:
         extend_ms = None
@@ -392,7 +408,8 @@ class Queue:
                 return None  # asked again: nothing changes
             raise _refuse(job, "cancel it (it has finished)")
 
-        return self.engine.update_job(validate_job_id(job_id), decide, self.now(), actor or operator_name())
+        return self.engine.update_job(validate_job_id(job_id), _by_holder(decide, token, actor), self.now(),
+                                      actor or operator_name())
 
     def _retry_change(self, reset_attempts: bool, now: int):
         def decide(job: Job) -> Change:

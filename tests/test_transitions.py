@@ -412,3 +412,27 @@ def test_progress_replaces_both_fields(cli, q):
     assert show(cli, job_id)["progress"] == {"message": "page 4", "percent": None}
     r = cli("progress", job_id, "--token", token, "--percent", "101")
     assert r.exit_code == 2, r.output
+
+
+def test_actor_is_the_worker_for_a_report_with_its_token_and_the_user_otherwise(cli, q):
+    """SPEC §2: the actor is the worker id for a worker's change, the OS user for an operator's."""
+    from jobctl.queue import operator_name
+
+    a = q.enqueue("t").id
+    token = json.loads(ok(cli("claim", "--worker", "box:42")).stdout)["token"]
+    ok(cli("fail", a, "--token", token, "--retry-in", "0"))
+    token = json.loads(ok(cli("claim", "--worker", "box:43")).stdout)["token"]
+    ok(cli("complete", a, "--token", token))
+    b = q.enqueue("t").id
+    token = json.loads(ok(cli("claim", "--worker", "box:44")).stdout)["token"]
+    ok(cli("cancel", b))
+    ok(cli("cancel", b, "--token", token))
+    c = q.enqueue("t").id
+    ok(cli("claim", "--worker", "box:45"))
+    ok(cli("complete", c))  # by hand, without the token: an operator's change
+    actors = lambda job_id: [(e["to"], e["actor"]) for e in show(cli, job_id)["events"]]  # noqa: E731
+    me = operator_name()
+    assert actors(a) == [("pending", me), ("running", "box:42"), ("pending", "box:42"), ("running", "box:43"),
+                         ("completed", "box:43")]
+    assert actors(b) == [("pending", me), ("running", "box:44"), ("cancel_requested", me), ("cancelled", "box:44")]
+    assert actors(c)[-1] == ("completed", me)

@@ -51,6 +51,7 @@ class Change:
     message: str | None = None
     details: dict | None = None
     run: str | None = None
+    actor: str | None = None  # who made it, when not the caller's actor: the claim's holder (SPEC §2)
 
 
 Decide = Callable[[Job], Change]

@@ -459,7 +459,8 @@ class SQLiteEngine:
                 (job.id, job.queue, job.type, job.worker, job.run_at, job.claimed_at, now, change.run),
             )
         if change.message is not None or change.to_status != job.status:
-            self._event(job.id, now, job.status, change.to_status, actor, change.message, change.details)
+            self._event(job.id, now, job.status, change.to_status, change.actor or actor, change.message,
+                        change.details)
         return Job.from_row(rows[0])
 
     def _update_selected(self, sql: str, params: list, decide: Decide, now: int, actor: str,

@@ -1,0 +1,119 @@
+"""Layering and start-up weight: the policy (queue, worker) and the mechanism (engines) never import
+typer or rich; the hot commands (enqueue, claim, complete, fail, heartbeat) never import rich or
+sqlite-utils, on success or on error. Checked in fresh interpreters, from sys.modules."""
+
+import json
+import pkgutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import jobctl.engines
+from conftest import run_cli
+
+UI = {"typer", "rich", "click"}
+HEAVY = {"rich", "sqlite_utils"}
+
+
+def modules_after(code: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+def top(mods: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in mods}
+
+
+def _core_modules():
+    names = ["jobctl.queue", "jobctl.models", "jobctl.config", "jobctl.payloads", "jobctl.durations",
+             "jobctl.errors"]
+    names += [f"jobctl.engines.{m.name}" for m in pkgutil.iter_modules(jobctl.engines.__path__)]
+    for optional in ("jobctl.worker", "jobctl.stats"):
+        try:
+            __import__(optional)
+            names.append(optional)
+        except ModuleNotFoundError:
+            pass
+    return names
+
+
+@pytest.mark.parametrize("module", _core_modules())
+def test_core_never_imports_ui_libraries(module):
+    loaded = top(modules_after(f"import {module}"))
+    assert not loaded & UI, f"{module} pulls in {sorted(loaded & UI)}"
+
+
+@pytest.mark.parametrize("module", ["jobctl.queue", "jobctl.engines.sqlite"])
+def test_core_does_not_load_sqlite_utils_until_it_migrates(module):
+    assert "sqlite_utils" not in top(modules_after(f"import {module}"))
+
+
+def test_opening_an_existing_file_does_not_load_sqlite_utils(db):
+    assert run_cli("init", db=db).exit_code == 0
+    loaded = top(modules_after(
+        f"from jobctl.queue import Queue\nq = Queue.open({str(db)!r})\nq.enqueue('t')\nq.claim(worker='w')\nq.close()"))
+    assert not loaded & (HEAVY | UI)
+
+
+def test_cli_package_import_is_light():
+    loaded = top(modules_after("import jobctl.cli"))
+    assert not loaded & HEAVY, sorted(loaded & HEAVY)
+
+
+RUN = textwrap.dedent(
+    """
+    import atexit, json, runpy, sys
+
+    out = sys.argv[1]
+    def dump():
+        with open(out, "w") as f:
+            json.dump(sorted(sys.modules), f)
+    atexit.register(dump)
+    sys.argv = ["jobctl", *sys.argv[2:]]
+    runpy.run_module("jobctl", run_name="__main__", alter_sys=True)
+    """
+)
+
+
+def cli_modules(tmp_path, *args, input=None):
+    out = tmp_path / "modules.json"
+    p = subprocess.run([sys.executable, "-c", RUN, str(out), *map(str, args)], capture_output=True, text=True,
+                       input=input, timeout=60)
+    return p, top(set(json.loads(out.read_text())))
+
+
+def test_hot_commands_never_import_rich_or_sqlite_utils(tmp_path, db):
+    assert run_cli("init", db=db).exit_code == 0
+    d = ["--db", db]
+    steps = [
+        (["enqueue", "t", '{"a": 1}'], 0),
+        (["enqueue", "t", "--json", "--key", "k"], 0),
+        (["enqueue", "--batch", "-"], 0),
+        (["claim", "--worker", "w"], 0),
+        (["heartbeat", 1], 0),
+        (["fail", 1, "--error", "x"], 0),
+        (["claim"], 0),  # job 2: job 1 waits out its backoff
+        (["complete", 2], 0),
+        # errors too: the one-line error path must not load them either
+        (["complete", 2], 4),
+        (["fail", 99], 3),
+        (["enqueue", "t", "{bad"], 2),
+        (["claim", "-q", "empty"], 5),
+        (["heartbeat", 1], 4),
+    ]
+    for args, code in steps:
+        p, loaded = cli_modules(tmp_path, *d, *args, input='{"type": "t"}\n')
+        assert p.returncode == code, (args, p.stdout, p.stderr)
+        assert not loaded & HEAVY, f"jobctl {' '.join(map(str, args))} imported {sorted(loaded & HEAVY)}"
+
+
+def test_views_may_use_rich(tmp_path, db):
+    """A sanity check of the harness: it does see rich when a command loads it."""
+    assert run_cli("enqueue", "t", db=db).exit_code == 0
+    p, loaded = cli_modules(tmp_path, "--db", db, "list")
+    assert p.returncode == 0, p.stderr
+    assert "rich" in loaded

@@ -20,7 +20,9 @@ for _optional in ("jobctl.cli.work", "jobctl.cli.config_cmd", "jobctl.cli.stats"
 
 
 def _fail(message: str, code: int) -> int:
-    sys.stderr.write(f"jobctl: error: {message}\n")
+    # One line, always: a path or a value with a newline in it must not split the message.
+    one_line = message.replace("\r", "\\r").replace("\n", "\\n")
+    sys.stderr.write(f"jobctl: error: {one_line}\n")
     return code
 
 

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from jobctl import payloads
 from jobctl.config import Settings
 from jobctl.durations import format_duration, to_rfc3339
-from jobctl.errors import (CancelRequested, DatabaseBusy, InvalidInput, InvalidState, JobctlError, NoSuchJob)
+from jobctl.errors import (CancelRequested, DatabaseBusy, DatabaseUnusable, InvalidInput, InvalidState, JobctlError,
+                           NoSuchJob)
 from jobctl.models import Job
 
 STDERR_TAIL_BYTES = 4096
@@ -190,6 +191,9 @@ class Worker:
         self.db_delay = 0.0
         self.db_busy_logged = False
         self.heartbeat_every = max(min(options.lease / 3, HEARTBEAT_MAX_INTERVAL), 0.05)
+        # Handlers this host started, one file per job (pid, start time, token): a worker killed
+        # with SIGKILL leaves its handler running; the next worker to claim that job stops it first.
+        self.registry = os.path.abspath(queue.engine.path) + "-handlers"
         env = dict(os.environ)
         env["JOBCTL_DB"] = os.path.abspath(queue.engine.path)
         if options.config_path:
@@ -329,8 +333,10 @@ class Worker:
         try:
             stdin.write(job.payload.encode("utf-8"))  # exactly as stored; never on a command line
             stdin.seek(0)
+            self._stop_orphans(job)
             proc = subprocess.Popen(tc.command, stdin=stdin, stdout=out, stderr=err, env=env,
                                     start_new_session=True, close_fds=True, shell=False)
+            self._register(job, proc.pid)
         except (OSError, ValueError, AttributeError) as e:
             out.close()
             err.close()
@@ -346,6 +352,53 @@ class Worker:
         self.running.append(Running(job, proc, out, err, now, now + job.timeout_ms / 1000,
                                     now + self.heartbeat_every))
         self.log("start", "", job)
+
+    def _register(self, job: Job, pid: int) -> None:
+        try:
+            os.makedirs(self.registry, mode=0o700, exist_ok=True)
+            tmp = os.path.join(self.registry, f".{job.id}.{os.getpid()}")
+            with open(tmp, "w") as f:
+                json.dump({"pid": pid, "start": _proc_start(pid), "token": job.token, "worker": self.o.worker_id}, f)
+            os.replace(tmp, os.path.join(self.registry, str(job.id)))
+        except OSError:
+            pass  # best effort: without the record, a rerun cannot see a stray handler
+
+    def _unregister(self, job: Job) -> None:
+        try:
+            os.unlink(os.path.join(self.registry, str(job.id)))
+        except OSError:
+            pass
+
+    def _stop_orphans(self, job: Job) -> None:
+        """Before running a job: if a handler of an earlier run of it still lives on this host (its
+        worker was killed), stop it and whatever it started, even what escaped with setsid (found
+        by the earlier claim's token in its environment), so that two runs never overlap."""
+        try:
+            with open(os.path.join(self.registry, str(job.id))) as f:
+                rec = json.load(f)
+            pid, token = int(rec["pid"]), str(rec["token"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        if token == job.token:
+            return
+        pids = set(_environ_holders(f"JOBCTL_TOKEN={token}"))
+        if rec.get("start") is not None and _proc_start(pid) == rec.get("start"):
+            pids.add(pid)
+        pids.discard(os.getpid())
+        if pids:
+            self.log("orphan", f"a handler of an earlier run (worker {_safe(rec.get('worker'))}, pid(s) "
+                               f"{', '.join(map(str, sorted(pids)))}) is still running on this host; stopping it "
+                               "before this run", job)
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                for p in pids:
+                    try:
+                        os.kill(p, sig)
+                    except OSError:
+                        pass
+                deadline = time.monotonic() + self.o.kill_grace
+                while any(_proc_start(p) is not None for p in pids) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+        self._unregister(job)
 
     def _signal_group(self, r: Running, sig) -> None:
         try:
@@ -381,6 +434,7 @@ class Worker:
             # The leader is a zombie: its group id is still ours. Kill what it left behind.
             self._signal_group(r, signal.SIGKILL)
             rc = r.proc.wait()
+            self._unregister(r.job)
             self.running.remove(r)
             self._finish(r, rc)
 
@@ -569,7 +623,9 @@ class Worker:
         if self._may_claim():
             times.append(self.next_claim)
         times += [o.next_try for o in self.unrecorded]
-        times += [self.next_recover, self.next_purge]
+        times.append(self.next_purge)
+        if not self.unrecorded:  # recovery waits while an outcome of ours does: its time may be past
+            times.append(self.next_recover)
         return min(times) - now
 
     # -- the database ----------------------------------------------------------------------
@@ -579,11 +635,18 @@ class Worker:
         jittered, growing delay. An unusable database (exit 8) propagates and stops the worker."""
         try:
             result = fn(*args, **kwargs)
-        except (DatabaseBusy, sqlite3.OperationalError) as e:
+        except (DatabaseBusy, DatabaseUnusable, sqlite3.OperationalError) as e:
+            # A full disk is waited out like a lock (space is usually freed soon): dying would drop
+            # the finished handlers' results, and their jobs would run again.
+            full = isinstance(e, DatabaseUnusable) and str(
+                getattr(e.__cause__, "sqlite_errorname", "")).startswith("SQLITE_FULL")
+            if isinstance(e, DatabaseUnusable) and not full:
+                raise
             self.db_delay = min(max(self.db_delay * 2, 0.1), 5.0) * random.uniform(0.5, 1.5)
             if not self.db_busy_logged:
                 self.db_busy_logged = True
-                why = "locked by another process" if isinstance(e, DatabaseBusy) else f"error: {e}"
+                why = ("locked by another process" if isinstance(e, DatabaseBusy) else
+                       "on a full disk" if full else f"error: {e}")
                 self.log("db-busy", f"the database is {why}; waiting and retrying (logged once)")
             raise Retry() from None
         if self.db_busy_logged:
@@ -616,6 +679,36 @@ class Worker:
         for o in self.unrecorded:
             self.log("unrecorded", "could not write this job's outcome; it is recovered when its lease expires",
                      o.run.job)
+
+
+def _proc_start(pid: int):
+    """A live (not zombie) process's start time in clock ticks since boot; None when it is gone.
+    With the pid it names one process: a pid reused by a stranger has another start time."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return None if fields[0] in (b"Z", b"X") else int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _environ_holders(entry: str) -> list[int]:
+    """Pids of live processes whose environment holds `entry` (Linux /proc; empty elsewhere)."""
+    needle = b"\0" + entry.encode() + b"\0"
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if needle in b"\0" + f.read():
+                        found.append(int(name))
+            except OSError:
+                continue
+    return found
 
 
 def _how(rc: int) -> str:

@@ -11,7 +11,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from jobctl import payloads
 from jobctl.config import Settings, parse_backoff
@@ -222,13 +222,17 @@ class Queue:
     def enqueue(self, type: str, payload=None, *, actor: str | None = None, **options) -> EnqueueResult:
         return self.insert([self.prepare(type, payload, **options)], actor=actor)[0]
 
-    def insert(self, jobs: list[NewJob], *, actor: str | None = None) -> list[EnqueueResult]:
+    def insert(self, jobs: list[NewJob], *, actor: str | None = None,
+               on_progress: Callable[[int, int], None] | None = None) -> list[EnqueueResult]:
         """Insert jobs validated by prepare()/prepare_batch(), all or nothing. Validation needs no
         engine (Queue(None, settings).prepare(...)), so a command can refuse bad input before it
-        opens, or creates, the database."""
+        opens, or creates, the database. on_progress(inserted, total) is called along the way,
+        inside the one transaction (so a later failure still leaves nothing inserted)."""
         if not jobs:
             return []
-        return [EnqueueResult(i, c) for i, c in self.engine.insert_jobs(jobs, self.now(), actor or operator_name())]
+        extra = {} if on_progress is None else {"on_progress": on_progress}
+        return [EnqueueResult(i, c)
+                for i, c in self.engine.insert_jobs(jobs, self.now(), actor or operator_name(), **extra)]
 
     def prepare_batch_line(self, text: str, lineno: int) -> NewJob | None:
         """One NDJSON line of `enqueue --batch` (None for a blank line); errors name the line."""
@@ -427,14 +431,17 @@ class Queue:
                                       actor or operator_name())
 
     def retry_buried(self, *, queue: str | None = None, type: str | None = None, reset_attempts: bool = False,
-                     dry_run: bool = False, actor: str | None = None) -> list[Job]:
+                     dry_run: bool = False, actor: str | None = None,
+                     on_progress: Callable[[int, int], None] | None = None) -> list[Job]:
+        """on_progress(done, total) is called along the way (one transaction: all or nothing)."""
         if queue is not None:
             validate_name(queue, "queue")
         if type is not None:
             validate_name(type, "type")
         now = self.now()
+        extra = {} if on_progress is None else {"on_progress": on_progress}
         done = self.engine.update_buried(self._retry_change(reset_attempts, now), now, actor or operator_name(),
-                                         queue=queue, type=type, dry_run=dry_run)
+                                         queue=queue, type=type, dry_run=dry_run, **extra)
         return [job for job, _ in done]
 
     def recover(self, *, older_than=None, dry_run: bool = False, actor: str | None = None) -> list[tuple[Job, str]]:
@@ -523,18 +530,27 @@ class Queue:
                                      where=" AND ".join(where) or None, params=params, order=self.LIST_ORDERS[sort])
 
     def purge(self, *, completed_older_than=None, cancelled_older_than=None, buried_older_than=None,
-              dry_run: bool = False) -> dict[str, int]:
-        """Delete finished jobs older than the given ages; with none given, the config's [retention]."""
+              dry_run: bool = False, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """Delete finished jobs older than the given ages; with none given, the config's [retention].
+
+        on_progress(deleted, total) is called after each small batch; total is counted first (only
+        when on_progress is given), and never reported below `deleted`."""
         given = {"completed": completed_older_than, "cancelled": cancelled_older_than, "buried": buried_older_than}
         if all(v is None for v in given.values()):
             ages = dict(self.settings.retention)
         else:
             ages = {k: (parse_duration(v, what=f"--{k}-older-than") if v is not None else None) for k, v in given.items()}
         now = self.now()
-        return {
-            status: self.engine.purge(status, now - int(age * 1000), dry_run=dry_run)
-            for status, age in ages.items() if age is not None
-        }
+        cutoffs = {status: now - int(age * 1000) for status, age in ages.items() if age is not None}
+        if on_progress is None or dry_run:
+            return {status: self.engine.purge(status, cutoff, dry_run=dry_run) for status, cutoff in cutoffs.items()}
+        total = sum(self.engine.purge(status, cutoff, dry_run=True) for status, cutoff in cutoffs.items())
+        counts: dict[str, int] = {}
+        for status, cutoff in cutoffs.items():
+            before = sum(counts.values())
+            counts[status] = self.engine.purge(
+                status, cutoff, on_progress=lambda n, before=before: on_progress(before + n, max(total, before + n)))
+        return counts
 
     def pause(self, queue: str) -> None:
         self.engine.set_paused(validate_name(queue, "queue"), True, self.now())

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from jobctl.cli.app import app, emit, emit_json, state
+from jobctl.completion import complete_queue
 from jobctl.errors import CheckFailed, InvalidInput
 
 WAL_WARN_BYTES = 64 * 1024 * 1024
@@ -62,19 +63,21 @@ def recover(
 @app.command()
 def purge(
     ctx: typer.Context,
-    completed_older_than: Optional[str] = typer.Option(None, "--completed-older-than", metavar="DUR"),
-    cancelled_older_than: Optional[str] = typer.Option(None, "--cancelled-older-than", metavar="DUR"),
-    buried_older_than: Optional[str] = typer.Option(None, "--buried-older-than", metavar="DUR"),
+    completed_older_than: Optional[str] = typer.Option(None, "--completed-older-than", metavar="DUR", help="Delete jobs completed longer ago than this (e.g. 7d)."),
+    cancelled_older_than: Optional[str] = typer.Option(None, "--cancelled-older-than", metavar="DUR", help="Delete jobs cancelled longer ago than this."),
+    buried_older_than: Optional[str] = typer.Option(None, "--buried-older-than", metavar="DUR", help="Delete jobs buried longer ago than this."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only count them."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the counts, by status, as JSON."),
 ):
     """Delete finished jobs and their history; without options, as the config's [retention] says.
 
     Example: jobctl purge --completed-older-than 7d --cancelled-older-than 7d
     """
-    with state(ctx).open_queue() as q:
+    from jobctl.cli.progress import progress_bar
+
+    with state(ctx).open_queue() as q, progress_bar("purging", unit="jobs") as on_progress:
         counts = q.purge(completed_older_than=completed_older_than, cancelled_older_than=cancelled_older_than,
-                         buried_older_than=buried_older_than, dry_run=dry_run)
+                         buried_older_than=buried_older_than, dry_run=dry_run, on_progress=on_progress)
     total = sum(counts.values())
     if as_json:
         emit_json({"deleted" if not dry_run else "would_delete": total, "by_status": counts, "dry_run": dry_run})
@@ -83,7 +86,8 @@ def purge(
 
 
 @app.command()
-def pause(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE")):
+def pause(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE", autocompletion=complete_queue,
+                                                          help="The queue to pause.")):
     """Stop claims from a queue (enqueue still works).
 
     Example: jobctl pause billing
@@ -93,7 +97,8 @@ def pause(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE"))
 
 
 @app.command()
-def resume(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE")):
+def resume(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE", autocompletion=complete_queue,
+                                                           help="The paused queue.")):
     """Let workers claim from a paused queue again.
 
     Example: jobctl resume billing
@@ -103,7 +108,7 @@ def resume(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE")
 
 
 @app.command()
-def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")):
+def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print the checks as one JSON object.")):
     """Check the file: integrity, schema, permissions, WAL size, expired leases, unrunnable jobs.
 
     Exits 0 when all is well, 9 when a check found a problem, 8 when the file cannot be used.
@@ -153,7 +158,7 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")):
 @app.command()
 def backup(
     ctx: typer.Context,
-    path: str = typer.Argument(..., metavar="PATH"),
+    path: str = typer.Argument(..., metavar="PATH", help="The file to write (refused if it exists, unless --force)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing file at PATH."),
 ):
     """Write a consistent copy of the live database (safe while workers run); print its path.
@@ -167,6 +172,8 @@ def backup(
         raise InvalidInput(f"{dest} exists; choose another path or pass --force to replace it")
     if not dest.parent.is_dir():
         raise InvalidInput(f"the folder {dest.parent} does not exist")
-    with state(ctx).open_queue() as q:
-        q.engine.backup(dest)
+    from jobctl.cli.progress import progress_bar
+
+    with state(ctx).open_queue() as q, progress_bar("backing up") as on_progress:
+        q.engine.backup(dest, on_progress=on_progress)
     emit(str(dest))

@@ -55,11 +55,24 @@ def enqueue(
             lines = data.decode("utf-8").splitlines()
         except UnicodeDecodeError:
             raise InvalidInput("--batch input is not UTF-8 text; nothing was enqueued") from None
+        from jobctl.cli.progress import progress_bar
         from jobctl.queue import Queue
 
-        prepared = Queue(None, st.settings).prepare_batch(lines)  # bad input never creates the file
+        checker = Queue(None, st.settings)  # bad input is refused before the file is created
+        with progress_bar("checking", unit="lines") as on_progress:
+            if on_progress is None:
+                prepared = checker.prepare_batch(lines)
+            else:
+                prepared = []
+                for n, line in enumerate(lines, 1):
+                    job = checker.prepare_batch_line(line, n)
+                    if job is not None:
+                        prepared.append(job)
+                    if n % 1000 == 0 or n == len(lines):
+                        on_progress(n, len(lines))
         with st.open_queue(create=True) as q:
-            results = q.insert(prepared)
+            with progress_bar("enqueueing", unit="jobs") as on_progress:
+                results = q.insert(prepared, on_progress=on_progress)
             if as_json:
                 for job in q.engine.get_jobs([r.id for r in results]):
                     emit_json(job.to_dict())
@@ -112,7 +125,7 @@ def claim(
 @app.command()
 def complete(
     ctx: typer.Context,
-    job_id: int = typer.Argument(..., metavar="ID"),
+    job_id: int = typer.Argument(..., metavar="ID", help="The job's id."),
     token: Optional[str] = typer.Option(None, "--token", metavar="T", help="The claim's token (refused if stale)."),
     result: Optional[str] = typer.Option(None, "--result", metavar="JSON", help="The job's result as JSON."),
 ):
@@ -127,7 +140,7 @@ def complete(
 @app.command()
 def fail(
     ctx: typer.Context,
-    job_id: int = typer.Argument(..., metavar="ID"),
+    job_id: int = typer.Argument(..., metavar="ID", help="The job's id."),
     token: Optional[str] = typer.Option(None, "--token", metavar="T", help="The claim's token (refused if stale)."),
     error: Optional[str] = typer.Option(None, "--error", metavar="MSG", help="Why it failed (one line)."),
     bury: bool = typer.Option(False, "--bury", help="Do not retry: bury it for a person."),
@@ -153,8 +166,8 @@ def fail(
 @app.command()
 def heartbeat(
     ctx: typer.Context,
-    job_id: int = typer.Argument(..., metavar="ID"),
-    token: Optional[str] = typer.Option(None, "--token", metavar="T"),
+    job_id: int = typer.Argument(..., metavar="ID", help="The job's id."),
+    token: Optional[str] = typer.Option(None, "--token", metavar="T", help="The claim's token (refused if stale)."),
     extend: Optional[str] = typer.Option(None, "--extend", metavar="DUR", help="New lease from now (default: the claim's lease length)."),
 ):
     """Extend the lease of a running job (exit 7 when cancellation was requested).
@@ -168,9 +181,9 @@ def heartbeat(
 @app.command()
 def progress(
     ctx: typer.Context,
-    job_id: int = typer.Argument(..., metavar="ID"),
-    token: Optional[str] = typer.Option(None, "--token", metavar="T"),
-    message: Optional[str] = typer.Option(None, "--message", "-m", metavar="M"),
+    job_id: int = typer.Argument(..., metavar="ID", help="The job's id."),
+    token: Optional[str] = typer.Option(None, "--token", metavar="T", help="The claim's token (refused if stale)."),
+    message: Optional[str] = typer.Option(None, "--message", "-m", metavar="M", help="What the job is doing now (one line)."),
     percent: Optional[int] = typer.Option(None, "--percent", metavar="N", help="0 to 100."),
 ):
     """Record the progress of a running job (each call replaces message and percent).
@@ -208,10 +221,10 @@ def _each(ctx, job_ids: List[int], action, as_json: bool) -> None:
 @app.command()
 def cancel(
     ctx: typer.Context,
-    job_ids: List[int] = typer.Argument(..., metavar="ID..."),
-    reason: Optional[str] = typer.Option(None, "--reason", metavar="R"),
+    job_ids: List[int] = typer.Argument(..., metavar="ID...", help="One or more job ids."),
+    reason: Optional[str] = typer.Option(None, "--reason", metavar="R", help="Why, kept in the job's history."),
     token: Optional[str] = typer.Option(None, "--token", metavar="T", help="As the claim's holder: confirm that the job stopped."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line)."),
 ):
     """Cancel jobs: pending and buried ones at once, running ones by asking their worker.
 
@@ -223,9 +236,9 @@ def cancel(
 @app.command()
 def retry(
     ctx: typer.Context,
-    job_ids: List[int] = typer.Argument(..., metavar="ID..."),
+    job_ids: List[int] = typer.Argument(..., metavar="ID...", help="One or more job ids."),
     reset_attempts: bool = typer.Option(False, "--reset-attempts", help="Start counting runs from zero again."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line)."),
 ):
     """Move buried jobs back to pending.
 
@@ -238,17 +251,20 @@ def retry(
 def retry_buried(
     ctx: typer.Context,
     queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Only buried jobs of this queue."),
-    type: Optional[str] = typer.Option(None, "--type", "-t"),
-    reset_attempts: bool = typer.Option(False, "--reset-attempts"),
+    type: Optional[str] = typer.Option(None, "--type", "-t", help="Only buried jobs of this type."),
+    reset_attempts: bool = typer.Option(False, "--reset-attempts", help="Start counting runs from zero again."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only count them."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print {\"count\", \"ids\", \"dry_run\"} as JSON."),
 ):
     """Move every buried job (of a queue or type) back to pending; print how many.
 
     Example: jobctl retry-buried -q billing --dry-run
     """
-    with state(ctx).open_queue() as q:
-        jobs = q.retry_buried(queue=queue, type=type, reset_attempts=reset_attempts, dry_run=dry_run)
+    from jobctl.cli.progress import progress_bar
+
+    with state(ctx).open_queue() as q, progress_bar("retrying", unit="jobs") as on_progress:
+        jobs = q.retry_buried(queue=queue, type=type, reset_attempts=reset_attempts, dry_run=dry_run,
+                              on_progress=on_progress)
     if as_json:
         emit_json({"count": len(jobs), "ids": [j.id for j in jobs], "dry_run": dry_run})
     else:

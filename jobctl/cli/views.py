@@ -48,7 +48,7 @@ def list_jobs(
 @app.command()
 def show(
     ctx: typer.Context,
-    job_id: int = typer.Argument(..., metavar="ID"),
+    job_id: int = typer.Argument(..., metavar="ID", help="The job's id."),
     reveal: bool = typer.Option(False, "--reveal", help="Show values of secret-looking payload keys."),
     as_json: bool = typer.Option(False, "--json", help="The job object with its \"events\"."),
 ):

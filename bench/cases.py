@@ -277,6 +277,7 @@ def worker(impl: str, a: dict) -> None:
         else:
             conn = sqlite3.connect(a["db"], isolation_level=None, timeout=5.0)
             conn.execute(f"PRAGMA synchronous = {a.get('synchronous', 'full').upper()}")
+            conn.execute("PRAGMA temp_store = MEMORY")  # jobctl's pragmas
             claim_sql = (
                 "UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = ?, "
                 "lease_expires_at = ? + timeout_ms, token = ? WHERE id = ("

@@ -26,6 +26,7 @@ def main(db: str) -> None:
         rows.append((job.get("queue", "default"), job["type"], payload, now, now, now))
     conn = sqlite3.connect(db, isolation_level=None, timeout=5.0)
     conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA temp_store = MEMORY")  # as jobctl sets it
     conn.execute("BEGIN IMMEDIATE")
     conn.executemany(INSERT, rows)
     conn.execute("COMMIT")

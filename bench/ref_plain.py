@@ -22,6 +22,7 @@ def insert_one(db: str, type_: str, payload: str) -> int:
     now = int(time.time() * 1000)
     conn = sqlite3.connect(db, isolation_level=None, timeout=5.0)
     conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA temp_store = MEMORY")  # as jobctl sets it
     conn.execute("BEGIN IMMEDIATE")
     job_id = conn.execute(INSERT, (type_, payload, now, now, now)).lastrowid
     conn.execute("COMMIT")

@@ -48,3 +48,15 @@ def test_shared_encoders_give_the_same_text_as_json_dumps():
         deep = [deep]
     with pytest.raises(InvalidInput):
         payloads.compact(deep)
+
+
+def test_statement_journals_stay_in_memory(db):
+    """The job_counts triggers make SQLite journal every statement; in a temporary file that
+    doubled the cost of each inserted row (bench/run.py, batch workload)."""
+    from jobctl.engines.sqlite import SQLiteEngine
+
+    engine = SQLiteEngine.open(db, create=True)
+    try:
+        assert engine.conn.execute("PRAGMA temp_store").fetchone()[0] == 2  # MEMORY
+    finally:
+        engine.close()

@@ -15,6 +15,7 @@ import os
 import secrets
 import sqlite3
 import stat
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
@@ -296,21 +297,34 @@ class SQLiteEngine:
         "VALUES (?,?,?,?,?,'pending',?,?,?,?,?,?,?,?,?)"
     )
 
-    def insert_jobs(self, jobs: list[NewJob], now: int, actor: str) -> list[tuple[int, bool]]:
+    PROGRESS_STEP = 1000  # jobs between two on_progress calls (all inside the one transaction)
+
+    def insert_jobs(self, jobs: list[NewJob], now: int, actor: str, *,
+                    on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
         with self._write() as c:
             if all(not (j.idempotency_key or j.unique or j.after) for j in jobs):
-                return self._insert_plain(c, jobs, now, actor)
-            return [self._insert_one(c, j, now, actor) for j in jobs]
+                return self._insert_plain(c, jobs, now, actor, on_progress)
+            done = []
+            for j in jobs:
+                done.append(self._insert_one(c, j, now, actor))
+                if on_progress is not None and (len(done) % self.PROGRESS_STEP == 0 or len(done) == len(jobs)):
+                    on_progress(len(done), len(jobs))
+            return done
 
-    def _insert_plain(self, c, jobs: list[NewJob], now: int, actor: str) -> list[tuple[int, bool]]:
+    def _insert_plain(self, c, jobs: list[NewJob], now: int, actor: str,
+                      on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
         """Bulk path: AUTOINCREMENT ids inside one write transaction are consecutive."""
         row = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").fetchone()
         first = (row[0] if row else 0) + 1
-        c.executemany(
-            self._INSERT,
-            ((j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff,
-              j.timeout_ms, j.run_at, 0, None, None, now, now) for j in jobs),
-        )
+        step = len(jobs) if on_progress is None else self.PROGRESS_STEP
+        for start in range(0, len(jobs), step):  # chunks of one transaction: still all or nothing
+            c.executemany(
+                self._INSERT,
+                ((j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff,
+                  j.timeout_ms, j.run_at, 0, None, None, now, now) for j in jobs[start:start + step]),
+            )
+            if on_progress is not None:
+                on_progress(min(start + step, len(jobs)), len(jobs))
         last = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").fetchone()[0]
         if last - first + 1 != len(jobs):  # cannot happen while we hold the write lock
             raise RuntimeError("job ids of one batch are not consecutive")
@@ -468,14 +482,18 @@ class SQLiteEngine:
         return Job.from_row(rows[0])
 
     def _update_selected(self, sql: str, params: list, decide: Decide, now: int, actor: str,
-                         dry_run: bool) -> list[tuple[Job, Change]]:
+                         dry_run: bool, on_progress: Callable[[int, int], None] | None = None
+                         ) -> list[tuple[Job, Change]]:
         with self._write(rollback=dry_run) as c:
             done = []
-            for row in c.execute(sql, params).fetchall():
+            rows = c.execute(sql, params).fetchall()
+            for n, row in enumerate(rows, 1):
                 job = Job.from_row(row)
                 change = decide(job)
                 if change is not None:
                     done.append((job if dry_run else self._apply(c, job, change, now, actor), change))
+                if on_progress is not None and (n % 100 == 0 or n == len(rows)):
+                    on_progress(n, len(rows))
             return done
 
     def update_expired(self, decide: Decide, now: int, actor: str, *, heartbeat_before: int | None = None,
@@ -489,7 +507,8 @@ class SQLiteEngine:
         return self._update_selected(sql, params, decide, now, actor, dry_run)
 
     def update_buried(self, decide: Decide, now: int, actor: str, *, queue: str | None = None,
-                      type: str | None = None, dry_run: bool = False) -> list[tuple[Job, Change]]:
+                      type: str | None = None, dry_run: bool = False,
+                      on_progress: Callable[[int, int], None] | None = None) -> list[tuple[Job, Change]]:
         sql, params = "SELECT * FROM jobs WHERE status = 'buried'", []
         if queue is not None:
             sql += " AND queue = ?"
@@ -497,9 +516,11 @@ class SQLiteEngine:
         if type is not None:
             sql += " AND type = ?"
             params.append(type)
-        return self._update_selected(sql + " ORDER BY id", params, decide, now, actor, dry_run)
+        return self._update_selected(sql + " ORDER BY id", params, decide, now, actor, dry_run, on_progress)
 
-    def purge(self, status: str, finished_before: int, *, dry_run: bool = False, batch: int = 500) -> int:
+    def purge(self, status: str, finished_before: int, *, dry_run: bool = False, batch: int = 500,
+              on_progress: Callable[[int], None] | None = None) -> int:
+        """on_progress(deleted so far) is called after each batch's commit."""
         where = "status = ? AND finished_at < ?"
         if dry_run:
             with self._read() as c:
@@ -516,6 +537,8 @@ class SQLiteEngine:
                                           ("jobs", "id")):
                         c.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", ids)
             total += len(ids)
+            if on_progress is not None and ids:
+                on_progress(total)
             if len(ids) < batch:
                 return total
 
@@ -665,8 +688,9 @@ class SQLiteEngine:
 
     # -- maintenance -----------------------------------------------------------------------
 
-    def backup(self, dest: Path) -> None:
-        """A consistent copy through SQLite's backup API, written to a 0600 file, then renamed."""
+    def backup(self, dest: Path, *, on_progress: Callable[[int, int], None] | None = None) -> None:
+        """A consistent copy through SQLite's backup API, written to a 0600 file, then renamed.
+        on_progress(pages copied, pages in all) is called after each step of 4096 pages."""
         tmp = dest.parent / f".{dest.name}.backup-{os.getpid()}-{secrets.token_hex(4)}"
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
         os.fchmod(fd, 0o600)
@@ -675,7 +699,8 @@ class SQLiteEngine:
             target = sqlite3.connect(str(tmp))
             try:
                 with self._errors():
-                    self.conn.backup(target, pages=4096)
+                    self.conn.backup(target, pages=4096, progress=None if on_progress is None else
+                                     lambda _status, remaining, total: on_progress(total - remaining, total))
                     # The backup API copies pages as they are: check the copy, so that a damaged
                     # file never yields a "backup" that someone later restores in good faith.
                     check = [r[0] for r in target.execute("PRAGMA quick_check").fetchall()]

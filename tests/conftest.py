@@ -1,6 +1,8 @@
 import os
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,24 @@ def cli(db):
         kw.setdefault("db", db)
         return run_cli(*args, **kw)
     return _run
+
+
+class Clock:
+    """A clock that stands still until a test moves it (seconds, like time.time); for Queue(clock=)."""
+
+    def __init__(self, t: float | None = None):
+        self.t = time.time() if t is None else t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def snapshot(path):
+    """Every row of every table: what "nothing changed" is compared against."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
+    finally:
+        conn.close()

@@ -9,21 +9,14 @@ import pytest
 from jobctl.config import Settings
 from jobctl.durations import parse_time
 from jobctl.queue import Queue, backoff_delay
+from conftest import Clock
 
 T0 = 1_900_000_000.0  # a fixed "now" (2030), in seconds
 
 
-class Clock:
-    def __init__(self, t=T0):
-        self.t = t
-
-    def __call__(self):
-        return self.t
-
-
 @pytest.fixture
 def clock():
-    return Clock()
+    return Clock(T0)
 
 
 @pytest.fixture

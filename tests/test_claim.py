@@ -8,23 +8,15 @@ import time
 
 import pytest
 
-from conftest import JOBCTL
+from conftest import Clock, JOBCTL
 from jobctl.queue import Queue
 
 T0 = 1_900_000_000.0
 
 
-class Clock:
-    def __init__(self, t=T0):
-        self.t = t
-
-    def __call__(self):
-        return self.t
-
-
 @pytest.fixture
 def clock():
-    return Clock()
+    return Clock(T0)
 
 
 @pytest.fixture

@@ -2,14 +2,7 @@
 
 from jobctl.config import Settings
 from jobctl.queue import Queue
-
-
-class Clock:
-    def __init__(self, t=1_800_000_000.0):
-        self.t = t
-
-    def __call__(self):
-        return self.t
+from conftest import Clock
 
 
 def test_a_job_becomes_ready_when_its_last_dependency_completes(tmp_path):

@@ -9,16 +9,7 @@ import pytest
 from jobctl import payloads
 from jobctl.errors import InvalidInput
 from jobctl.queue import Queue
-
-TABLES = ("jobs", "job_deps", "events", "runs", "queues")
-
-
-def snapshot(path):
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in TABLES}
-    finally:
-        conn.close()
+from conftest import snapshot
 
 
 @pytest.fixture

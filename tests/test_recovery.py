@@ -9,26 +9,8 @@ import time
 
 import pytest
 
-from conftest import JOBCTL
+from conftest import Clock, JOBCTL, snapshot
 from jobctl.queue import Queue
-
-TABLES = ("jobs", "job_deps", "events", "runs", "queues")
-
-
-def snapshot(path):
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in TABLES}
-    finally:
-        conn.close()
-
-
-class Clock:
-    def __init__(self, t):
-        self.t = t
-
-    def __call__(self):
-        return self.t
 
 
 @pytest.fixture

@@ -11,20 +11,12 @@ import time
 
 import pytest
 
-from conftest import JOBCTL
+from conftest import Clock, JOBCTL
 from jobctl import output
 from jobctl.queue import Queue
 from jobctl.stats import check, collect, prometheus
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
-
-
-class Clock:
-    def __init__(self, t=T0):
-        self.t = t
-
-    def __call__(self):
-        return self.t
 
 
 def build_known(db, t0=T0):
@@ -93,7 +85,7 @@ def test_stats_figures_of_a_known_database(db):
 
 
 def test_throughput_counts_runs_inside_each_window(db):
-    clock = Clock()
+    clock = Clock(T0)
     with Queue.open(db, create=True, clock=clock) as q:
         now = T0 + 7200
         ends = {"a": now - 7200, "b": now - 50 * 60, "c": now - 10 * 60, "d": now - 30, "e": now - 30}

@@ -14,25 +14,7 @@ import pytest
 
 from jobctl.errors import InvalidState, StaleToken
 from jobctl.queue import Queue
-
-TABLES = ("jobs", "job_deps", "events", "runs", "queues")
-
-
-def snapshot(path):
-    """Every row of every table: what "nothing changed" is compared against."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in TABLES}
-    finally:
-        conn.close()
-
-
-class Clock:
-    def __init__(self, t=None):
-        self.t = time.time() if t is None else t
-
-    def __call__(self):
-        return self.t
+from conftest import Clock, snapshot
 
 
 @pytest.fixture

@@ -19,16 +19,9 @@ from jobctl.errors import InvalidState, NothingToClaim, StaleToken
 from jobctl.queue import Queue
 
 from .util import connect_ro
+from conftest import Clock
 
 T0 = 1_800_000_000.0  # an arbitrary fixed start: runs are reproducible
-
-
-class Clock:
-    def __init__(self, t: float = T0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -36,7 +29,7 @@ class QueueMachine(RuleBasedStateMachine):
     def open(self):
         self.tmp = tempfile.mkdtemp(prefix="jobctl-sm-")
         self.db = Path(self.tmp) / "jobs.db"
-        self.clock = Clock()
+        self.clock = Clock(T0)
         self.q = Queue.open(self.db, Settings(), create=True, clock=self.clock)
         self.enqueued: set[int] = set()
         self.tokens: dict[int, list[str]] = {}  # every token ever handed out, per job
@@ -214,7 +207,7 @@ test_queue_state_machine = QueueMachine.TestCase
 # -- 17. the clock jumps ------------------------------------------------------------------------
 
 def test_clock_jumps_forward_and_back(tmp_path):
-    clock = Clock()
+    clock = Clock(T0)
     q = Queue.open(tmp_path / "jobs.db", Settings(), create=True, clock=clock)
     try:
         running = q.enqueue("t", {"n": "running"}, max_attempts=3).id

@@ -7,16 +7,8 @@ import os
 import sys
 
 from jobctl.cli.app import app
-from jobctl.cli import admin, jobs, views  # noqa: F401  (they register their commands on app)
+from jobctl.cli import admin, config_cmd, jobs, stats, views, work  # noqa: F401  (each registers its commands)
 from jobctl.errors import JobctlError
-
-for _optional in ("jobctl.cli.work", "jobctl.cli.config_cmd", "jobctl.cli.stats"):
-    # Command groups that live in their own modules; each registers itself on import.
-    try:
-        __import__(_optional)
-    except ModuleNotFoundError as e:
-        if e.name != _optional:
-            raise
 
 
 def _fail(message: str, code: int) -> int:

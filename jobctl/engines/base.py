@@ -70,11 +70,13 @@ class Engine(Protocol):
     path: str
 
     # -- writes: one transaction each ------------------------------------------------------
-    def insert_jobs(self, jobs: list[NewJob], now: int, actor: str) -> list[tuple[Job, bool]]:
-        """Insert all jobs or none. A job whose idempotency key exists returns the existing job
-        (created=False) when type and payload hash match, else raises InvalidState naming it; a
-        `unique` job returns a pending/running twin with the same queue, type and payload. An
-        `after` id that does not exist raises NoSuchJob."""
+    def insert_jobs(self, jobs: list[NewJob], now: int, actor: str, *,
+                    on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
+        """Insert all jobs or none; return (id, created) per job, in order. A job whose idempotency
+        key exists returns the existing job (created=False) when type and payload hash match, else
+        raises InvalidState naming it; a `unique` job returns a pending/running twin with the same
+        queue, type and payload. An `after` id that does not exist raises NoSuchJob.
+        on_progress(done, total) is called between chunks, inside the one transaction."""
 
     def claim(self, request: ClaimRequest, now: int) -> Job | None:
         """Atomically move the best ready job (SPEC §4 claim order) to running and return it."""
@@ -95,17 +97,27 @@ class Engine(Protocol):
         Concurrent sweeps act on each job exactly once."""
 
     def update_buried(self, decide: Decide, now: int, actor: str, *, queue: str | None = None,
-                      type: str | None = None, dry_run: bool = False) -> list[tuple[Job, Change]]:
-        """Apply decide to every buried job (optionally of one queue and type), one transaction."""
+                      type: str | None = None, dry_run: bool = False,
+                      on_progress: Callable[[int, int], None] | None = None) -> list[tuple[Job, Change]]:
+        """Apply decide to every buried job (optionally of one queue and type), one transaction;
+        on_progress(done, total) as it goes."""
 
-    def purge(self, status: str, finished_before: int, *, dry_run: bool = False, batch: int = 500) -> int:
-        """Delete finished jobs of `status` that finished before the time, with their history."""
+    def purge(self, status: str, finished_before: int, *, dry_run: bool = False, batch: int = 500,
+              on_progress: Callable[[int], None] | None = None) -> int:
+        """Delete finished jobs of `status` that finished before the time, with their history, in
+        short transactions of `batch` jobs so workers are never held up long; on_progress(deleted
+        so far) after each batch. Returns how many (would be, with dry_run) deleted."""
 
     def set_paused(self, queue: str, paused: bool, now: int) -> None: ...
 
     # -- reads: one consistent snapshot each ----------------------------------------------
     def get_job(self, job_id: int) -> Job: ...
+    def get_jobs(self, job_ids: list[int]) -> list[Job]: ...
     def events(self, job_id: int) -> list[Event]: ...
+    def dependencies(self, job_id: int) -> list[tuple[int, str | None]]:
+        """The `after` ids of a job with their states (None when that job was purged)."""
+    def queue_names(self) -> list[str]:
+        """Queues with ready jobs or a row in the queues table (for shell completion)."""
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                   limit: int = 50) -> list[Job]: ...
     def paused_queues(self) -> set[str]: ...
@@ -123,4 +135,11 @@ class Engine(Protocol):
         wait_ms (ended - started of completed/failed runs, started - ready_at of all runs) of the
         latest `sample` runs of that hour. Cost must not grow with the number of finished jobs."""
 
+    # -- the file -------------------------------------------------------------------------
+    def backup(self, dest, *, on_progress: Callable[[int, int], None] | None = None) -> None:
+        """A consistent copy of the live store at `dest` (private mode), safe while workers run."""
+    def file_report(self) -> dict:
+        """For `doctor`: integrity, schema_version, journal_mode, modes {path: mode}, wal_bytes."""
+    def count_expired(self, now: int) -> int: ...
+    def pending_types(self) -> dict[str, int]: ...
     def close(self) -> None: ...

@@ -8,8 +8,6 @@ secret-looking keys masked unless --reveal. JSON output never goes through here.
 from __future__ import annotations
 
 import json
-import re
-import unicodedata
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -18,8 +16,8 @@ from rich.text import Text
 
 from jobctl.durations import format_duration, to_rfc3339
 from jobctl.models import Event, Job
+from jobctl.untrusted import mask, safe  # noqa: F401  (re-exported: output.safe, output.mask)
 
-MASK = "***"
 STATUS_STYLE = {
     "pending": "cyan", "running": "yellow", "cancel_requested": "magenta", "completed": "green",
     "buried": "bold red", "cancelled": "dim",
@@ -31,49 +29,8 @@ def console(stderr: bool = False, width: int | None = None) -> Console:
     return Console(stderr=stderr, markup=False, highlight=False, emoji=False, width=width)
 
 
-def _escape_char(ch: str) -> str:
-    if ch in "\n\t":
-        return " "
-    cp = ord(ch)
-    return f"\\x{cp:02x}" if cp <= 0xFF else f"\\u{cp:04x}"
-
-
-def safe(value) -> str:
-    """Text with control (Cc) and format (Cf: bidi overrides, zero-width) characters escaped."""
-    s = "" if value is None else str(value)
-    if s.isprintable():
-        return s
-    return "".join(_escape_char(c) if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp") else c for c in s)
-
-
 def text(value, style: str | None = None) -> Text:
     return Text(safe(value), style=style or "")
-
-
-def _secret_matcher(patterns):
-    pats = [p.lower() for p in patterns]
-
-    def is_secret(key: str) -> bool:
-        k = re.sub(r"[^a-z0-9]", "_", key.lower())
-        return any(p in k or p.replace("_", "") in k.replace("_", "") for p in pats)
-
-    return is_secret
-
-
-def mask(value, patterns, reveal: bool = False):
-    """A copy of a JSON value with the values of secret-looking keys replaced by ***."""
-    if reveal:
-        return value
-    is_secret = _secret_matcher(patterns)
-
-    def walk(v):
-        if isinstance(v, dict):
-            return {k: (MASK if is_secret(str(k)) else walk(x)) for k, x in v.items()}
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        return v
-
-    return walk(value)
 
 
 def masked_text(value_text: str | None, patterns, reveal: bool = False, limit: int | None = None) -> str:

@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import unicodedata
 from dataclasses import dataclass, field
 
 from jobctl import payloads
@@ -38,6 +37,7 @@ from jobctl.durations import format_duration, to_rfc3339
 from jobctl.errors import (CancelRequested, DatabaseBusy, DatabaseUnusable, InvalidInput, InvalidState, JobctlError,
                            NoSuchJob)
 from jobctl.models import Job
+from jobctl.untrusted import safe
 
 STDERR_TAIL_BYTES = 4096
 HEARTBEAT_MAX_INTERVAL = 5.0  # a cancellation is noticed within this many seconds
@@ -69,18 +69,6 @@ class WorkerOptions:
     config_path: str | None = None  # passed to handlers as JOBCTL_CONFIG when set
 
 
-def _safe(value) -> str:
-    """Untrusted text (handler stderr, names) for a log line: control characters escaped."""
-    s = "" if value is None else str(value)
-    if s.isprintable():
-        return s
-    return "".join(
-        (f"\\x{ord(c):02x}" if ord(c) <= 0xFF else f"\\u{ord(c):04x}")
-        if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp") else c
-        for c in s
-    )
-
-
 class Log:
     """One line per event on stderr: human-readable, or one JSON object (`--log-format json`).
     Payloads are never logged."""
@@ -104,10 +92,10 @@ class Log:
         else:
             line = f"{to_rfc3339(int(now * 1000))} {self.worker_id} {event}"
             if job is not None:
-                line += (f" job {job.id} {_safe(job.type)} ({_safe(job.queue)}, "
+                line += (f" job {job.id} {safe(job.type)} ({safe(job.queue)}, "
                          f"run {job.attempts}/{job.max_attempts})")
             if message:
-                line += ": " + _safe(message)
+                line += ": " + safe(message)
         try:
             self.stream.write(line + "\n")
             self.stream.flush()
@@ -386,7 +374,7 @@ class Worker:
             pids.add(pid)
         pids.discard(os.getpid())
         if pids:
-            self.log("orphan", f"a handler of an earlier run (worker {_safe(rec.get('worker'))}, pid(s) "
+            self.log("orphan", f"a handler of an earlier run (worker {safe(rec.get('worker'))}, pid(s) "
                                f"{', '.join(map(str, sorted(pids)))}) is still running on this host; stopping it "
                                "before this run", job)
             for sig in (signal.SIGTERM, signal.SIGKILL):

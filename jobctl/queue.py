@@ -259,8 +259,17 @@ class Queue:
         except InvalidInput as e:
             raise InvalidInput(f"line {lineno}: {e}; nothing was enqueued") from None
 
-    def prepare_batch(self, lines: Iterable[str]) -> list[NewJob]:
-        return [j for n, line in enumerate(lines, 1) if (j := self.prepare_batch_line(line, n)) is not None]
+    def prepare_batch(self, lines: list[str], *, on_progress: Callable[[int, int], None] | None = None,
+                      step: int = 1000) -> list[NewJob]:
+        """Validate every line (blank ones skipped); on_progress(lines done, total) every `step` lines."""
+        jobs = []
+        for n, line in enumerate(lines, 1):
+            job = self.prepare_batch_line(line, n)
+            if job is not None:
+                jobs.append(job)
+            if on_progress is not None and (n % step == 0 or n == len(lines)):
+                on_progress(n, len(lines))
+        return jobs
 
     def enqueue_batch(self, lines: Iterable[str], *, actor: str | None = None) -> list[EnqueueResult]:
         """All or nothing: every line is validated before one transaction inserts them all."""

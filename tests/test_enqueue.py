@@ -345,3 +345,12 @@ def test_a_failed_enqueue_does_not_create_the_database(tmp_path):
     r = run_cli("enqueue", "--batch", "-", db=db, input='{"type": "t", "payload": NaN}\n')
     assert r.exit_code == 2, r.output
     assert not db.exists() and not db.parent.exists()
+
+
+def test_batch_json_prints_each_job_with_created(cli):
+    lines = '{"type": "a", "key": "k1"}\n{"type": "b"}\n{"type": "a", "key": "k1"}\n'
+    r = cli("enqueue", "--batch", "-", "--json", input=lines)
+    assert r.exit_code == 0, r.output
+    jobs = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [(j["type"], j["created"]) for j in jobs] == [("a", True), ("b", True), ("a", False)]
+    assert jobs[0]["id"] == jobs[2]["id"]

@@ -60,22 +60,14 @@ def enqueue(
 
         checker = Queue(None, st.settings)  # bad input is refused before the file is created
         with progress_bar("checking", unit="lines") as on_progress:
-            if on_progress is None:
-                prepared = checker.prepare_batch(lines)
-            else:
-                prepared = []
-                for n, line in enumerate(lines, 1):
-                    job = checker.prepare_batch_line(line, n)
-                    if job is not None:
-                        prepared.append(job)
-                    if n % 1000 == 0 or n == len(lines):
-                        on_progress(n, len(lines))
+            prepared = checker.prepare_batch(lines, on_progress=on_progress)
         with st.open_queue(create=True) as q:
             with progress_bar("enqueueing", unit="jobs") as on_progress:
                 results = q.insert(prepared, on_progress=on_progress)
             if as_json:
-                for job in q.engine.get_jobs([r.id for r in results]):
-                    emit_json(job.to_dict())
+                jobs = q.engine.get_jobs([r.id for r in results])
+                for job, r in zip(jobs, results):
+                    emit_json({**job.to_dict(), "created": r.created})
                 return
         sys.stdout.write("".join(f"{r.id}\n" for r in results))
         return

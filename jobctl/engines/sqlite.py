@@ -423,27 +423,23 @@ class SQLiteEngine:
 
     def update_job(self, job_id: int, decide: Decide, now: int, actor: str) -> Job:
         with self._write() as c:
-            row = c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise NoSuchJob(job_id)
-            job = Job.from_row(row)
-            change = decide(job)
-            if change is None:
-                return job
-            return self._apply(c, job, change, now, actor)
+            return self._decide_and_apply(c, job_id, decide, now, actor)
 
     def update_job_and_claim(self, job_id: int, decide: Decide, request: ClaimRequest, now: int,
                              actor: str) -> tuple[Job, Job | None]:
         # One transaction (one commit, one fsync) instead of two: a worker's finish-then-claim.
         with self._write() as c:
-            row = c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise NoSuchJob(job_id)
-            job = Job.from_row(row)
-            change = decide(job)
-            if change is not None:
-                job = self._apply(c, job, change, now, actor)
+            job = self._decide_and_apply(c, job_id, decide, now, actor)
             return job, self._claim(c, request, now)
+
+    def _decide_and_apply(self, c, job_id: int, decide: Decide, now: int, actor: str) -> Job:
+        """Inside a write transaction: read the row, let the queue decide, apply the change."""
+        row = c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise NoSuchJob(job_id)
+        job = Job.from_row(row)
+        change = decide(job)
+        return job if change is None else self._apply(c, job, change, now, actor)
 
     def _apply(self, c, job: Job, change: Change, now: int, actor: str) -> Job:
         fields = dict(change.fields)

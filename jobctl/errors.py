@@ -33,8 +33,8 @@ class NoSuchJob(JobctlError):
 
     exit_code = 3
 
-    def __init__(self, job_id: int):
-        super().__init__(f"no job with id {job_id}; `jobctl list` shows the jobs in this file")
+    def __init__(self, job_id: int, where: str = ""):
+        super().__init__(f"{where}no job with id {job_id}; `jobctl list` shows the jobs in this file")
         self.job_id = job_id
 
 

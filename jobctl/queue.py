@@ -17,7 +17,7 @@ from jobctl import payloads
 from jobctl.config import Settings, parse_backoff
 from jobctl.durations import format_duration, parse_duration, parse_priority, parse_time, to_rfc3339
 from jobctl.engines.base import ClaimRequest, Change, NewJob
-from jobctl.errors import CancelRequested, InvalidInput, InvalidState, StaleToken
+from jobctl.errors import CancelRequested, InvalidInput, InvalidState, NoSuchJob, StaleToken
 from jobctl.models import Event, Job
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
@@ -230,9 +230,14 @@ class Queue:
         inside the one transaction (so a later failure still leaves nothing inserted)."""
         if not jobs:
             return []
-        extra = {} if on_progress is None else {"on_progress": on_progress}
-        return [EnqueueResult(i, c)
-                for i, c in self.engine.insert_jobs(jobs, self.now(), actor or operator_name(), **extra)]
+        try:
+            inserted = self.engine.insert_jobs(jobs, self.now(), actor or operator_name(), on_progress=on_progress)
+        except NoSuchJob as e:  # an `after` id: name the batch line that asked for it
+            source = next((j.source for j in jobs if e.job_id in j.after and j.source), None)
+            if source is None:
+                raise
+            raise NoSuchJob(e.job_id, where=f"{source}: \"after\": ") from None
+        return [EnqueueResult(i, c) for i, c in inserted]
 
     def prepare_batch_line(self, text: str, lineno: int) -> NewJob | None:
         """One NDJSON line of `enqueue --batch` (None for a blank line); errors name the line."""
@@ -254,8 +259,10 @@ class Queue:
                 raise InvalidInput("\"after\" must be a list of job ids")
             if "payload" in obj and obj["payload"] is None:
                 opts["payload_text"] = "null"  # an explicit null is a payload, not "use the default {}"
-            return self.prepare(obj["type"], obj.get("payload", {}), unique=obj.get("unique", False) or False,
-                                after=after, **opts)
+            job = self.prepare(obj["type"], obj.get("payload", {}), unique=obj.get("unique", False) or False,
+                               after=after, **opts)
+            job.source = f"line {lineno}"
+            return job
         except InvalidInput as e:
             raise InvalidInput(f"line {lineno}: {e}; nothing was enqueued") from None
 

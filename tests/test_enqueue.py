@@ -354,3 +354,12 @@ def test_batch_json_prints_each_job_with_created(cli):
     jobs = [json.loads(x) for x in r.stdout.splitlines()]
     assert [(j["type"], j["created"]) for j in jobs] == [("a", True), ("b", True), ("a", False)]
     assert jobs[0]["id"] == jobs[2]["id"]
+
+
+def test_batch_after_a_missing_job_names_the_line(cli):
+    assert cli("enqueue", "first").exit_code == 0
+    lines = '{"type": "a", "after": [1]}\n\n{"type": "b", "after": [99]}\n'
+    r = cli("enqueue", "--batch", "-", input=lines)
+    assert r.exit_code == 3, r.output
+    assert "line 3" in r.stderr and "99" in r.stderr and len(r.stderr.splitlines()) == 1
+    assert cli("list", "--json").stdout.count("\n") == 1  # nothing of the batch was inserted

@@ -36,6 +36,7 @@ class NewJob:
     idempotency_key: str | None = None
     unique: bool = False
     after: list[int] = field(default_factory=list)
+    source: str | None = None  # where it came from, for errors ("line 7" of a batch)
 
 
 @dataclass

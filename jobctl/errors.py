@@ -60,6 +60,10 @@ class DatabaseBusy(JobctlError):
     exit_code = 6
 
 
+class TransientDatabaseError(DatabaseBusy):
+    """a database error that a retry may cure; nothing changed"""
+
+
 class CancelRequested(JobctlError):
     """cancellation was requested"""
 
@@ -76,3 +80,7 @@ class CheckFailed(JobctlError):
     """a threshold was crossed"""
 
     exit_code = 9
+
+
+class DiskFull(DatabaseUnusable):
+    """the disk holding the database is full; nothing changed"""

@@ -24,7 +24,6 @@ import random
 import select
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -34,8 +33,8 @@ from dataclasses import dataclass, field
 from jobctl import payloads
 from jobctl.config import Settings
 from jobctl.durations import format_duration, to_rfc3339
-from jobctl.errors import (CancelRequested, DatabaseBusy, DatabaseUnusable, InvalidInput, InvalidState, JobctlError,
-                           NoSuchJob)
+from jobctl.errors import (CancelRequested, DatabaseBusy, DiskFull, InvalidInput, InvalidState,
+                           JobctlError, NoSuchJob)
 from jobctl.models import Job
 from jobctl.untrusted import safe
 
@@ -623,13 +622,11 @@ class Worker:
         jittered, growing delay. An unusable database (exit 8) propagates and stops the worker."""
         try:
             result = fn(*args, **kwargs)
-        except (DatabaseBusy, DatabaseUnusable, sqlite3.OperationalError) as e:
+        except (DatabaseBusy, DiskFull) as e:
             # A full disk is waited out like a lock (space is usually freed soon): dying would drop
-            # the finished handlers' results, and their jobs would run again.
-            full = isinstance(e, DatabaseUnusable) and str(
-                getattr(e.__cause__, "sqlite_errorname", "")).startswith("SQLITE_FULL")
-            if isinstance(e, DatabaseUnusable) and not full:
-                raise
+            # the finished handlers' results, and their jobs would run again. Other unusable-file
+            # errors (exit 8) propagate and stop the worker.
+            full = isinstance(e, DiskFull)
             self.db_delay = min(max(self.db_delay * 2, 0.1), 5.0) * random.uniform(0.5, 1.5)
             if not self.db_busy_logged:
                 self.db_busy_logged = True

@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 from jobctl.engines.base import ClaimRequest, Change, Decide, NewJob
 from jobctl.engines.schema import APPLICATION_ID, SCHEMA_VERSION  # sqlite-utils loads only on migrate
-from jobctl.errors import DatabaseBusy, DatabaseUnusable, InvalidState, NoSuchJob
+from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidState, NoSuchJob, TransientDatabaseError
 from jobctl.models import FINISHED, Event, Job
 
 HELD = ("running", "cancel_requested")
@@ -72,7 +72,7 @@ def translate(exc: sqlite3.Error, path: str, busy_timeout: float) -> Exception:
             "changed, safe to retry, or wait longer with --busy-timeout"
         )
     if name.startswith("SQLITE_FULL"):
-        return DatabaseUnusable(f"the disk holding {path} is full; nothing changed; free some space and retry")
+        return DiskFull(f"the disk holding {path} is full; nothing changed; free some space and retry")
     if name.startswith("SQLITE_READONLY"):
         return DatabaseUnusable(f"the database {path} is read-only; check the permissions of the file and its folder")
     if name.startswith("SQLITE_NOTADB"):
@@ -83,6 +83,8 @@ def translate(exc: sqlite3.Error, path: str, busy_timeout: float) -> Exception:
         return DatabaseUnusable(f"cannot open the database {path}; check the permissions of the file and its folder")
     if name.startswith("SQLITE_IOERR"):
         return DatabaseUnusable(f"I/O error on the database {path} ({name}); check the disk")
+    if isinstance(exc, sqlite3.OperationalError):  # rolled back, so nothing changed
+        return TransientDatabaseError(f"database error on {path} ({name or exc}); nothing changed, safe to retry")
     return exc
 
 

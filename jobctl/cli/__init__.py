@@ -7,7 +7,8 @@ import os
 import sys
 
 from jobctl.cli.app import app
-from jobctl.cli import admin, config_cmd, jobs, stats, views, work  # noqa: F401  (each registers its commands)
+# Import order is the order of `jobctl --help`: the job lifecycle first, then views, then the file.
+from jobctl.cli import jobs, work, views, stats, admin, config_cmd  # noqa: F401,I001  (each registers its commands)
 from jobctl.errors import JobctlError
 
 

@@ -239,7 +239,21 @@ def case_claim(a: dict) -> dict:
 def worker(impl: str, a: dict) -> None:
     """Claim and complete until the queue is empty; report the job numbers it processed."""
     ids: list[int] = []
-    busy = errors = 0
+    busy = [0]
+    errors = 0
+    busy_errors: tuple = (sqlite3.OperationalError,)
+
+    def persist(fn, *args, **kwargs):
+        """Retry a step whose job is already claimed until it goes through: giving up on a busy
+        database there would strand the job (and count as a loss that is the harness's own)."""
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except busy_errors as e:
+                if "locked" not in str(e) and "busy" not in str(e).lower():
+                    raise
+                busy[0] += 1
+                time.sleep(0.001)
     if impl in ("jobctl", "jobctl-pipelined", "raw"):
         from jobctl.errors import DatabaseBusy
 
@@ -257,8 +271,9 @@ def worker(impl: str, a: dict) -> None:
                     if job is None:
                         return None
                     held.append(job)
-                job = held.pop()
-                _, following = q.complete_and_claim(job.id, token=job.token, worker=a["worker"])
+                job = held[-1]  # kept until its transaction commits: a busy error retries it
+                _, following = persist(q.complete_and_claim, job.id, token=job.token, worker=a["worker"])
+                held.pop()
                 if following is not None:
                     held.append(following)
                 return job.id
@@ -272,7 +287,7 @@ def worker(impl: str, a: dict) -> None:
                 job = q.claim(worker=a["worker"])
                 if job is None:
                     return None
-                q.complete(job.id, token=job.token)
+                persist(q.complete, job.id, token=job.token)
                 return job.id
         else:
             conn = sqlite3.connect(a["db"], isolation_level=None, timeout=5.0)
@@ -281,7 +296,9 @@ def worker(impl: str, a: dict) -> None:
             claim_sql = (
                 "UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = ?, "
                 "lease_expires_at = ? + timeout_ms, token = ? WHERE id = ("
-                "SELECT id FROM jobs WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ? "
+                # pinned, as jobctl pins it: left to itself the planner picks jobs_status and sorts
+                # every pending row on each claim
+                "SELECT id FROM jobs INDEXED BY jobs_ready WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ? "
                 "ORDER BY priority DESC, run_at, id LIMIT 1) RETURNING id, token")
             done_sql = ("UPDATE jobs SET status = 'completed', finished_at = ?, token = NULL "
                         "WHERE id = ? AND status = 'running' AND token = ?")
@@ -299,6 +316,10 @@ def worker(impl: str, a: dict) -> None:
                 if not rows:
                     return None
                 job_id, token = rows[0]
+                persist(finish, job_id, token)
+                return job_id
+
+            def finish(job_id, token):
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     conn.execute(done_sql, (int(time.time() * 1000), job_id, token))
@@ -306,13 +327,12 @@ def worker(impl: str, a: dict) -> None:
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
-                return job_id
 
         # jobctl ids start at 1; job i has id i + 1 in a fresh file
         def claim_one():
             job_id = step()
             return None if job_id is None else job_id - 1
-        busy_errors: tuple = (DatabaseBusy, sqlite3.OperationalError)
+        busy_errors = (DatabaseBusy, sqlite3.OperationalError)
     elif impl == "huey":
         sys.path.insert(0, str(BENCH))
         from huey_app import huey
@@ -320,7 +340,6 @@ def worker(impl: str, a: dict) -> None:
         def claim_one():
             task = huey.dequeue()  # huey deletes the row here: there is no separate complete step
             return None if task is None else task.args[0]
-        busy_errors = (sqlite3.OperationalError,)
     elif impl == "persist-queue":
         from persistqueue import Empty, SQLiteAckQueue
 
@@ -331,9 +350,8 @@ def worker(impl: str, a: dict) -> None:
                 item = q.get(block=False, raw=True)
             except Empty:
                 return None
-            q.ack(id=item["pqid"])
+            persist(q.ack, id=item["pqid"])
             return item["data"]
-        busy_errors = (sqlite3.OperationalError,)
     elif impl == "litequeue":
         from litequeue import LiteQueue
 
@@ -343,7 +361,7 @@ def worker(impl: str, a: dict) -> None:
             msg = q.pop()
             if msg is None:
                 return None
-            q.done(msg.message_id)
+            persist(q.done, msg.message_id)
             return int(msg.data)
         busy_errors = (sqlite3.OperationalError,)
     else:
@@ -357,7 +375,7 @@ def worker(impl: str, a: dict) -> None:
             got = claim_one()
         except busy_errors as e:  # a long-running worker retries a busy database, as jobctl's does
             if "locked" in str(e) or "busy" in str(e).lower():
-                busy += 1
+                busy[0] += 1
                 time.sleep(0.001)
                 continue
             errors += 1
@@ -367,7 +385,7 @@ def worker(impl: str, a: dict) -> None:
         if got is None:
             break
         ids.append(got)
-    sys.stdout.write(json.dumps({"ids": ids, "busy": busy, "errors": errors}) + "\n")
+    sys.stdout.write(json.dumps({"ids": ids, "busy": busy[0], "errors": errors}) + "\n")
     sys.stdout.flush()
 
 

@@ -134,7 +134,9 @@ def test_many_workers_run_every_job_exactly_once(env):
 
 @pytest.mark.slow
 def test_chaos_kill_9_of_random_workers_loses_nothing_and_reruns_only_what_they_held(env):
-    e = env(lease="1s", recover_every="200ms")
+    # Each run takes a little while (30 ms), so the ~0.3 s chaos loop always lands its kills
+    # while jobs are still being worked on, however fast the worker itself gets.
+    e = env(lease="1s", recover_every="200ms", command=["/bin/sh", "-c", RECORD + "; sleep 0.03"])
     ids = e.enqueue(800)
     rng = random.Random(os.environ.get("JOBCTL_TEST_SEED", "2"))
     live = [e.worker(f"chaos-{i}") for i in range(4)]

@@ -8,12 +8,11 @@ with tomli_w, which is imported only there.
 from __future__ import annotations
 
 import os
-import shlex
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobctl.durations import parse_duration, parse_priority
 from jobctl.errors import ConfigError, InvalidInput
+from jobctl.models import Record
 
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_MAX_ATTEMPTS = 3
@@ -38,57 +37,84 @@ def default_config_path() -> Path:
     return config_home() / "jobctl" / "config.toml"
 
 
-@dataclass
-class TypeConfig:
+class TypeConfig(Record):
     """One `[types.NAME]` table: enqueue defaults for the type and, for workers, its handler."""
 
-    name: str
-    command: list[str] | None = None
-    queue: str | None = None
-    max_attempts: int | None = None
-    timeout: float | None = None
-    priority: int | None = None
-    backoff: str | None = None
-    bury_exit_codes: list[int] = field(default_factory=list)
+    __slots__ = ("name", "command", "queue", "max_attempts", "timeout", "priority", "backoff", "bury_exit_codes")
+
+    def __init__(self, name: str, command: list[str] | None = None, queue: str | None = None,
+                 max_attempts: int | None = None, timeout: float | None = None, priority: int | None = None,
+                 backoff: str | None = None, bury_exit_codes: list[int] | None = None):  # None: a new empty list
+        self.name = name
+        self.command = command
+        self.queue = queue
+        self.max_attempts = max_attempts
+        self.timeout = timeout
+        self.priority = priority
+        self.backoff = backoff
+        self.bury_exit_codes = [] if bury_exit_codes is None else bury_exit_codes
 
 
-@dataclass
-class WorkerSettings:
+class WorkerSettings(Record):
     """The `[worker]` table: defaults for `jobctl work` (its command-line options win)."""
 
-    concurrency: int = 1
-    poll: float = 1.0  # longest wait between claims when the queue is empty
-    grace: float = 30.0  # on SIGTERM/SIGINT: how long running handlers may finish
-    lease: float = 60.0  # claim lease, renewed while the handler runs; a lost worker's job is recovered after it
-    kill_grace: float = 5.0  # between SIGTERM and SIGKILL when a handler is stopped
-    recover_every: float = 30.0  # how often expired leases of other workers are recovered
-    purge_every: float = 600.0  # how often [retention] is applied
-    log_format: str = "human"  # or "json"
+    __slots__ = ("concurrency", "poll", "grace", "lease", "kill_grace", "recover_every", "purge_every", "log_format")
+
+    def __init__(self, concurrency: int = 1,
+                 poll: float = 1.0,  # longest wait between claims when the queue is empty
+                 grace: float = 30.0,  # on SIGTERM/SIGINT: how long running handlers may finish
+                 lease: float = 60.0,  # claim lease, renewed while the handler runs; a lost worker's job is recovered after it
+                 kill_grace: float = 5.0,  # between SIGTERM and SIGKILL when a handler is stopped
+                 recover_every: float = 30.0,  # how often expired leases of other workers are recovered
+                 purge_every: float = 600.0,  # how often [retention] is applied
+                 log_format: str = "human"):  # or "json"
+        self.concurrency = concurrency
+        self.poll = poll
+        self.grace = grace
+        self.lease = lease
+        self.kill_grace = kill_grace
+        self.recover_every = recover_every
+        self.purge_every = purge_every
+        self.log_format = log_format
 
 
 WORKER_KEYS = ("concurrency", "poll", "grace", "lease", "kill_grace", "recover_every", "purge_every", "log_format")
 
 
-@dataclass
-class Settings:
-    config_path: Path | None = None
-    db: Path | None = None  # from the config file only; resolve_db_path applies flag and env first
-    busy_timeout: float = DEFAULT_BUSY_TIMEOUT
-    synchronous: str = "full"
-    max_payload_bytes: int = 1024 * 1024
-    secret_keys: list[str] = field(default_factory=lambda: list(DEFAULT_SECRET_KEYS))
-    queue: str = "default"
-    priority: int = 10
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    backoff: str = "exponential"
-    backoff_jitter: float = 0.0
-    timeout: float = DEFAULT_TIMEOUT
-    retention: dict[str, float | None] = field(
-        default_factory=lambda: {"completed": 7 * 86400.0, "cancelled": 7 * 86400.0, "buried": None}
-    )
-    types: dict[str, TypeConfig] = field(default_factory=dict)
-    worker: WorkerSettings = field(default_factory=WorkerSettings)
-    sources: dict[str, str] = field(default_factory=dict)  # setting -> where its value came from
+class Settings(Record):
+    """Every setting, with its built-in default. A dict or list argument left out (None) is a new
+    one each time: the default secret keys, the default retention, no types, default [worker]."""
+
+    __slots__ = ("config_path", "db", "busy_timeout", "synchronous", "max_payload_bytes", "secret_keys", "queue",
+                 "priority", "max_attempts", "backoff", "backoff_jitter", "timeout", "retention", "types", "worker",
+                 "sources")
+
+    def __init__(self, config_path: Path | None = None,
+                 db: Path | None = None,  # from the config file only; resolve_db_path applies flag and env first
+                 busy_timeout: float = DEFAULT_BUSY_TIMEOUT, synchronous: str = "full",
+                 max_payload_bytes: int = 1024 * 1024, secret_keys: list[str] | None = None,
+                 queue: str = "default", priority: int = 10, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                 backoff: str = "exponential", backoff_jitter: float = 0.0, timeout: float = DEFAULT_TIMEOUT,
+                 retention: dict[str, float | None] | None = None, types: dict[str, TypeConfig] | None = None,
+                 worker: WorkerSettings | None = None,
+                 sources: dict[str, str] | None = None):  # setting -> where its value came from
+        self.config_path = config_path
+        self.db = db
+        self.busy_timeout = busy_timeout
+        self.synchronous = synchronous
+        self.max_payload_bytes = max_payload_bytes
+        self.secret_keys = list(DEFAULT_SECRET_KEYS) if secret_keys is None else secret_keys
+        self.queue = queue
+        self.priority = priority
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.backoff_jitter = backoff_jitter
+        self.timeout = timeout
+        self.retention = ({"completed": 7 * 86400.0, "cancelled": 7 * 86400.0, "buried": None}
+                          if retention is None else retention)
+        self.types = {} if types is None else types
+        self.worker = WorkerSettings() if worker is None else worker
+        self.sources = {} if sources is None else sources
 
     def type_config(self, name: str) -> TypeConfig | None:
         return self.types.get(name)
@@ -134,6 +160,8 @@ def parse_backoff(value, *, where: str = "backoff") -> str:
 
 def parse_command(value, *, where: str) -> list[str]:
     if isinstance(value, str):
+        import shlex  # only a string command needs splitting
+
         try:
             argv = shlex.split(value)
         except ValueError as e:

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from jobctl.errors import InvalidInput
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_PART = r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)"  # compiled (and cached by re) on first use, not at start-up
 MAX_DURATION = 10 * 365 * 86400  # ten years: anything longer is a typo, not a plan
 
 PRIORITY_LABELS = {"low": 0, "normal": 10, "medium": 10, "high": 20, "critical": 30, "urgent": 30}
@@ -32,7 +32,7 @@ def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
             seconds = float(s)
         else:
             pos, seconds, matched = 0, 0.0, False
-            for m in _PART.finditer(s):
+            for m in re.finditer(_PART, s):
                 if m.start() != pos:
                     break
                 seconds += float(m.group(1)) * _UNITS[m.group(2)]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from enum import Enum
 
 from jobctl.durations import to_rfc3339
@@ -38,41 +37,81 @@ ACTIVE = frozenset({JobStatus.RUNNING, JobStatus.CANCEL_REQUESTED})  # held by a
 STATES = tuple(s.value for s in JobStatus)
 
 
-@dataclass
-class Job:
+class Record:
+    """Base of the plain records (Job, Event, NewJob, Settings, ...): equality and repr by field,
+    as a dataclass would give, without the ~0.7 ms per class that @dataclass spends generating
+    and compiling methods at import (the hot commands import ten of them). A subclass lists its
+    fields in __slots__, in constructor order, and writes its own __init__."""
+
+    __slots__ = ()
+    __hash__ = None  # mutable, compared by value: unhashable, like an eq=True dataclass
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other):
+        if other.__class__ is self.__class__:
+            return self._values() == other._values()
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{self.__class__.__qualname__}({fields})"
+
+
+class Job(Record):
     """One row of the queue, with times in epoch milliseconds and JSON kept as text."""
 
-    id: int
-    queue: str
-    type: str
-    payload: str  # compact JSON text, exactly as enqueued
-    priority: int
-    status: str
-    attempts: int
-    max_attempts: int
-    backoff: str  # "exponential" | "linear" | "fixed" | "10,30,60"
-    timeout_ms: int
-    run_at: int
-    created_at: int
-    updated_at: int
-    idempotency_key: str | None = None
-    worker: str | None = None
-    claimed_at: int | None = None
-    heartbeat_at: int | None = None
-    lease_expires_at: int | None = None
-    lease_ms: int | None = None
-    token: str | None = None
-    progress: str | None = None  # JSON text
-    error: str | None = None
-    result: str | None = None  # JSON text
-    finished_at: int | None = None
-    waiting_on: int = 0  # how many `after` jobs are not completed yet
-    after: list[int] = field(default_factory=list)
+    __slots__ = ("id", "queue", "type", "payload", "priority", "status", "attempts", "max_attempts", "backoff",
+                 "timeout_ms", "run_at", "created_at", "updated_at", "idempotency_key", "worker", "claimed_at",
+                 "heartbeat_at", "lease_expires_at", "lease_ms", "token", "progress", "error", "result",
+                 "finished_at", "waiting_on", "after")
+
+    def __init__(self, id: int, queue: str, type: str,
+                 payload: str,  # compact JSON text, exactly as enqueued
+                 priority: int, status: str, attempts: int, max_attempts: int,
+                 backoff: str,  # "exponential" | "linear" | "fixed" | "10,30,60"
+                 timeout_ms: int, run_at: int, created_at: int, updated_at: int,
+                 idempotency_key: str | None = None, worker: str | None = None, claimed_at: int | None = None,
+                 heartbeat_at: int | None = None, lease_expires_at: int | None = None, lease_ms: int | None = None,
+                 token: str | None = None,
+                 progress: str | None = None,  # JSON text
+                 error: str | None = None,
+                 result: str | None = None,  # JSON text
+                 finished_at: int | None = None,
+                 waiting_on: int = 0,  # how many `after` jobs are not completed yet
+                 after: list[int] | None = None):  # None: a new empty list
+        self.id = id
+        self.queue = queue
+        self.type = type
+        self.payload = payload
+        self.priority = priority
+        self.status = status
+        self.attempts = attempts
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.timeout_ms = timeout_ms
+        self.run_at = run_at
+        self.created_at = created_at
+        self.updated_at = updated_at
+        self.idempotency_key = idempotency_key
+        self.worker = worker
+        self.claimed_at = claimed_at
+        self.heartbeat_at = heartbeat_at
+        self.lease_expires_at = lease_expires_at
+        self.lease_ms = lease_ms
+        self.token = token
+        self.progress = progress
+        self.error = error
+        self.result = result
+        self.finished_at = finished_at
+        self.waiting_on = waiting_on
+        self.after = [] if after is None else after
 
     @classmethod
     def from_row(cls, row: dict, after: list[int] | None = None) -> "Job":
-        names = cls.__dataclass_fields__
-        job = cls(**{k: row[k] for k in row.keys() if k in names and k != "after"})
+        names = _JOB_COLUMNS
+        job = cls(**{k: row[k] for k in row.keys() if k in names})
         if after is not None:
             job.after = after
         return job
@@ -118,15 +157,22 @@ class Job:
         return d
 
 
-@dataclass
-class Event:
-    job_id: int
-    at: int
-    from_status: str | None
-    to_status: str
-    actor: str
-    message: str | None = None
-    details: str | None = None  # JSON text: exit code, stderr tail, ...
+_JOB_COLUMNS = frozenset(Job.__slots__) - {"after"}  # what from_row takes from a row
+
+
+class Event(Record):
+    __slots__ = ("job_id", "at", "from_status", "to_status", "actor", "message", "details")
+
+    def __init__(self, job_id: int, at: int, from_status: str | None, to_status: str, actor: str,
+                 message: str | None = None,
+                 details: str | None = None):  # JSON text: exit code, stderr tail, ...
+        self.job_id = job_id
+        self.at = at
+        self.from_status = from_status
+        self.to_status = to_status
+        self.actor = actor
+        self.message = message
+        self.details = details
 
     def to_dict(self) -> dict:
         d = {

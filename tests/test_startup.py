@@ -60,3 +60,50 @@ def test_statement_journals_stay_in_memory(db):
         assert engine.conn.execute("PRAGMA temp_store").fetchone()[0] == 2  # MEMORY
     finally:
         engine.close()
+
+
+def test_plain_records_behave_like_the_dataclasses_they_replaced():
+    """models, engines/base, config and queue use plain classes instead of @dataclass (~7 ms of
+    start-up); constructors, defaults, equality and repr are unchanged."""
+    from jobctl.config import Settings, TypeConfig, WorkerSettings
+    from jobctl.engines.base import Change, ClaimRequest, NewJob
+    from jobctl.models import Event, Job
+    from jobctl.queue import EnqueueResult
+
+    a, b = Settings(), Settings()
+    assert a == b and a.secret_keys is not b.secret_keys and a.retention is not b.retention
+    assert a.worker == WorkerSettings() and a.worker is not b.worker and a.types == {} and a.sources == {}
+    assert Settings(synchronous="normal") != a and a.retention["buried"] is None
+    assert TypeConfig("t").bury_exit_codes == [] and TypeConfig("t").bury_exit_codes is not TypeConfig("t").bury_exit_codes
+    job = Job(1, "default", "t", "{}", 10, "pending", 0, 3, "exponential", 600_000, 5, 5, 5)
+    assert job.after == [] and job.waiting_on == 0 and job.token is None
+    assert Job.from_row({**{k: getattr(job, k) for k in Job.__slots__ if k != "after"}, "extra": 1, "after": 9}) == job
+    assert repr(Event(1, 2, None, "pending", "me")) == (
+        "Event(job_id=1, at=2, from_status=None, to_status='pending', actor='me', message=None, details=None)")
+    new = NewJob(queue="q", type="t", payload="{}", payload_hash="h", priority=0, max_attempts=1, backoff="fixed",
+                 timeout_ms=1, run_at=0)
+    assert new.after == [] and new.unique is False and new.source is None
+    assert Change("completed", {}).actor is None and ClaimRequest("w", "tok").queues is None
+    assert EnqueueResult(1, True) == EnqueueResult(id=1, created=True) != EnqueueResult(1, False)
+    with pytest.raises(TypeError):
+        hash(job)
+    with pytest.raises(AttributeError):
+        job.no_such_field = 1
+
+
+def test_payload_hash_is_sha256_without_openssl():
+    import hashlib
+
+    value = {"b": 1, "a": "é"}
+    assert payloads.canonical_hash(value) == hashlib.sha256('{"a":"é","b":1}'.encode()).hexdigest()
+
+
+def test_enqueue_does_not_load_hashlib_secrets_or_random(tmp_path, db):
+    """~5 ms of a one-shot enqueue (OpenSSL through hashlib, secrets -> hmac, random)."""
+    from conftest import run_cli
+    from test_layering import cli_modules
+
+    assert run_cli("init", db=db).exit_code == 0  # creating the file migrates with sqlite-utils, which loads them
+    p, loaded = cli_modules(tmp_path, "--db", db, "enqueue", "t", '{"a": 1}')
+    assert p.returncode == 0, p.stderr
+    assert not loaded & {"hashlib", "secrets", "hmac", "random"}, sorted(loaded & {"hashlib", "secrets", "hmac", "random"})

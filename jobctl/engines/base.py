@@ -14,57 +14,71 @@ the queue's, never the engine's).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
-from jobctl.models import Event, Job
+from jobctl.models import Event, Job, Record
 
 
-@dataclass
-class NewJob:
+class NewJob(Record):
     """A validated job to insert."""
 
-    queue: str
-    type: str
-    payload: str
-    payload_hash: str
-    priority: int
-    max_attempts: int
-    backoff: str
-    timeout_ms: int
-    run_at: int
-    idempotency_key: str | None = None
-    unique: bool = False
-    after: list[int] = field(default_factory=list)
-    source: str | None = None  # where it came from, for errors ("line 7" of a batch)
+    __slots__ = ("queue", "type", "payload", "payload_hash", "priority", "max_attempts", "backoff", "timeout_ms",
+                 "run_at", "idempotency_key", "unique", "after", "source")
+
+    def __init__(self, queue: str, type: str, payload: str, payload_hash: str, priority: int, max_attempts: int,
+                 backoff: str, timeout_ms: int, run_at: int, idempotency_key: str | None = None,
+                 unique: bool = False, after: list[int] | None = None,  # None: a new empty list
+                 source: str | None = None):  # where it came from, for errors ("line 7" of a batch)
+        self.queue = queue
+        self.type = type
+        self.payload = payload
+        self.payload_hash = payload_hash
+        self.priority = priority
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.timeout_ms = timeout_ms
+        self.run_at = run_at
+        self.idempotency_key = idempotency_key
+        self.unique = unique
+        self.after = [] if after is None else after
+        self.source = source
 
 
-@dataclass
-class Change:
+class Change(Record):
     """What a decision does to one job: new column values and the event that records it.
 
     `run` ends the current run with that outcome in the run log (completed, failed, lost,
     cancelled, released), which feeds throughput and duration figures.
     """
 
-    to_status: str
-    fields: dict
-    message: str | None = None
-    details: dict | None = None
-    run: str | None = None
-    actor: str | None = None  # who made it, when not the caller's actor: the claim's holder (SPEC §2)
+    __slots__ = ("to_status", "fields", "message", "details", "run", "actor")
+
+    def __init__(self, to_status: str, fields: dict, message: str | None = None, details: dict | None = None,
+                 run: str | None = None,
+                 actor: str | None = None):  # who made it, when not the caller's actor: the claim's holder (SPEC §2)
+        self.to_status = to_status
+        self.fields = fields
+        self.message = message
+        self.details = details
+        self.run = run
+        self.actor = actor
 
 
 Decide = Callable[[Job], Change]
 
 
-@dataclass
-class ClaimRequest:
-    worker: str
-    token: str
-    queues: list[str] | None = None  # in order of preference; None = every queue
-    types: list[str] | None = None
-    lease_ms: int | None = None  # None = the job's timeout
+class ClaimRequest(Record):
+    __slots__ = ("worker", "token", "queues", "types", "lease_ms")
+
+    def __init__(self, worker: str, token: str,
+                 queues: list[str] | None = None,  # in order of preference; None = every queue
+                 types: list[str] | None = None,
+                 lease_ms: int | None = None):  # None = the job's timeout
+        self.worker = worker
+        self.token = token
+        self.queues = queues
+        self.types = types
+        self.lease_ms = lease_ms
 
 
 class Engine(Protocol):

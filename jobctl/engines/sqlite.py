@@ -9,10 +9,8 @@ and COMMIT ourselves, so a SELECT is never left outside the transaction it belon
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import secrets
 import sqlite3
 import stat
 from collections.abc import Callable
@@ -24,6 +22,7 @@ from jobctl.engines.base import ClaimRequest, Change, Decide, NewJob
 from jobctl.engines.schema import APPLICATION_ID, SCHEMA_VERSION  # sqlite-utils loads only on migrate
 from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidState, NoSuchJob, TransientDatabaseError
 from jobctl.models import FINISHED, Event, Job
+from jobctl.payloads import sha256
 
 HELD = ("running", "cancel_requested")
 UNIQUE_LIVE = ("pending", "running", "cancel_requested")
@@ -115,7 +114,7 @@ def _create_database(path: Path) -> None:
     from jobctl.engines import schema
 
     _make_private_dirs(path.parent)
-    tmp = path.parent / f".{path.name}.init-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = path.parent / f".{path.name}.init-{os.getpid()}-{os.urandom(4).hex()}"
     fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
     try:
         os.fchmod(fd, 0o600)
@@ -351,7 +350,7 @@ class SQLiteEngine:
                 return row["id"], False
         unique_key = None
         if j.unique:
-            unique_key = hashlib.sha256(f"{j.queue}\0{j.type}\0{j.payload_hash}".encode()).hexdigest()
+            unique_key = sha256(f"{j.queue}\0{j.type}\0{j.payload_hash}".encode()).hexdigest()
             row = c.execute(
                 "SELECT id FROM jobs WHERE unique_key = ? AND status IN (?,?,?) ORDER BY id LIMIT 1",
                 (unique_key, *UNIQUE_LIVE),
@@ -689,7 +688,7 @@ class SQLiteEngine:
     def backup(self, dest: Path, *, on_progress: Callable[[int, int], None] | None = None) -> None:
         """A consistent copy through SQLite's backup API, written to a 0600 file, then renamed.
         on_progress(pages copied, pages in all) is called after each step of 4096 pages."""
-        tmp = dest.parent / f".{dest.name}.backup-{os.getpid()}-{secrets.token_hex(4)}"
+        tmp = dest.parent / f".{dest.name}.backup-{os.getpid()}-{os.urandom(4).hex()}"
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
         os.fchmod(fd, 0o600)
         os.close(fd)

@@ -79,14 +79,19 @@ def one_line(text: str | None, limit: int = ERROR_MAX_CHARS) -> str | None:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+_OPERATOR: list[str] = []  # the name, looked up once per process (a read of the passwd database)
+
+
 def operator_name() -> str:
     """The actor of an operator's change: the operating-system user."""
-    try:
-        import pwd
+    if not _OPERATOR:
+        try:
+            import pwd
 
-        return pwd.getpwuid(os.getuid()).pw_name
-    except (KeyError, ImportError):
-        return os.environ.get("USER") or f"uid:{os.getuid()}"
+            _OPERATOR.append(pwd.getpwuid(os.getuid()).pw_name)
+        except (KeyError, ImportError):
+            _OPERATOR.append(os.environ.get("USER") or f"uid:{os.getuid()}")
+    return _OPERATOR[0]
 
 
 def default_worker_id() -> str:
@@ -331,12 +336,23 @@ class Queue:
         return self.engine.update_job(validate_job_id(job_id), decide, self.now(), actor or operator_name())
 
     def complete_and_claim(self, job_id: int, *, token: str | None = None, result=None, actor: str | None = None,
-                           worker: str | None = None, queues=None, types=None, lease=None) -> tuple[Job, Job | None]:
-        """complete, then claim the next job, in one transaction (the worker's fast path)."""
+                           worker: str | None = None, queues=None, types=None, lease=None,
+                           also: list[tuple[int, str | None, object]] = (), claim: int = 1):
+        """complete, then claim the next job, in one transaction (the worker's fast path).
+
+        Returns (completed job, next job or None). With `also` ((job id, token, result) of more jobs
+        to complete) or `claim` other than 1 (how many jobs to claim, 0 or more) it returns
+        ([completed jobs], [claimed jobs]), all in the same transaction (one commit)."""
         decide = self._complete_change(token, result)
         request = self._claim_request(worker, queues, types, lease)
-        return self.engine.update_job_and_claim(validate_job_id(job_id), decide, request, self.now(),
-                                                actor or operator_name())
+        now, actor = self.now(), actor or operator_name()
+        if not also and claim == 1:
+            return self.engine.update_job_and_claim(validate_job_id(job_id), decide, request, now, actor)
+        more = [(validate_job_id(i), self._complete_change(t, r)) for i, t, r in also]
+        requests = [ClaimRequest(worker=request.worker, token=os.urandom(12).hex(), queues=request.queues,
+                                 types=request.types, lease_ms=request.lease_ms) for _ in range(claim - 1)]
+        return self.engine.update_job_and_claim(validate_job_id(job_id), decide, request if claim >= 1 else None,
+                                                now, actor, also=more, more_requests=requests)
 
     def _complete_change(self, token: str | None, result):
         result_text = None

@@ -6,11 +6,11 @@ handler exits, a signal arrives or the next deadline (timeout, heartbeat, poll) 
 spinning, and near-zero CPU when idle.
 
 Handlers run with shell=False in their own session (so their process group is theirs alone and a
-Ctrl-C on the worker's terminal does not reach them). The payload is given on stdin from a
-temporary file and stdout/stderr go to temporary files, so no pipe can fill up and deadlock the
-worker. A handler's exit is first observed with waitid(WNOWAIT): while the leader is an unreaped
-zombie its pid (= the group id) cannot be reused, so killing what it left behind in its group
-cannot hit a stranger.
+Ctrl-C on the worker's terminal does not reach them). The payload is given on stdin from a pipe
+filled before the handler starts (a temporary file when it exceeds one pipe page), and
+stdout/stderr go to temporary files, so no pipe can fill up and deadlock the worker. A handler's
+exit is first observed with waitid(WNOWAIT): while the leader is an unreaped zombie its pid (= the
+group id) cannot be reused, so killing what it left behind in its group cannot hit a stranger.
 
 The policy (retry or bury, backoff, what a release means) stays in queue.py; this module only
 turns process outcomes into queue calls, and survives a locked database by retrying.
@@ -314,16 +314,18 @@ class Worker:
         env.update(JOBCTL_JOB_ID=str(job.id), JOBCTL_JOB_TYPE=job.type, JOBCTL_QUEUE=job.queue,
                    JOBCTL_ATTEMPT=str(job.attempts), JOBCTL_MAX_ATTEMPTS=str(job.max_attempts),
                    JOBCTL_TOKEN=job.token or "")
-        stdin = tempfile.TemporaryFile()
+        stdin = None
         out = tempfile.TemporaryFile()
         err = tempfile.TemporaryFile()
         try:
-            stdin.write(job.payload.encode("utf-8"))  # exactly as stored; never on a command line
-            stdin.seek(0)
+            stdin = _stdin_for(job.payload.encode("utf-8"))  # exactly as stored; never on a command line
             self._stop_orphans(job)
+            before = _boot_ticks()
             proc = subprocess.Popen(tc.command, stdin=stdin, stdout=out, stderr=err, env=env,
                                     start_new_session=True, close_fds=True, shell=False)
-            self._register(job, proc.pid)
+            # The handler started between these two instants: its start time in /proc lies between
+            # them (reading it now would wait for the exec to finish, ~0.5 ms a job).
+            self._register(job, proc.pid, before, _boot_ticks())
         except (OSError, ValueError, AttributeError) as e:
             out.close()
             err.close()
@@ -335,20 +337,32 @@ class Worker:
                                  details={"command": list(tc.command) if tc and tc.command else None}))
             return
         finally:
-            stdin.close()
+            if stdin is not None:
+                stdin.close()
         self.running.append(Running(job, proc, out, err, now, now + job.timeout_ms / 1000,
                                     now + self.heartbeat_every))
         self.log("start", "", job)
 
-    def _register(self, job: Job, pid: int) -> None:
-        try:
-            os.makedirs(self.registry, mode=0o700, exist_ok=True)
-            tmp = os.path.join(self.registry, f".{job.id}.{os.getpid()}")
-            with open(tmp, "w") as f:
-                json.dump({"pid": pid, "start": _proc_start(pid), "token": job.token, "worker": self.o.worker_id}, f)
-            os.replace(tmp, os.path.join(self.registry, str(job.id)))
-        except OSError:
-            pass  # best effort: without the record, a rerun cannot see a stray handler
+    def _register(self, job: Job, pid: int, start_min, start_max) -> None:
+        record = json.dumps({"pid": pid, "start": None if None in (start_min, start_max) else [start_min, start_max],
+                             "token": job.token, "worker": self.o.worker_id}).encode()
+        tmp = os.path.join(self.registry, f".{job.id}.{os.getpid()}")
+        for _ in range(2):
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                try:
+                    os.write(fd, record)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, os.path.join(self.registry, str(job.id)))
+                return
+            except FileNotFoundError:  # the folder is made once, and again if someone removed it
+                try:
+                    os.makedirs(self.registry, mode=0o700, exist_ok=True)
+                except OSError:
+                    return
+            except OSError:
+                return  # best effort: without the record, a rerun cannot see a stray handler
 
     def _unregister(self, job: Job) -> None:
         try:
@@ -369,8 +383,12 @@ class Worker:
         if token == job.token:
             return
         pids = set(_environ_holders(f"JOBCTL_TOKEN={token}"))
-        if rec.get("start") is not None and _proc_start(pid) == rec.get("start"):
-            pids.add(pid)
+        start = rec.get("start")
+        if start is not None:
+            now_start = _proc_start(pid)
+            if now_start is not None and (start[0] <= now_start <= start[1] if isinstance(start, list)
+                                          else now_start == start):
+                pids.add(pid)
         pids.discard(os.getpid())
         if pids:
             self.log("orphan", f"a handler of an earlier run (worker {safe(rec.get('worker'))}, pid(s) "
@@ -415,6 +433,7 @@ class Worker:
         return info is not None
 
     def _reap(self) -> None:
+        outcomes = []
         for r in list(self.running):
             if not self._exited(r):
                 continue
@@ -423,9 +442,16 @@ class Worker:
             rc = r.proc.wait()
             self._unregister(r.job)
             self.running.remove(r)
-            self._finish(r, rc)
+            o = self._finish(r, rc)
+            if o is not None:
+                outcomes.append(o)
+        completed = [o for o in outcomes if o.kind == "complete"]
+        if len(completed) > 1 and self._record_completions(completed):
+            outcomes = [o for o in outcomes if o.kind != "complete"]
+        for o in outcomes:
+            self._record(o)
 
-    def _finish(self, r: Running, rc: int) -> None:
+    def _finish(self, r: Running, rc: int) -> Outcome | None:
         duration = time.monotonic() - r.started
         tail = _tail_text(r.err, STDERR_TAIL_BYTES)
         out = r.out
@@ -439,7 +465,7 @@ class Worker:
         reason = r.stop_reason
         if reason == "lost":
             out.close()
-            return
+            return None
         if reason == "shutdown":
             outcome = Outcome(r, "release", rc, duration)
         elif reason == "cancel":
@@ -456,9 +482,41 @@ class Worker:
             outcome = Outcome(r, "bury" if bury else "fail", rc, duration, details=details,
                               error=f"{how}: {last_err}" if last_err else how)
         out.close()
-        self._record(outcome)
+        return outcome
 
     # -- writing outcomes ------------------------------------------------------------------
+
+    def _record_completions(self, done: list[Outcome]) -> bool:
+        """Several handlers finished at once (--concurrency > 1): complete them all and claim as
+        many next jobs in one transaction, one commit instead of one per job. False when one of
+        the claims is no longer ours: the caller then writes them one by one, each logged."""
+        want = 0
+        if self._may_claim():
+            want = self.o.concurrency - len(self.running)
+            if self.o.max_jobs is not None:
+                want = min(want, self.o.max_jobs - self.claimed)
+        first, rest = done[0], done[1:]
+        try:
+            _, claimed = self._db(self.q.complete_and_claim, first.run.job.id, token=first.run.job.token,
+                                  result=first.result, actor=self.o.worker_id,
+                                  also=[(o.run.job.id, o.run.job.token, o.result) for o in rest],
+                                  claim=max(want, 0), **self._claim_options())
+        except Retry:
+            for o in done:
+                o.next_try = time.monotonic() + self.db_delay
+                if o not in self.unrecorded:
+                    self.unrecorded.append(o)
+            return True
+        except (InvalidState, NoSuchJob):
+            return False
+        for o in done:
+            self.log("done", f"in {format_duration(o.duration)}", o.run.job, duration=round(o.duration, 3))
+        now = time.monotonic()
+        for job in claimed:
+            self._claimed(job, now)
+        if len(claimed) < want:
+            self._claimed(None, now)
+        return True
 
     def _record(self, o: Outcome) -> None:
         job, token, actor = o.run.job, o.run.job.token, self.o.worker_id
@@ -664,6 +722,34 @@ class Worker:
         for o in self.unrecorded:
             self.log("unrecorded", "could not write this job's outcome; it is recovered when its lease expires",
                      o.run.job)
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _boot_ticks():
+    """Now, in the clock ticks since boot of /proc/PID/stat's start time (None off Linux)."""
+    try:
+        return time.clock_gettime_ns(time.CLOCK_BOOTTIME) * _TICKS // 1_000_000_000
+    except (AttributeError, OSError):
+        return None
+
+
+def _stdin_for(data: bytes):
+    """The handler's stdin holding `data`: a pipe already filled and closed when the payload fits
+    in one pipe page (any pipe holds that much, so the write never blocks), else a temporary file."""
+    if len(data) <= 4096:
+        r, w = os.pipe()
+        try:
+            if data:
+                os.write(w, data)
+        finally:
+            os.close(w)
+        return os.fdopen(r, "rb", buffering=0)
+    f = tempfile.TemporaryFile()
+    f.write(data)
+    f.seek(0)
+    return f
 
 
 def _proc_start(pid: int):

@@ -34,6 +34,9 @@ def _v1(db) -> None:
             timeout_ms INTEGER NOT NULL,
             run_at INTEGER NOT NULL,
             waiting_on INTEGER NOT NULL DEFAULT 0,
+            -- 1: the job has `after` dependencies (rows in job_deps as job_id); 2: other jobs depend
+            -- on it (rows as after_id). Lets claim and complete skip job_deps for most jobs.
+            dep_flags INTEGER NOT NULL DEFAULT 0,
             unique_key TEXT,
             idempotency_key TEXT UNIQUE,
             worker TEXT,

@@ -25,6 +25,7 @@ from jobctl.models import FINISHED, Event, Job
 from jobctl.payloads import sha256
 
 HELD = ("running", "cancel_requested")
+DEPENDS, DEPENDED_ON = 1, 2  # bits of jobs.dep_flags (schema.py)
 UNIQUE_LIVE = ("pending", "running", "cancel_requested")
 
 # Filesystems on which SQLite's locks cannot be trusted.
@@ -375,6 +376,9 @@ class SQLiteEngine:
         job_id = cur.lastrowid
         if after:
             c.executemany("INSERT INTO job_deps (job_id, after_id) VALUES (?, ?)", [(job_id, a) for a in after])
+            c.execute(
+                f"UPDATE jobs SET dep_flags = dep_flags | CASE WHEN id = ? THEN {DEPENDS} ELSE {DEPENDED_ON} END "
+                f"WHERE id IN (?,{','.join('?' * len(after))})", [job_id, job_id, *after])
         self._event(job_id, now, None, "pending", actor, "enqueued")
         return job_id, True
 
@@ -414,8 +418,9 @@ class SQLiteEngine:
             ).fetchall()  # fetch before COMMIT: an unfinished RETURNING cursor blocks it
             if rows:
                 job = Job.from_row(rows[0])
-                job.after = [r[0] for r in c.execute(
-                    "SELECT after_id FROM job_deps WHERE job_id = ? ORDER BY after_id", (job.id,))]
+                if rows[0]["dep_flags"] & DEPENDS:
+                    job.after = [r[0] for r in c.execute(
+                        "SELECT after_id FROM job_deps WHERE job_id = ? ORDER BY after_id", (job.id,))]
                 self._event(job.id, now, "pending", "running", request.worker, f"run {job.attempts} of {job.max_attempts}")
                 return job
         return None
@@ -426,12 +431,27 @@ class SQLiteEngine:
         with self._write() as c:
             return self._decide_and_apply(c, job_id, decide, now, actor)
 
-    def update_job_and_claim(self, job_id: int, decide: Decide, request: ClaimRequest, now: int,
-                             actor: str) -> tuple[Job, Job | None]:
-        # One transaction (one commit, one fsync) instead of two: a worker's finish-then-claim.
+    def update_job_and_claim(self, job_id: int, decide: Decide, request: ClaimRequest | None, now: int,
+                             actor: str, *, also: list[tuple[int, Decide]] = (),
+                             more_requests: list[ClaimRequest] | None = None):
+        """One transaction (one commit, one fsync) instead of two: a worker's finish-then-claim.
+
+        With `also` (more jobs to update) or `more_requests` (more claims after `request`, which may
+        then be None; each with its own token) it returns ([updated jobs], [claimed jobs]): a worker
+        running several handlers writes every one that finished, and claims as many, in one commit.
+        All or nothing."""
         with self._write() as c:
             job = self._decide_and_apply(c, job_id, decide, now, actor)
-            return job, self._claim(c, request, now)
+            if not also and more_requests is None:
+                return job, self._claim(c, request, now)
+            done = [job, *(self._decide_and_apply(c, i, d, now, actor) for i, d in also)]
+            claimed = []
+            for r in ([request] if request is not None else []) + list(more_requests or ()):
+                nxt = self._claim(c, r, now)
+                if nxt is None:
+                    break
+                claimed.append(nxt)
+            return done, claimed
 
     def _decide_and_apply(self, c, job_id: int, decide: Decide, now: int, actor: str) -> Job:
         """Inside a write transaction: read the row, let the queue decide, apply the change."""
@@ -457,7 +477,7 @@ class SQLiteEngine:
         ).fetchall()
         if not rows:  # cannot happen under the write lock; refuse rather than guess
             raise InvalidState(f"job {job.id} changed while it was being updated; retry")
-        if change.to_status == "completed" and job.status != "completed":
+        if change.to_status == "completed" and job.status != "completed" and rows[0]["dep_flags"] & DEPENDED_ON:
             # Jobs waiting on this one have one dependency fewer; one whose last dependency just
             # completed becomes ready now, so its age (and its place in the claim order) counts
             # from this moment rather than from when it was enqueued.

@@ -338,7 +338,8 @@ def test_handler_stdin_is_byte_exact_and_secrets_stay_out_of_logs_and_command_li
 def test_worker_waits_out_a_held_write_lock_and_continues(env):
     from .util import hold, release
 
-    e = env(lease="30s")
+    # each handler takes 100 ms, so the worker is still busy when the lock is taken however fast it gets
+    e = env(lease="30s", command=["/bin/sh", "-c", RECORD + "; sleep 0.1"])
     ids = e.enqueue(20)
     e.env["JOBCTL_BUSY_TIMEOUT"] = "500ms"  # so that the lock outlasts the worker's busy timeout
     w = e.worker("patient", "--stop-when-empty", "--poll", "100ms")

@@ -109,19 +109,6 @@ class EnqueueResult(Record):
         self.created = created
 
 
-class _LazyRandom:
-    """The `random` module, imported on first use: only a jittered backoff needs it, and the
-    one-shot commands start ~1 ms sooner without it."""
-
-    def __getattr__(self, name):
-        import random as module
-
-        return getattr(module, name)
-
-
-random = _LazyRandom()
-
-
 def _refuse(job: Job, action: str, hint: str = "") -> InvalidState:
     return InvalidState(f"job {job.id} is {job.status}; cannot {action}{hint}")
 
@@ -390,6 +377,8 @@ class Queue:
                 return Change("buried", fields, message=f"{error}; buried: {why}", details=details, run="failed")
             delay = retry_s if retry_s is not None else backoff_delay(job.backoff, job.attempts)
             if jitter and retry_s is None:
+                import random  # only a jittered backoff needs it: one-shot commands start sooner
+
                 delay *= 1 + random.uniform(-jitter, jitter)
             fields["run_at"] = now + int(delay * 1000)
             return Change("pending", fields, details=details, run="failed",

@@ -74,3 +74,21 @@ def snapshot(path):
         return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
     finally:
         conn.close()
+
+
+T0 = 1_900_000_000.0  # a fixed "now" (2030), in seconds, for tests that move time themselves
+
+
+@pytest.fixture
+def clock():
+    return Clock(T0)
+
+
+@pytest.fixture
+def q(db, clock):
+    """A queue on a real file whose clock stands at T0 until the test moves it."""
+    from jobctl.queue import Queue
+
+    queue = Queue.open(db, create=True, clock=clock)
+    yield queue
+    queue.close()

@@ -9,21 +9,6 @@ import pytest
 from jobctl.config import Settings
 from jobctl.durations import parse_time
 from jobctl.queue import Queue, backoff_delay
-from conftest import Clock
-
-T0 = 1_900_000_000.0  # a fixed "now" (2030), in seconds
-
-
-@pytest.fixture
-def clock():
-    return Clock(T0)
-
-
-@pytest.fixture
-def q(db, clock):
-    queue = Queue.open(db, create=True, clock=clock)
-    yield queue
-    queue.close()
 
 
 def _delays(q, clock, backoff, runs):

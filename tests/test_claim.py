@@ -8,22 +8,7 @@ import time
 
 import pytest
 
-from conftest import Clock, JOBCTL
-from jobctl.queue import Queue
-
-T0 = 1_900_000_000.0
-
-
-@pytest.fixture
-def clock():
-    return Clock(T0)
-
-
-@pytest.fixture
-def q(db, clock):
-    queue = Queue.open(db, create=True, clock=clock)
-    yield queue
-    queue.close()
+from conftest import JOBCTL
 
 
 def drain(q, **options):

@@ -323,23 +323,21 @@ class Queue:
         return self.engine.update_job(validate_job_id(job_id), decide, self.now(), actor or operator_name())
 
     def complete_and_claim(self, job_id: int, *, token: str | None = None, result=None, actor: str | None = None,
-                           worker: str | None = None, queues=None, types=None, lease=None,
-                           also: list[tuple[int, str | None, object]] = (), claim: int = 1):
-        """complete, then claim the next job, in one transaction (the worker's fast path).
+                           worker: str | None = None, queues=None, types=None, lease=None) -> tuple[Job, Job | None]:
+        """complete, then claim the next job, in one transaction (the worker's fast path):
+        (the completed job, the next job or None)."""
+        done, claimed = self.complete_many_and_claim([(job_id, token, result)], claim=1, actor=actor,
+                                                     worker=worker, queues=queues, types=types, lease=lease)
+        return done[0], (claimed[0] if claimed else None)
 
-        Returns (completed job, next job or None). With `also` ((job id, token, result) of more jobs
-        to complete) or `claim` other than 1 (how many jobs to claim, 0 or more) it returns
-        ([completed jobs], [claimed jobs]), all in the same transaction (one commit)."""
-        decide = self._complete_change(token, result)
-        request = self._claim_request(worker, queues, types, lease)
-        now, actor = self.now(), actor or operator_name()
-        if not also and claim == 1:
-            return self.engine.update_job_and_claim(validate_job_id(job_id), decide, request, now, actor)
-        more = [(validate_job_id(i), self._complete_change(t, r)) for i, t, r in also]
-        requests = [ClaimRequest(worker=request.worker, token=os.urandom(12).hex(), queues=request.queues,
-                                 types=request.types, lease_ms=request.lease_ms) for _ in range(claim - 1)]
-        return self.engine.update_job_and_claim(validate_job_id(job_id), decide, request if claim >= 1 else None,
-                                                now, actor, also=more, more_requests=requests)
+    def complete_many_and_claim(self, completions: list[tuple[int, str | None, object]], *, claim: int = 0,
+                                actor: str | None = None, worker: str | None = None, queues=None, types=None,
+                                lease=None) -> tuple[list[Job], list[Job]]:
+        """Complete each (job id, token, result) and claim up to `claim` next jobs, each with its own
+        token, in one transaction (one commit): ([completed jobs], [claimed jobs])."""
+        updates = [(validate_job_id(i), self._complete_change(t, r)) for i, t, r in completions]
+        requests = [self._claim_request(worker, queues, types, lease) for _ in range(claim)]
+        return self.engine.update_jobs_and_claim(updates, requests, self.now(), actor or operator_name())
 
     def _complete_change(self, token: str | None, result):
         result_text = None

@@ -495,12 +495,10 @@ class Worker:
             want = self.o.concurrency - len(self.running)
             if self.o.max_jobs is not None:
                 want = min(want, self.o.max_jobs - self.claimed)
-        first, rest = done[0], done[1:]
         try:
-            _, claimed = self._db(self.q.complete_and_claim, first.run.job.id, token=first.run.job.token,
-                                  result=first.result, actor=self.o.worker_id,
-                                  also=[(o.run.job.id, o.run.job.token, o.result) for o in rest],
-                                  claim=max(want, 0), **self._claim_options())
+            _, claimed = self._db(self.q.complete_many_and_claim,
+                                  [(o.run.job.id, o.run.job.token, o.result) for o in done],
+                                  claim=max(want, 0), actor=self.o.worker_id, **self._claim_options())
         except Retry:
             for o in done:
                 o.next_try = time.monotonic() + self.db_delay

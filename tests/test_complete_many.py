@@ -15,17 +15,17 @@ def test_complete_several_and_claim_several_in_one_transaction(tmp_path):
     ids = [q.enqueue("t", {"i": i}).id for i in range(5)]
     a = q.claim(worker="w")
     b = q.claim(worker="w")
-    done, claimed = q.complete_and_claim(a.id, token=a.token, result={"r": 1}, actor="w", worker="w",
-                                         also=[(b.id, b.token, None)], claim=2)
+    done, claimed = q.complete_many_and_claim([(a.id, a.token, {"r": 1}), (b.id, b.token, None)], claim=2,
+                                              actor="w", worker="w")
     assert [j.id for j in done] == [a.id, b.id] and all(j.status == "completed" for j in done)
     assert q.get(a.id).result == '{"r":1}'
     assert [j.id for j in claimed] == ids[2:4]
     assert claimed[0].token != claimed[1].token  # every claim has its own fencing token
     assert all(q.get(j.id).status == "running" for j in claimed)
     # claim=0: only the completions; more wanted than there are: what there is
-    done, none = q.complete_and_claim(claimed[0].id, token=claimed[0].token, worker="w", claim=0)
+    done, none = q.complete_many_and_claim([(claimed[0].id, claimed[0].token, None)], worker="w", claim=0)
     assert none == [] and done[0].status == "completed"
-    done, last = q.complete_and_claim(claimed[1].id, token=claimed[1].token, worker="w", claim=3)
+    done, last = q.complete_many_and_claim([(claimed[1].id, claimed[1].token, None)], worker="w", claim=3)
     assert [j.id for j in last] == [ids[4]]
     runs = sqlite3.connect(tmp_path / "q.db").execute("SELECT count(*) FROM runs").fetchone()[0]
     assert runs == 4
@@ -37,7 +37,7 @@ def test_a_stale_token_in_the_batch_changes_nothing(tmp_path):
         q.enqueue("t", {"i": i})
     a, b = q.claim(worker="w"), q.claim(worker="w")
     with pytest.raises(StaleToken):
-        q.complete_and_claim(a.id, token=a.token, worker="w", also=[(b.id, "forged", None)], claim=1)
+        q.complete_many_and_claim([(a.id, a.token, None), (b.id, "forged", None)], worker="w", claim=1)
     assert q.get(a.id).status == "running" and q.get(b.id).status == "running"
     assert q.claim(worker="w") is not None  # the third job was not taken by the rolled-back claim
 

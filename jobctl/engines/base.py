@@ -100,10 +100,11 @@ class Engine(Protocol):
         """Read the job, call decide(job) -> Change (which may raise to refuse), apply it,
         write the event; all in one transaction. Raises NoSuchJob."""
 
-    def update_job_and_claim(self, job_id: int, decide: Decide, request: ClaimRequest, now: int,
-                             actor: str) -> tuple[Job, Job | None]:
-        """update_job, then claim, in one transaction (a worker finishing a job and taking the
-        next pays for one commit). If decide refuses, nothing changes and nothing is claimed."""
+    def update_jobs_and_claim(self, updates: list[tuple[int, Decide]], requests: list[ClaimRequest], now: int,
+                              actor: str) -> tuple[list[Job], list[Job]]:
+        """update_job for each (job id, decide), then a claim per request (stopping at the first
+        that finds nothing), in one transaction: a worker finishing jobs and taking the next ones
+        pays for one commit. If any decide refuses, nothing changes and nothing is claimed."""
 
     def update_expired(self, decide: Decide, now: int, actor: str, *, heartbeat_before: int | None = None,
                        dry_run: bool = False) -> list[tuple[Job, Change]]:

@@ -431,26 +431,18 @@ class SQLiteEngine:
         with self._write() as c:
             return self._decide_and_apply(c, job_id, decide, now, actor)
 
-    def update_job_and_claim(self, job_id: int, decide: Decide, request: ClaimRequest | None, now: int,
-                             actor: str, *, also: list[tuple[int, Decide]] = (),
-                             more_requests: list[ClaimRequest] | None = None):
-        """One transaction (one commit, one fsync) instead of two: a worker's finish-then-claim.
-
-        With `also` (more jobs to update) or `more_requests` (more claims after `request`, which may
-        then be None; each with its own token) it returns ([updated jobs], [claimed jobs]): a worker
-        running several handlers writes every one that finished, and claims as many, in one commit.
-        All or nothing."""
+    def update_jobs_and_claim(self, updates: list[tuple[int, Decide]], requests: list[ClaimRequest], now: int,
+                              actor: str) -> tuple[list[Job], list[Job]]:
+        """Every update, then up to len(requests) claims, in one transaction: a worker finishing
+        jobs and taking the next ones pays for one commit (one fsync). All or nothing."""
         with self._write() as c:
-            job = self._decide_and_apply(c, job_id, decide, now, actor)
-            if not also and more_requests is None:
-                return job, self._claim(c, request, now)
-            done = [job, *(self._decide_and_apply(c, i, d, now, actor) for i, d in also)]
+            done = [self._decide_and_apply(c, job_id, decide, now, actor) for job_id, decide in updates]
             claimed = []
-            for r in ([request] if request is not None else []) + list(more_requests or ()):
-                nxt = self._claim(c, r, now)
-                if nxt is None:
+            for request in requests:
+                job = self._claim(c, request, now)
+                if job is None:
                     break
-                claimed.append(nxt)
+                claimed.append(job)
             return done, claimed
 
     def _decide_and_apply(self, c, job_id: int, decide: Decide, now: int, actor: str) -> Job:

@@ -38,12 +38,23 @@ class Result:
     def output(self):
         return f"exit {self.exit_code}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
 
+    def one_error_line(self) -> str:
+        """The error must be exactly one `jobctl: error: ...` line and never a traceback."""
+        err = self.stderr if isinstance(self.stderr, str) else self.stderr.decode("utf-8", "replace")
+        assert "Traceback" not in err, self.output
+        lines = err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("jobctl: error: "), self.output
+        return lines[0]
 
-def run_cli(*args, db=None, input=None, env=None, timeout=60):
-    """jobctl as users meet it: a real subprocess."""
+
+def run_cli(*args, db=None, input=None, env=None, timeout=60, preexec_fn=None, binary=False):
+    """jobctl as users meet it: a real subprocess (binary=True: bytes in and out)."""
     argv = [*JOBCTL, *(["--db", str(db)] if db is not None else []), *map(str, args)]
+    if isinstance(input, str) and binary:
+        input = input.encode()
     full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run(argv, input=input, capture_output=True, text=True, env=full_env, timeout=timeout)
+    proc = subprocess.run(argv, input=input, capture_output=True, text=not binary, env=full_env, timeout=timeout,
+                          preexec_fn=preexec_fn)
     return Result(proc)
 
 

@@ -12,35 +12,12 @@ import sys
 import textwrap
 from pathlib import Path
 
-JOBCTL = [sys.executable, "-m", "jobctl"]
+from conftest import JOBCTL, Result, run_cli  # noqa: F401  (JOBCTL is re-exported)
 
 
-class Result:
-    def __init__(self, proc, text=True):
-        self.exit_code = proc.returncode
-        self.stdout = proc.stdout
-        self.stderr = proc.stderr
-
-    @property
-    def output(self):
-        return f"exit {self.exit_code}\nstdout:\n{self.stdout!r}\nstderr:\n{self.stderr!r}"
-
-    def one_error_line(self) -> str:
-        """The error must be exactly one `jobctl: error: ...` line and never a traceback."""
-        err = self.stderr if isinstance(self.stderr, str) else self.stderr.decode("utf-8", "replace")
-        assert "Traceback" not in err, self.output
-        lines = err.splitlines()
-        assert len(lines) == 1 and lines[0].startswith("jobctl: error: "), self.output
-        return lines[0]
-
-
-def jobctl(*args, db=None, input=None, env=None, timeout=120, preexec_fn=None, binary=False) -> Result:
-    argv = [*JOBCTL, *(["--db", str(db)] if db is not None else []), *map(str, args)]
-    if isinstance(input, str) and binary:
-        input = input.encode()
-    proc = subprocess.run(argv, input=input, capture_output=True, text=not binary, env={**os.environ, **(env or {})},
-                          timeout=timeout, preexec_fn=preexec_fn)
-    return Result(proc)
+def jobctl(*args, timeout=120, **kw) -> Result:
+    """run_cli with a longer timeout: torture tests wait on locks and full disks."""
+    return run_cli(*args, timeout=timeout, **kw)
 
 
 def connect_ro(db) -> sqlite3.Connection:

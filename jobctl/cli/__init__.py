@@ -47,13 +47,13 @@ def run(argv: list[str] | None = None) -> int:
     from typer._click.exceptions import ClickException, UsageError
 
     debug = os.environ.get("JOBCTL_DEBUG") == "1"
-    if os.environ.get("_JOBCTL_COMPLETE"):  # a TAB in a shell that sourced completions/
+    commands, groups = app.registered_commands, app.registered_groups
+    if os.environ.get("_JOBCTL_COMPLETE"):  # a TAB in a shell that sourced completions/: every command
         from jobctl.completion import register_shells
 
         register_shells()
-    commands, groups = app.registered_commands, app.registered_groups
-    only = None
-    if not os.environ.get("_JOBCTL_COMPLETE"):  # completion needs every command
+        only = None
+    else:
         only = _only_the_command_run(sys.argv[1:] if argv is None else list(argv))
     if only:
         app.registered_commands, app.registered_groups = only, []

@@ -20,18 +20,14 @@ SHELLS = {"bash": "jobctl.bash", "zsh": "_jobctl", "fish": "jobctl.fish"}
 
 
 def _queue_names(db_path: str, incomplete: str) -> list[str]:
-    import sqlite3
-    from urllib.parse import quote
+    from jobctl.engines.sqlite import SQLiteEngine
 
-    # Read-only, no waiting on locks, never creating the file: a TAB must not change anything.
-    conn = sqlite3.connect(f"file:{quote(db_path)}?mode=ro", uri=True, timeout=0.2)
+    # No waiting on locks and never creating the file: a TAB must not hang or change anything.
+    engine = SQLiteEngine.open(db_path, busy_timeout=0.2)
     try:
-        rows = conn.execute(
-            "SELECT queue FROM job_counts WHERE n > 0 UNION SELECT name FROM queues ORDER BY 1"
-        ).fetchall()
+        return [name for name in engine.queue_names() if name.startswith(incomplete)]
     finally:
-        conn.close()
-    return [r[0] for r in rows if isinstance(r[0], str) and r[0].startswith(incomplete)]
+        engine.close()
 
 
 def complete_queue(ctx, incomplete: str) -> list[str]:

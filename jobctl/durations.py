@@ -7,7 +7,6 @@ times become milliseconds since the epoch (UTC), and stored milliseconds become 
 from __future__ import annotations
 
 import re
-import time
 from datetime import datetime, timezone
 
 from jobctl.errors import InvalidInput
@@ -103,10 +102,6 @@ def parse_time(text: str) -> int:
         if dt.year < 1970:
             return 0  # long past: callers treat a time in the past as now
         raise InvalidInput(f"invalid time {text!r}: out of range (use a year from 1970 to 9998)") from None
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def to_rfc3339(ms: int | None) -> str | None:

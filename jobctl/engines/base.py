@@ -133,7 +133,7 @@ class Engine(Protocol):
     def dependencies(self, job_id: int) -> list[tuple[int, str | None]]:
         """The `after` ids of a job with their states (None when that job was purged)."""
     def queue_names(self) -> list[str]:
-        """Queues with ready jobs or a row in the queues table (for shell completion)."""
+        """Queues that hold jobs or were ever paused (for shell completion)."""
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                   limit: int = 50) -> list[Job]: ...
     def paused_queues(self) -> set[str]: ...

@@ -634,9 +634,8 @@ class SQLiteEngine:
 
     def queue_names(self) -> list[str]:
         with self._errors():
-            rows = self.conn.execute(
-                "SELECT DISTINCT queue FROM jobs INDEXED BY jobs_ready_by_queue WHERE status = 'pending' "
-                "AND waiting_on = 0 UNION SELECT name FROM queues ORDER BY 1"
+            rows = self.conn.execute(  # job_counts: one row per queue and state, kept by triggers
+                "SELECT queue FROM job_counts WHERE n > 0 UNION SELECT name FROM queues ORDER BY 1"
             ).fetchall()
             return [r[0] for r in rows]
 

@@ -35,6 +35,7 @@ FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.CANCELLED, JobStatus.BURIED
 ACTIVE = frozenset({JobStatus.RUNNING, JobStatus.CANCEL_REQUESTED})  # held by a worker
 
 STATES = tuple(s.value for s in JobStatus)
+LIST_SORTS = ("newest", "oldest", "priority", "run-at", "updated")  # `list --sort`, in the engine's order terms
 
 
 class Record:

@@ -526,27 +526,14 @@ class Queue:
     def events(self, job_id: int) -> list[Event]:
         return self.engine.events(validate_job_id(job_id))
 
-    # `list --sort`: name -> ORDER BY (fixed strings; never built from input).
-    LIST_ORDERS = {"newest": "id DESC", "oldest": "id", "priority": "priority DESC, run_at, id",
-                   "run-at": "run_at, id", "updated": "updated_at DESC, id DESC"}
-
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                   limit: int = 50, stuck: bool = False, older_than=None, sort: str = "newest") -> list[Job]:
         """Jobs matching all filters. stuck: running or cancel_requested with an expired lease or past
         their timeout (as in stats). older_than: created longer ago than this duration."""
-        from jobctl.models import STATES
+        from jobctl.models import LIST_SORTS, STATES
 
-        if sort not in self.LIST_ORDERS:
-            raise InvalidInput(f"invalid sort {sort!r}: use one of {', '.join(self.LIST_ORDERS)}")
-        where, params = [], []
-        now = self.now()
-        if stuck:
-            where.append("status IN ('running', 'cancel_requested') AND (lease_expires_at < ? OR claimed_at + timeout_ms < ?)")
-            params += [now, now]
-        if older_than is not None:
-            where.append("created_at < ?")
-            params.append(now - int(parse_duration(older_than, what="--older-than") * 1000))
-
+        if sort not in LIST_SORTS:
+            raise InvalidInput(f"invalid sort {sort!r}: use one of {', '.join(LIST_SORTS)}")
         statuses = list(statuses)
         for s in statuses:
             if s not in STATES:
@@ -557,8 +544,12 @@ class Queue:
             validate_name(type, "type")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1_000_000:
             raise InvalidInput(f"invalid limit {limit!r}: must be from 1 to 1000000")
+        now = self.now()
+        created_before = None
+        if older_than is not None:
+            created_before = now - int(parse_duration(older_than, what="--older-than") * 1000)
         return self.engine.list_jobs(statuses=statuses, queue=queue, type=type, limit=limit,
-                                     where=" AND ".join(where) or None, params=params, order=self.LIST_ORDERS[sort])
+                                     stuck_at=now if stuck else None, created_before=created_before, sort=sort)
 
     def purge(self, *, completed_older_than=None, cancelled_older_than=None, buried_older_than=None,
               dry_run: bool = False, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:

@@ -239,3 +239,17 @@ def test_reads(engine):
     assert [j.id for j in engine.list_jobs(limit=1)] == [3]
     with pytest.raises(NoSuchJob):
         engine.get_job(42)
+
+
+def test_list_filters_and_orders(engine):
+    engine.insert_jobs([new(priority=0), new(priority=20)], NOW, "a")
+    engine.insert_jobs([new(priority=10, run_at=NOW + 5_000)], NOW + 1_000, "a")
+    held = engine.claim(req(lease_ms=1_000), NOW + 1_000)  # job 2 (priority 20), lease until NOW + 2 s
+    assert held.id == 2
+    ids = lambda **kw: [j.id for j in engine.list_jobs(**kw)]  # noqa: E731
+    assert ids(sort="oldest") == [1, 2, 3]
+    assert ids(sort="priority") == [2, 3, 1]
+    assert ids(sort="run-at") == [1, 2, 3]
+    assert ids(created_before=NOW + 1_000) == [2, 1]
+    assert ids(stuck_at=NOW + 1_500) == []  # lease still good
+    assert ids(stuck_at=NOW + 2_500) == [2]  # lease expired

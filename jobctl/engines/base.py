@@ -135,7 +135,10 @@ class Engine(Protocol):
     def queue_names(self) -> list[str]:
         """Queues that hold jobs or were ever paused (for shell completion)."""
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
-                  limit: int = 50) -> list[Job]: ...
+                  limit: int = 50, stuck_at: int | None = None, created_before: int | None = None,
+                  sort: str = "newest") -> list[Job]:
+        """Jobs matching every filter, in a models.LIST_SORTS order. stuck_at: only held jobs whose
+        lease expired or that ran past their timeout at that time. created_before: created earlier."""
     def paused_queues(self) -> set[str]: ...
 
     def stats_snapshot(self, now: int, *, limit: int = 10, sample: int = 10_000) -> dict:

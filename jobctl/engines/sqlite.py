@@ -600,8 +600,11 @@ class SQLiteEngine:
                 for r in c.execute("SELECT * FROM events WHERE job_id = ? ORDER BY id", (job_id,))
             ]
 
+    _LIST_ORDERS = {"newest": "id DESC", "oldest": "id", "priority": "priority DESC, run_at, id",
+                    "run-at": "run_at, id", "updated": "updated_at DESC, id DESC"}  # keys: models.LIST_SORTS
+
     def list_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None, limit: int = 50,
-                  where: str | None = None, params: list | None = None, order: str = "id DESC") -> list[Job]:
+                  stuck_at: int | None = None, created_before: int | None = None, sort: str = "newest") -> list[Job]:
         clauses, args = [], []
         statuses = list(statuses)
         if statuses:
@@ -613,11 +616,14 @@ class SQLiteEngine:
         if type is not None:
             clauses.append("type = ?")
             args.append(type)
-        if where:
-            clauses.append(where)
-            args += params or []
+        if stuck_at is not None:  # held, and its lease expired or it ran past its timeout
+            clauses.append("status IN ('running', 'cancel_requested') AND (lease_expires_at < ? OR claimed_at + timeout_ms < ?)")
+            args += [stuck_at, stuck_at]
+        if created_before is not None:
+            clauses.append("created_at < ?")
+            args.append(created_before)
         sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(clauses) if clauses else "")
-        sql += f" ORDER BY {order} LIMIT ?"
+        sql += f" ORDER BY {self._LIST_ORDERS[sort]} LIMIT ?"
         with self._read() as c:
             return self._with_after(c, [Job.from_row(r) for r in c.execute(sql, [*args, limit])])
 

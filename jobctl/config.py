@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from jobctl.durations import parse_duration, parse_priority
+from jobctl.durations import parse_duration, parse_priority, validate_name
 from jobctl.errors import ConfigError, InvalidInput
 from jobctl.models import Record
 
@@ -273,8 +273,6 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
             except InvalidInput as e:
                 raise ConfigError(f"{where}: {e}") from None
         elif key == "queue":
-            from jobctl.queue import validate_name
-
             try:
                 settings.queue = validate_name(value, "queue")
             except InvalidInput as e:
@@ -299,8 +297,6 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
     if not isinstance(types, dict):
         raise ConfigError("[types] must be a table of tables")
     for name, table in types.items():
-        from jobctl.queue import validate_name
-
         try:
             validate_name(name, "type")
         except InvalidInput as e:

@@ -110,3 +110,16 @@ def to_rfc3339(ms: int | None) -> str | None:
         return None
     dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+
+
+def validate_name(value, what: str = "name") -> str:
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
+        shown = repr(value) if not isinstance(value, str) or len(value) <= 80 else repr(value[:80] + "…")
+        raise InvalidInput(
+            f"invalid {what} name {shown}: use 1 to 64 characters, letters, digits and _ . : -, "
+            "starting with a letter or digit"
+        )
+    return value

@@ -6,34 +6,22 @@ own, and nothing here imports typer, rich or sqlite-utils.
 from __future__ import annotations
 
 import os
-import re
 import time
 from typing import Callable, Iterable
 
 from jobctl import payloads
 from jobctl.config import Settings, parse_backoff
-from jobctl.durations import format_duration, parse_duration, parse_priority, parse_time, to_rfc3339
+from jobctl.durations import format_duration, parse_duration, parse_priority, parse_time, to_rfc3339, validate_name
 from jobctl.engines.base import ClaimRequest, Change, NewJob
 from jobctl.errors import CancelRequested, InvalidInput, InvalidState, NoSuchJob, StaleToken
 from jobctl.models import Event, Job, Record
 
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_ID = 2**63 - 1
 ERROR_MAX_CHARS = 500
 HELD = ("running", "cancel_requested")
 BATCH_KEYS = {"type", "payload", "queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
               "key", "unique", "after"}
-
-
-def validate_name(value, what: str = "name") -> str:
-    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
-        shown = repr(value) if not isinstance(value, str) or len(value) <= 80 else repr(value[:80] + "…")
-        raise InvalidInput(
-            f"invalid {what} name {shown}: use 1 to 64 characters, letters, digits and _ . : -, "
-            "starting with a letter or digit"
-        )
-    return value
 
 
 def validate_job_id(value) -> int:

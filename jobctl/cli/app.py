@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
 from typing import Optional
 
 import typer
@@ -27,15 +26,18 @@ app = typer.Typer(
 )
 
 
-@dataclass
 class State:
-    """The global options, and the settings and queue they lead to (opened on first use)."""
+    """The global options, and the settings and queue they lead to (opened on first use).
 
-    db: str | None = None
-    config: str | None = None
-    busy_timeout: str | None = None
-    allow_network_fs: bool = False
-    _settings: object = field(default=None, repr=False)
+    A plain class, not a dataclass: importing dataclasses costs every one-shot command ~1 ms."""
+
+    def __init__(self, db: str | None = None, config: str | None = None, busy_timeout: str | None = None,
+                 allow_network_fs: bool = False):
+        self.db = db
+        self.config = config
+        self.busy_timeout = busy_timeout
+        self.allow_network_fs = allow_network_fs
+        self._settings = None
 
     @property
     def settings(self):

@@ -424,6 +424,80 @@ def case_spawn(a: dict) -> dict:
     return {"value": n / elapsed, "seconds": elapsed, "missing": 0, "duplicates": 0}
 
 
+def case_floor_worker(a: dict) -> dict:
+    """The floor of any worker that keeps SPEC's guarantees, and what claiming ahead would buy: a
+    hand-written worker on a jobctl file (same table, indexes, triggers and pragmas) that runs
+    `true` for each job with the payload on stdin in a new session, as `jobctl work` does, and
+    nothing else: no event history, no run log, no orphan registry, no logs, no result capture.
+
+    mode "sequential": complete the finished job and claim the next in one BEGIN IMMEDIATE
+    transaction, then start it (one commit between one handler's exit and the next spawn).
+    mode "ahead": start the job claimed by the previous transaction first, then complete the
+    finished one and claim the one after while the handler runs, so that the commit overlaps it.
+    That job is `running` (attempts + 1, lease ticking) before anything runs it: SPEC §2 reads
+    `running` and `attempts` as started, which is why jobctl does not do this.
+    The whole process is timed, start-up included, as `jobctl work` is."""
+    db, n = a["db"], a["n"]
+    from jobctl.config import Settings
+    from jobctl.queue import Queue
+
+    with Queue.open(db, Settings(), create=True) as q:
+        q.enqueue_batch([f'{{"type":"noop","payload":{{"i":{i}}}}}' for i in range(n)])
+    t = time.perf_counter()
+    r = subprocess.run([PY, __file__, "floor_worker_run", json.dumps(a)], stderr=subprocess.PIPE)
+    elapsed = time.perf_counter() - t
+    if r.returncode != 0:
+        raise SystemExit(f"floor worker failed: {r.stderr.decode(errors='replace')[-500:]}")
+    done = count_jobs(db, "completed")
+    return {"value": done / elapsed, "seconds": elapsed, "missing": n - done, "duplicates": 0}
+
+
+def floor_worker_run(a: dict) -> None:
+    conn = sqlite3.connect(a["db"], isolation_level=None, timeout=5.0)
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA temp_store = MEMORY")
+    claim_sql = (
+        "UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = 'floor', claimed_at = ?1, "
+        "lease_expires_at = ?1 + timeout_ms, token = ?2 WHERE id = ("
+        "SELECT id FROM jobs INDEXED BY jobs_ready WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?1 "
+        "ORDER BY priority DESC, run_at, id LIMIT 1) RETURNING id, payload")
+    done_sql = "UPDATE jobs SET status = 'completed', finished_at = ?, token = NULL WHERE id = ? AND status = 'running'"
+
+    def transaction(finished):
+        """Complete `finished` (an id or None) and claim the next job, in one transaction."""
+        now = int(time.time() * 1000)
+        conn.execute("BEGIN IMMEDIATE")
+        if finished is not None:
+            conn.execute(done_sql, (now, finished))
+        row = conn.execute(claim_sql, (now, os.urandom(12).hex())).fetchone()
+        conn.execute("COMMIT")
+        return row
+
+    def spawn(job):
+        r, w = os.pipe()
+        os.write(w, job[1].encode())
+        os.close(w)
+        try:
+            return subprocess.Popen(["true"], stdin=r, start_new_session=True)
+        finally:
+            os.close(r)
+
+    job = transaction(None)
+    if a["mode"] == "sequential":
+        while job is not None:
+            spawn(job).wait()
+            job = transaction(job[0])
+    else:
+        finished = None
+        while job is not None:
+            proc = spawn(job)
+            following = transaction(finished)  # while the handler runs
+            proc.wait()
+            finished, job = job[0], following
+        if finished is not None:
+            transaction(finished)
+
+
 # -- 5. claim latency -----------------------------------------------------------------------------
 
 def build_pending(db: str, n: int) -> None:
@@ -484,12 +558,14 @@ def case_stats(a: dict) -> dict:
 
 CASES = {
     "enqueue": case_enqueue, "batch_cli": case_batch_cli, "batch_peer": case_batch_peer, "claim": case_claim,
-    "work": case_work, "spawn": case_spawn, "latency": case_latency, "stats": case_stats,
+    "work": case_work, "spawn": case_spawn, "floor_worker": case_floor_worker, "latency": case_latency, "stats": case_stats,
 }
 
 if __name__ == "__main__":
     if sys.argv[1] == "worker":
         worker(sys.argv[2], json.loads(sys.argv[3]))
+    elif sys.argv[1] == "floor_worker_run":
+        floor_worker_run(json.loads(sys.argv[2]))
     else:
         result = CASES[sys.argv[1]](json.loads(sys.argv[2]))
         sys.stdout.write(json.dumps(result) + "\n")

@@ -159,6 +159,10 @@ def workloads(args, tmp: Path) -> list[Workload]:
         Case("python loop: spawn and reap `true`", "ref", "spawn", {"n": n_work}, "-"),
         Case("jobctl work --stop-when-empty, handler `true`", "jobctl", "work", {"n": n_work}, JOBCTL_FULL),
         Case("jobctl work --concurrency 2", "jobctl", "work", {"n": n_work, "concurrency": 2}, JOBCTL_FULL),
+        Case("floor: hand-written worker, one commit per job, nothing else", "floor", "floor_worker",
+             {"n": n_work, "mode": "sequential"}, RAW_FULL),
+        Case("floor: the same, claiming the next job while one runs", "floor", "floor_worker",
+             {"n": n_work, "mode": "ahead"}, RAW_FULL),
     ]
     out.append(Workload("work", f"`jobctl work` running {n_work:,} jobs whose handler is `true`", "jobs/s",
                         "higher", work, skipped=command_exists("work")))
@@ -317,11 +321,15 @@ def targets(results: dict[str, list[dict]]) -> list[tuple[str, str, bool | None]
     check("enqueue --batch ≥ 40% of executemany", row("batch", "jobctl enqueue --batch - (NDJSON on stdin)"),
           lambda r: r["ratio"] >= 0.4, lambda r: f"{r['ratio'] * 100:.0f}%")
     for g in ("1 process", "4 processes"):
-        r = row("claim", "jobctl core: q.claim() + q.complete()", g)
-        check(f"claim + complete ≥ 80% of hand-written ({g})", r, lambda r: r["ratio"] >= 0.8,
+        # Issue 5 names both: the core's claim + complete, and "completing a job and claiming the
+        # next in one transaction in the worker". Each is scored on its own line.
+        two = row("claim", "jobctl core: q.claim() + q.complete()", g)
+        one = row("claim", "jobctl core: q.complete_and_claim() (the worker's path)", g)
+        check(f"claim + complete ≥ 80% of hand-written, two transactions ({g})", two, lambda r: r["ratio"] >= 0.8,
               lambda r: f"{r['ratio'] * 100:.0f}%")
-        for path, r in (("q.claim + q.complete", r),
-                        ("q.complete_and_claim", row("claim", "jobctl core: q.complete_and_claim() (the worker's path)", g))):
+        check(f"claim + complete ≥ 80% of hand-written, the worker's one transaction ({g})", one,
+              lambda r: r["ratio"] >= 0.8, lambda r: f"{r['ratio'] * 100:.0f}%")
+        for path, r in (("q.claim + q.complete", two), ("q.complete_and_claim", one)):
             if not (r and r["median"]):
                 continue
             peers = [p for p in results.get("claim", []) if p["role"] == "peer" and p["group"] == g
@@ -333,6 +341,11 @@ def targets(results: dict[str, list[dict]]) -> list[tuple[str, str, bool | None]
                         not ahead if peers else None))
     work1, work2 = row("work", "jobctl work --stop-when-empty, handler `true`"), row("work", "jobctl work --concurrency 2")
     check("work ≥ 80% of the spawn loop", work1, lambda r: r["ratio"] >= 0.8, lambda r: f"{r['ratio'] * 100:.0f}%")
+    floors = [row("work", "floor: hand-written worker, one commit per job, nothing else"),
+              row("work", "floor: the same, claiming the next job while one runs")]
+    if all(f and f["ratio"] for f in floors):
+        out.append(("(what a worker doing nothing but claim and complete reaches on this file)",
+                    f"{floors[0]['ratio'] * 100:.0f}%; {floors[1]['ratio'] * 100:.0f}% claiming ahead", None))
     if work1 and work2 and work1["median"] and work2["median"]:
         out.append(("work --concurrency 2 faster than 1", f"{work2['median'] / work1['median']:.2f}×",
                     work2["median"] > work1["median"]))

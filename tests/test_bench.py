@@ -38,6 +38,10 @@ def test_jobctl_workloads_run_and_process_every_job_once(tmp_path):
             assert r["ratio"] is not None, (workload, r)
     for r in results["work"] + results["stats"]:  # measured once those commands exist, else skipped
         assert not r["errors"], r
+    floors = [r for r in results["work"] if r["role"] == "floor"]
+    assert len(floors) == 2
+    for r in floors:  # the hand-written floor workers run every job once too
+        assert r["median"] > 0 and (r["duplicates"], r["missing"]) == (0, 0), r
     assert any(t["target"].startswith("enqueue ≤ 1.2×") for t in report["targets"])
 
 

@@ -30,11 +30,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from jobctl import payloads
+from jobctl import handlers
 from jobctl.config import Settings
 from jobctl.durations import format_duration, to_rfc3339
-from jobctl.errors import (CancelRequested, DatabaseBusy, DiskFull, InvalidInput, InvalidState,
-                           JobctlError, NoSuchJob)
+from jobctl.errors import CancelRequested, DatabaseBusy, DiskFull, InvalidInput, InvalidState, JobctlError, NoSuchJob
 from jobctl.models import Job
 from jobctl.untrusted import safe
 
@@ -44,14 +43,15 @@ IDLE_MIN_DELAY = 0.05
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def default_worker_id() -> str:
-    """JOBCTL_WORKER_ID, else host:pid of this worker process."""
+def own_worker_id() -> str:
+    """`work`'s default worker id: JOBCTL_WORKER_ID, else host:pid of this worker process, so that
+    N workers started from one shell differ (`claim` names the calling shell instead)."""
     return os.environ.get("JOBCTL_WORKER_ID") or f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass
 class WorkerOptions:
-    worker_id: str = field(default_factory=default_worker_id)
+    worker_id: str = field(default_factory=own_worker_id)
     queues: list[str] | None = None  # None: every queue
     types: list[str] | None = None  # None: every type with a command
     concurrency: int = 1
@@ -178,9 +178,7 @@ class Worker:
         self.db_delay = 0.0
         self.db_busy_logged = False
         self.heartbeat_every = max(min(options.lease / 3, HEARTBEAT_MAX_INTERVAL), 0.05)
-        # Handlers this host started, one file per job (pid, start time, token): a worker killed
-        # with SIGKILL leaves its handler running; the next worker to claim that job stops it first.
-        self.registry = os.path.abspath(queue.engine.path) + "-handlers"
+        self.registry = handlers.Registry(queue.engine.path)
         env = dict(os.environ)
         env["JOBCTL_DB"] = os.path.abspath(queue.engine.path)
         if options.config_path:
@@ -275,7 +273,7 @@ class Worker:
     def _check_stop(self, now: float) -> None:
         if self.signals > self.signals_seen:
             self.signals_seen = self.signals
-            name = _signal_name(self.last_signal)
+            name = handlers.signal_name(self.last_signal)
             if self.signals_seen == 1:
                 self._begin_stop(now, self.o.grace, f"{name} received")
             elif self.signals_seen == 2:
@@ -318,14 +316,12 @@ class Worker:
         out = tempfile.TemporaryFile()
         err = tempfile.TemporaryFile()
         try:
-            stdin = _stdin_for(job.payload.encode("utf-8"))  # exactly as stored; never on a command line
+            stdin = handlers.stdin_for(job.payload.encode("utf-8"))  # exactly as stored; never on a command line
             self._stop_orphans(job)
-            before = _boot_ticks()
+            before = handlers.boot_ticks()
             proc = subprocess.Popen(tc.command, stdin=stdin, stdout=out, stderr=err, env=env,
                                     start_new_session=True, close_fds=True, shell=False)
-            # The handler started between these two instants: its start time in /proc lies between
-            # them (reading it now would wait for the exec to finish, ~0.5 ms a job).
-            self._register(job, proc.pid, before, _boot_ticks())
+            self.registry.record(job.id, job.token, self.o.worker_id, proc.pid, before, handlers.boot_ticks())
         except (OSError, ValueError, AttributeError) as e:
             out.close()
             err.close()
@@ -343,67 +339,16 @@ class Worker:
                                     now + self.heartbeat_every))
         self.log("start", "", job)
 
-    def _register(self, job: Job, pid: int, start_min, start_max) -> None:
-        record = json.dumps({"pid": pid, "start": None if None in (start_min, start_max) else [start_min, start_max],
-                             "token": job.token, "worker": self.o.worker_id}).encode()
-        tmp = os.path.join(self.registry, f".{job.id}.{os.getpid()}")
-        for _ in range(2):
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                try:
-                    os.write(fd, record)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, os.path.join(self.registry, str(job.id)))
-                return
-            except FileNotFoundError:  # the folder is made once, and again if someone removed it
-                try:
-                    os.makedirs(self.registry, mode=0o700, exist_ok=True)
-                except OSError:
-                    return
-            except OSError:
-                return  # best effort: without the record, a rerun cannot see a stray handler
-
-    def _unregister(self, job: Job) -> None:
-        try:
-            os.unlink(os.path.join(self.registry, str(job.id)))
-        except OSError:
-            pass
-
     def _stop_orphans(self, job: Job) -> None:
-        """Before running a job: if a handler of an earlier run of it still lives on this host (its
-        worker was killed), stop it and whatever it started, even what escaped with setsid (found
-        by the earlier claim's token in its environment), so that two runs never overlap."""
-        try:
-            with open(os.path.join(self.registry, str(job.id))) as f:
-                rec = json.load(f)
-            pid, token = int(rec["pid"]), str(rec["token"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return
-        if token == job.token:
-            return
-        pids = set(_environ_holders(f"JOBCTL_TOKEN={token}"))
-        start = rec.get("start")
-        if start is not None:
-            now_start = _proc_start(pid)
-            if now_start is not None and (start[0] <= now_start <= start[1] if isinstance(start, list)
-                                          else now_start == start):
-                pids.add(pid)
-        pids.discard(os.getpid())
+        """Before running a job: stop what an earlier run of it left running on this host (its
+        worker was killed), so that two runs never overlap."""
+        pids, worker = self.registry.strays(job.id, job.token)
         if pids:
-            self.log("orphan", f"a handler of an earlier run (worker {safe(rec.get('worker'))}, pid(s) "
+            self.log("orphan", f"a handler of an earlier run (worker {safe(worker)}, pid(s) "
                                f"{', '.join(map(str, sorted(pids)))}) is still running on this host; stopping it "
                                "before this run", job)
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                for p in pids:
-                    try:
-                        os.kill(p, sig)
-                    except OSError:
-                        pass
-                deadline = time.monotonic() + self.o.kill_grace
-                while any(_proc_start(p) is not None for p in pids) and time.monotonic() < deadline:
-                    time.sleep(0.02)
-        self._unregister(job)
+            handlers.stop_processes(pids, self.o.kill_grace)
+        self.registry.forget(job.id)
 
     def _signal_group(self, r: Running, sig) -> None:
         try:
@@ -440,7 +385,7 @@ class Worker:
             # The leader is a zombie: its group id is still ours. Kill what it left behind.
             self._signal_group(r, signal.SIGKILL)
             rc = r.proc.wait()
-            self._unregister(r.job)
+            self.registry.forget(r.job.id)
             self.running.remove(r)
             o = self._finish(r, rc)
             if o is not None:
@@ -453,15 +398,15 @@ class Worker:
 
     def _finish(self, r: Running, rc: int) -> Outcome | None:
         duration = time.monotonic() - r.started
-        tail = _tail_text(r.err, STDERR_TAIL_BYTES)
+        tail = handlers.tail_text(r.err, STDERR_TAIL_BYTES)
         out = r.out
         r.err.close()
-        details = {"exit_code": rc} if rc >= 0 else {"exit_code": None, "signal": _signal_name(-rc)}
+        details = {"exit_code": rc} if rc >= 0 else {"exit_code": None, "signal": handlers.signal_name(-rc)}
         details["duration"] = round(duration, 3)
         if tail:
             details["stderr_tail"] = tail
         last_err = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
-        how = f"exit {rc}" if rc >= 0 else f"killed by {_signal_name(-rc)}"
+        how = handlers.describe_exit(rc)
         reason = r.stop_reason
         if reason == "lost":
             out.close()
@@ -475,7 +420,7 @@ class Worker:
                               error=f"timed out after {format_duration(r.job.timeout_ms / 1000)}")
         elif rc == 0:
             outcome = Outcome(r, "complete", rc, duration,
-                              result=_result(out, self.settings.max_payload_bytes))
+                              result=handlers.result_line(out, self.settings.max_payload_bytes))
         else:
             tc = self.settings.types.get(r.job.type)
             bury = bool(tc and rc in tc.bury_exit_codes)
@@ -549,13 +494,13 @@ class Worker:
                              duration=round(o.duration, 3))
             elif o.kind == "cancel":
                 done = self._db(self.q.cancel, job.id, token=token, actor=actor, reason="stopped by the worker")
-                self.log("cancelled", f"handler stopped after {dur} ({_how(o.returncode)})", job)
+                self.log("cancelled", f"handler stopped after {dur} ({handlers.describe_exit(o.returncode)})", job)
             elif o.kind == "release":
                 done = self._db(self.q.release, job.id, token=token, actor=actor)
                 if done.status == "cancelled":
-                    self.log("cancelled", f"handler stopped ({_how(o.returncode)}); cancellation completed", job)
+                    self.log("cancelled", f"handler stopped ({handlers.describe_exit(o.returncode)}); cancellation completed", job)
                 else:
-                    self.log("released", f"handler stopped after {dur} ({_how(o.returncode)}); back to pending, "
+                    self.log("released", f"handler stopped after {dur} ({handlers.describe_exit(o.returncode)}); back to pending, "
                                          "this run does not count", job)
         except Retry:
             o.next_try = time.monotonic() + self.db_delay
@@ -720,106 +665,3 @@ class Worker:
         for o in self.unrecorded:
             self.log("unrecorded", "could not write this job's outcome; it is recovered when its lease expires",
                      o.run.job)
-
-
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _boot_ticks():
-    """Now, in the clock ticks since boot of /proc/PID/stat's start time (None off Linux)."""
-    try:
-        return time.clock_gettime_ns(time.CLOCK_BOOTTIME) * _TICKS // 1_000_000_000
-    except (AttributeError, OSError):
-        return None
-
-
-def _stdin_for(data: bytes):
-    """The handler's stdin holding `data`: a pipe already filled and closed when the payload fits
-    in one pipe page (any pipe holds that much, so the write never blocks), else a temporary file."""
-    if len(data) <= 4096:
-        r, w = os.pipe()
-        try:
-            if data:
-                os.write(w, data)
-        finally:
-            os.close(w)
-        return os.fdopen(r, "rb", buffering=0)
-    f = tempfile.TemporaryFile()
-    f.write(data)
-    f.seek(0)
-    return f
-
-
-def _proc_start(pid: int):
-    """A live (not zombie) process's start time in clock ticks since boot; None when it is gone.
-    With the pid it names one process: a pid reused by a stranger has another start time."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return None if fields[0] in (b"Z", b"X") else int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _environ_holders(entry: str) -> list[int]:
-    """Pids of live processes whose environment holds `entry` (Linux /proc; empty elsewhere)."""
-    needle = b"\0" + entry.encode() + b"\0"
-    found = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in names:
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/environ", "rb") as f:
-                    if needle in b"\0" + f.read():
-                        found.append(int(name))
-            except OSError:
-                continue
-    return found
-
-
-def _how(rc: int) -> str:
-    return f"exit {rc}" if rc >= 0 else f"killed by {_signal_name(-rc)}"
-
-
-def _signal_name(num: int) -> str:
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"
-
-
-def _tail_text(f, limit: int) -> str:
-    f.seek(0, os.SEEK_END)
-    size = f.tell()
-    f.seek(max(0, size - limit))
-    data = f.read()
-    if size > limit:
-        cut = data.find(b"\n")
-        data = data[cut + 1:] if cut >= 0 else data
-    return data.decode("utf-8", errors="replace").strip()
-
-
-def _result(f, max_bytes: int):
-    """The last non-empty line of stdout, if it is JSON (and fits); else None."""
-    f.seek(0, os.SEEK_END)
-    size = f.tell()
-    if size == 0:
-        return None
-    limit = max_bytes + 4096
-    f.seek(max(0, size - limit))
-    data = f.read().rstrip()
-    cut = data.rfind(b"\n")
-    if cut < 0 and size > limit:
-        return None  # the line is longer than any result may be
-    line = data[cut + 1:].strip()
-    if not line or line[:1] not in b'{["-0123456789tfn':
-        return None
-    try:
-        value = payloads.parse_json(line, what="result")
-        payloads.compact(value, what="result", max_bytes=max_bytes)
-    except InvalidInput:
-        return None
-    return value

@@ -82,8 +82,8 @@ def operator_name() -> str:
     return _OPERATOR[0]
 
 
-def default_worker_id() -> str:
-    """JOBCTL_WORKER_ID, else host:pid of the calling shell (the parent of this process)."""
+def shell_worker_id() -> str:
+    """`claim`'s default worker id: JOBCTL_WORKER_ID, else host:pid of the calling shell (the parent of this process)."""
     import socket
 
     return os.environ.get("JOBCTL_WORKER_ID") or f"{socket.gethostname()}:{os.getppid()}"
@@ -289,7 +289,7 @@ class Queue:
             if seconds <= 0:
                 raise InvalidInput("invalid lease: must be more than 0")
             lease_ms = int(seconds * 1000)
-        return ClaimRequest(worker=worker or default_worker_id(), token=os.urandom(12).hex(),
+        return ClaimRequest(worker=worker or shell_worker_id(), token=os.urandom(12).hex(),
                             queues=queues, types=types, lease_ms=lease_ms)
 
     def claim_wait(self, wait: float, poll: float = 0.5, sleep=time.sleep, **claim_options) -> Job | None:

@@ -47,7 +47,7 @@ def work(
 
     Example: jobctl work --queue billing --concurrency 4 --log-format json
     """
-    from jobctl.worker import Worker, WorkerOptions, default_worker_id, handler_types
+    from jobctl.worker import Worker, WorkerOptions, handler_types, own_worker_id
 
     st = state(ctx)
     settings = st.settings
@@ -64,7 +64,7 @@ def work(
     grace_s = _duration(grace, "--grace", positive=False)
     poll_s = _duration(poll, "--poll")
     options = WorkerOptions(
-        worker_id=worker or default_worker_id(),
+        worker_id=worker or own_worker_id(),
         queues=list(dict.fromkeys(queue)) if queue else None,
         types=list(type) if type else None,
         concurrency=concurrency or ws.concurrency,

@@ -22,8 +22,8 @@ SHELLS = {"bash": "jobctl.bash", "zsh": "_jobctl", "fish": "jobctl.fish"}
 def _queue_names(db_path: str, incomplete: str) -> list[str]:
     from jobctl.engines.sqlite import SQLiteEngine
 
-    # No waiting on locks and never creating the file: a TAB must not hang or change anything.
-    engine = SQLiteEngine.open(db_path, busy_timeout=0.2)
+    # No waiting on locks, never creating or migrating the file: a TAB must not hang or change anything.
+    engine = SQLiteEngine.open(db_path, busy_timeout=0.2, read_only=True)
     try:
         return [name for name in engine.queue_names() if name.startswith(incomplete)]
     finally:

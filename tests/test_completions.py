@@ -52,3 +52,45 @@ def test_queue_completion_is_silent_on_any_problem(tmp_path):
 def test_commands_complete(tmp_path):
     code, words, _ = complete("jobctl st", 1)
     assert code == 0 and "stats" in words
+
+
+
+def test_queue_completion_writes_nothing_even_what_opening_for_work_would(db):
+    """A restored backup in rollback-journal mode: any other command switches it to WAL on opening
+    (a write); a TAB only reads it."""
+    import sqlite3
+
+    with Queue.open(db, create=True) as q:
+        q.enqueue("t", {}, queue="billing")
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode = DELETE")
+    conn.close()
+    before = db.stat().st_mtime_ns
+    code, words, err = complete(f"jobctl --db {db} stats --queue b", 5)
+    assert (code, words, err) == (0, ["billing"], "")
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    conn.close()
+    assert db.stat().st_mtime_ns == before
+    with Queue.open(db):
+        pass
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # what the TAB did not do
+    conn.close()
+
+
+def test_a_read_only_open_refuses_a_file_that_would_need_migrating(db):
+    import sqlite3
+
+    import pytest
+
+    from jobctl.engines.sqlite import SQLiteEngine
+    from jobctl.errors import DatabaseUnusable
+
+    with Queue.open(db, create=True):
+        pass
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA user_version = 0")  # what an older jobctl's file would say
+    conn.close()
+    with pytest.raises(DatabaseUnusable, match="schema v0"):
+        SQLiteEngine.open(db, read_only=True)

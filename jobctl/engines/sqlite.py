@@ -180,7 +180,10 @@ class SQLiteEngine:
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, create: bool = False, busy_timeout: float = 5.0,
-             synchronous: str = "full", allow_network_fs: bool = False) -> "SQLiteEngine":
+             synchronous: str = "full", allow_network_fs: bool = False, read_only: bool = False) -> "SQLiteEngine":
+        """Open (or with `create`, make) a jobctl file; an older schema is migrated first.
+        `read_only` opens it for looking only (shell completion): nothing is written, not even a
+        migration or the journal mode, and a file that would need either is refused."""
         p = Path(path)
         if not allow_network_fs:
             _check_filesystem(p)
@@ -200,7 +203,7 @@ class SQLiteEngine:
             _check_file(p)
         try:
             conn = sqlite3.connect(
-                f"file:{quote(str(p))}?mode=rw", uri=True, isolation_level=None,
+                f"file:{quote(str(p))}?mode={'ro' if read_only else 'rw'}", uri=True, isolation_level=None,
                 timeout=busy_timeout, check_same_thread=False,
             )
         except sqlite3.Error as e:
@@ -215,16 +218,16 @@ class SQLiteEngine:
                 # journal for each statement, by default in a new temporary file: ~35 µs per
                 # inserted row, half of `enqueue --batch` (bench/run.py); in memory, a few µs.
                 conn.execute("PRAGMA temp_store = MEMORY")
-                engine._check_schema()
+                engine._check_schema(migrate=not read_only)
                 # WAL persists in the file; switch only when it is not set (a restored backup, say).
-                if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                if not read_only and conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                     conn.execute("PRAGMA journal_mode = WAL")
         except BaseException:
             conn.close()
             raise
         return engine
 
-    def _check_schema(self) -> None:
+    def _check_schema(self, migrate: bool = True) -> None:
         app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
         version = self.conn.execute("PRAGMA user_version").fetchone()[0]
         if app_id != APPLICATION_ID:
@@ -237,6 +240,8 @@ class SQLiteEngine:
                 f"{self.path} was written by a newer jobctl (schema v{version}; this jobctl knows up to "
                 f"v{SCHEMA_VERSION}); nothing was changed; upgrade jobctl"
             )
+        if version < SCHEMA_VERSION and not migrate:
+            raise DatabaseUnusable(f"{self.path} has schema v{version}; a command that may write migrates it first")
         if version < SCHEMA_VERSION:
             from jobctl.engines import schema
 

@@ -183,7 +183,7 @@ class SQLiteEngine:
              synchronous: str = "full", allow_network_fs: bool = False, read_only: bool = False) -> "SQLiteEngine":
         """Open (or with `create`, make) a jobctl file; an older schema is migrated first.
         `read_only` opens it for looking only (shell completion): nothing is written, not even a
-        migration or the journal mode, and a file that would need either is refused."""
+        migration or the journal mode; a file that would need migrating is refused."""
         p = Path(path)
         if not allow_network_fs:
             _check_filesystem(p)

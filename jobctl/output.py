@@ -8,7 +8,9 @@ secret-looking keys masked unless --reveal. JSON output never goes through here.
 from __future__ import annotations
 
 import json
+import sys
 
+from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -27,6 +29,81 @@ STATUS_STYLE = {
 def console(stderr: bool = False, width: int | None = None) -> Console:
     """markup=False and highlight=False: user data such as `[red]` is never read as markup."""
     return Console(stderr=stderr, markup=False, highlight=False, emoji=False, width=width)
+
+
+def print_view(renderable, out: Console | None = None) -> None:
+    """Print a view of tables on stdout. In a terminal, the columns made to be cut (a payload, an
+    error, a worker id) share what the others leave of the screen's width, and the view is never
+    drawn narrower than its other columns need (rich would leave whole columns out; the terminal
+    wraps the lines instead). In a pipe or a file every line is whole, without the padding that
+    lines up a screen, so that grep and diff see the whole text."""
+    out = out or console()
+    if out.is_terminal:
+        width = max(out.width, _least_width(renderable))
+        fit(renderable, width)
+        (console(width=width) if width > out.width else out).print(renderable)
+        return
+    wide = console(width=100_000)
+    with wide.capture() as captured:
+        wide.print(renderable)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
+CUT_MIN = 8  # the narrowest a column made to be cut gets
+
+
+def _tables(renderable):
+    if isinstance(renderable, Group):
+        for r in renderable.renderables:
+            yield from _tables(r)
+    elif isinstance(renderable, Table):
+        yield renderable
+
+
+def _cut_columns(table: Table) -> list:
+    """Columns made to be cut: overflow="ellipsis", no_wrap and a max_width (a payload, an error)."""
+    return [c for c in table.columns if c.overflow == "ellipsis" and c.no_wrap and c.max_width]
+
+
+def _least_width(renderable) -> int:
+    """The narrowest screen on which every table fits with its columns at their min_width (set by
+    keep_whole) and the columns made to be cut at CUT_MIN."""
+    return max((sum(CUT_MIN if c in _cut_columns(t) else c.min_width or 1 for c in t.columns)
+                + 2 * (len(t.columns) - 1) for t in _tables(renderable)), default=0)
+
+
+def fit(renderable, width: int):
+    """Give each table's cut columns an equal share of what its other columns leave of `width`;
+    return the renderable. (`stats --watch` redraws in place, so it can only fit, never widen.)"""
+    for t in _tables(renderable):
+        cut = _cut_columns(t)
+        if not cut:
+            continue
+        room = width - sum(c.min_width or 0 for c in t.columns if c not in cut) - 2 * (len(t.columns) - 1)
+        share = max(room // len(cut), CUT_MIN)
+        for c in cut:
+            c.max_width = min(c.max_width, share)
+    return renderable
+
+
+def keep_whole(table: Table, *, fold: tuple[str, ...] = ("QUEUE", "TYPE"),
+               wrap: tuple[str, ...] = ("DETAIL", "WHY")) -> Table:
+    """No cell of `table` is cut with "…" except in the columns made to be cut (overflow="ellipsis",
+    no_wrap and a max_width: a payload, an error). On a narrow screen, names in `fold` break inside
+    their cell (a queue cut to "billing-…" would be another queue), sentences in `wrap` wrap at
+    their words, and every other column keeps its whole width."""
+    for column in table.columns:
+        if column.overflow == "ellipsis" and column.no_wrap and column.max_width:
+            continue  # made to be cut: print_view gives it what the others leave
+        widest = max([cell_len(str(column.header))] +
+                     [c.cell_len if isinstance(c, Text) else cell_len(str(c)) for c in column.cells])
+        if column.header in fold:
+            column.overflow, column.min_width = "fold", min(widest, 9)
+        elif column.header in wrap:
+            column.overflow, column.min_width = "fold", min(widest, 24)
+        else:
+            column.no_wrap, column.min_width = True, widest
+    return table
 
 
 def text(value, style: str | None = None) -> Text:
@@ -59,20 +136,44 @@ def status_text(job: Job, now: int) -> Text:
     return Text(label, style=STATUS_STYLE.get(job.status, ""))
 
 
-def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for name, kw in (("ID", {"justify": "right"}), ("STATUS", {}), ("QUEUE", {}), ("TYPE", {}),
-                     ("PRI", {"justify": "right"}), ("RUNS", {"justify": "right"}), ("RUN AT", {}),
-                     ("UPDATED", {}), ("PAYLOAD / ERROR", {"overflow": "ellipsis", "no_wrap": True, "ratio": 1})):
-        table.add_column(name, **kw)
+LIST_COLUMNS = ("ID", "STATUS", "QUEUE", "TYPE", "PRI", "RUNS", "RUN AT", "UPDATED")
+LIST_DROP_ORDER = ("PRI", "UPDATED", "RUN AT", "RUNS", "QUEUE")  # on a narrow screen, these go first
+PAYLOAD_MIN = 12
+
+
+def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width: int | None = None) -> Table:
+    """The `list` table. The columns before the payload keep their whole text (a status cut to
+    "pend…" would mislead, and break a grep); the payload or error takes what is left of `width`,
+    cut with an ellipsis, and on a screen too narrow even for that, whole columns are left out
+    (LIST_DROP_ORDER) rather than cut. Without a width nothing is cut."""
+    rows = []
     for j in jobs:
         detail = j.error if j.status in ("buried",) or (j.status == "pending" and j.error) else None
-        table.add_row(
-            str(j.id), status_text(j, now), text(j.queue), text(j.type), str(j.priority),
-            f"{j.attempts}/{j.max_attempts}", ago(j.run_at, now) if j.status == "pending" else "-",
-            ago(j.updated_at, now),
+        rows.append((
+            Text(str(j.id)), status_text(j, now), text(j.queue), text(j.type), Text(str(j.priority)),
+            Text(f"{j.attempts}/{j.max_attempts}"),
+            Text(ago(j.run_at, now) if j.status == "pending" else "-"), Text(ago(j.updated_at, now)),
             text(detail, "red") if detail else text(masked_text(j.payload, patterns, reveal, limit=200)),
-        )
+        ))
+    widths = {name: max([len(name)] + [r[i].cell_len for r in rows]) for i, name in enumerate(LIST_COLUMNS)}
+    shown = list(LIST_COLUMNS)
+    rest = None
+    if width is not None:
+        def room():  # what the payload gets: two spaces between columns
+            return width - sum(widths[n] for n in shown) - 2 * len(shown)
+        for name in LIST_DROP_ORDER:
+            if room() >= PAYLOAD_MIN:
+                break
+            shown.remove(name)
+        rest = max(room(), 1)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in shown:
+        table.add_column(name, justify="right" if name in ("ID", "PRI", "RUNS") else "left", no_wrap=True,
+                         min_width=widths[name])
+    table.add_column("PAYLOAD / ERROR", overflow="ellipsis", no_wrap=True, max_width=rest)
+    keep = [LIST_COLUMNS.index(n) for n in shown] + [len(LIST_COLUMNS)]
+    for r in rows:
+        table.add_row(*(r[i] for i in keep))
     return table
 
 
@@ -124,7 +225,7 @@ def simple_table(columns: list[str], rows: list[list]) -> Table:
         table.add_column(c)
     for r in rows:
         table.add_row(*[v if isinstance(v, Text) else text(v) for v in r])
-    return table
+    return keep_whole(table)
 
 
 # -- stats (SPEC §6) -----------------------------------------------------------------------------
@@ -165,7 +266,7 @@ def queues_table(stats: dict, previous: dict | None = None) -> Table:
     """The per-queue counts. With `previous` (the last snapshot of --watch), a growing backlog of
     ready jobs is marked with ↑ and highlighted."""
     right = {"justify": "right", "no_wrap": True}
-    table = _grid_table([("QUEUE", {"overflow": "fold"}), ("READY", right), ("SCHED", right), ("BLOCKED", right),
+    table = _grid_table([("QUEUE", {}), ("READY", right), ("SCHED", right), ("BLOCKED", right),
                          ("RUN", right), ("STOPPING", right), ("BURIED", right), ("DONE", right),
                          ("CANCELLED", right), ("OLDEST", right)])
     before = (previous or {}).get("queues", {})
@@ -185,29 +286,29 @@ def queues_table(stats: dict, previous: dict | None = None) -> Table:
         table.add_row(Text("(all)", style="bold"), _count(t["ready"]), _count(t["scheduled"]), _count(t["blocked"]),
                       _count(t["running"]), _count(t["cancel_requested"]), _count(t["buried"]),
                       _count(t["completed"]), _count(t["cancelled"]), _age(t["oldest_ready_age"]))
-    return table
+    return keep_whole(table)
 
 
 def _stuck_table(stats: dict, highlight: bool) -> Table:
     table = _grid_table([("ID", {"justify": "right"}), ("QUEUE", {}), ("TYPE", {}),
                          ("WORKER", {"overflow": "ellipsis", "no_wrap": True, "max_width": 24}),
-                         ("RUNNING FOR", {"justify": "right"}), ("WHY", {"overflow": "fold"})])
+                         ("RUNNING FOR", {"justify": "right"}), ("WHY", {})])
     for j in stats["stuck"]:
         table.add_row(str(j["id"]), text(j["queue"]), text(j["type"]), text(j["worker"] or "-"),
                       _age(j["running_for"]), text(j["stuck_reason"]), style="bold red" if highlight else None)
-    return table
+    return keep_whole(table)
 
 
 def _buried_table(stats: dict, now: int) -> Table:
     table = _grid_table([("ID", {"justify": "right"}), ("QUEUE", {}), ("TYPE", {}), ("RUNS", {"justify": "right"}),
-                         ("BURIED", {"no_wrap": True}), ("ERROR", {"overflow": "ellipsis", "no_wrap": True, "ratio": 1})])
+                         ("BURIED", {"no_wrap": True}), ("ERROR", {"overflow": "ellipsis", "no_wrap": True, "max_width": 80})])
     from jobctl.durations import parse_time
 
     for j in stats["buried"]:
         finished = parse_time(j["finished_at"]) if j["finished_at"] else None
         table.add_row(str(j["id"]), text(j["queue"]), text(j["type"]), f"{j['attempts']}/{j['max_attempts']}",
                       ago(finished, now), text(j["error"] or "", "red"))
-    return table
+    return keep_whole(table)
 
 
 def _aging_table(stats: dict) -> Table:
@@ -215,7 +316,7 @@ def _aging_table(stats: dict) -> Table:
                          ("WAITING", {"justify": "right"})])
     for j in stats["aging"]:
         table.add_row(str(j["id"]), text(j["queue"]), text(j["type"]), str(j["priority"]), _age(j["waiting_for"]))
-    return table
+    return keep_whole(table)
 
 
 def throughput_table(stats: dict, spark: bool = False) -> Table:

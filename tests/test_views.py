@@ -99,3 +99,139 @@ def test_explain_running_jobs_only_when_something_is_wrong(db):
         job = q.claim(lease="1m")
         assert explain(job, q.now()) is None
         assert "lease expired 1m ago" in explain(job, q.now() + 120_000)
+
+
+# -- the list table on a screen and in a pipe ---------------------------------------------
+
+
+def list_fixture(db):
+    with Queue.open(db, create=True) as q:
+        q.enqueue("report", {"long": "y" * 150})
+        q.enqueue("report", {}, delay="1h")
+        q.enqueue("email", {"to": "a@b.c"}, queue="notifications")
+        q.claim(types=["email"])
+
+
+def on_terminal(db, columns, *args, until: bytes | None = None):
+    """jobctl with stdin and stdout on a pseudo-terminal `columns` wide; the lines it drew, colours
+    and cursor moves removed. With `until`, it is stopped with SIGINT once that has been drawn
+    (stats --watch); it must exit 0 either way."""
+    import fcntl
+    import os
+    import pty
+    import re
+    import select
+    import signal
+    import struct
+    import subprocess
+    import termios
+
+    from conftest import JOBCTL
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen([*JOBCTL, "--db", str(db), *args], stdin=slave, stdout=slave,
+                            stderr=subprocess.PIPE, env={**env, "TERM": "xterm"}, close_fds=True)
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline and not (until and until in seen):
+            if not select.select([master], [], [], 0.2)[0]:
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed its end
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        if until:
+            proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+        os.close(master)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode()).replace("\r", "")
+    return text.splitlines()
+
+
+@pytest.mark.parametrize("columns", [120, 80, 60, 40])
+def test_list_on_a_screen_cuts_only_the_payload_then_drops_whole_columns(db, columns):
+    list_fixture(db)
+    lines = on_terminal(db, columns, "list")
+    assert all(len(line) <= columns for line in lines), lines
+    header = lines[0].split()
+    assert header[:2] == ["ID", "STATUS"], lines
+    body = "\n".join(lines[1:])
+    for whole in ("pending (scheduled)", "running", "report", "email"):  # never "pend…"
+        assert whole in body, lines
+    assert [line.split()[0] for line in lines[1:]] == ["3", "2", "1"], lines
+    if columns >= 120:
+        assert "notifications" in body and "PRI" in header
+    if columns <= 60:
+        assert "PRI" not in header and "UPDATED" not in header, lines
+
+
+def test_list_in_a_pipe_prints_whole_lines(cli, db):
+    list_fixture(db)
+    r = cli("list")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "PRI" in lines[0] and "UPDATED" in lines[0]
+    assert '"long":"' + "y" * 150 + '"' in r.stdout  # not cut to any screen
+    assert "pending (scheduled)" in r.stdout and "notifications" in r.stdout
+    assert all(line == line.rstrip() for line in lines), "no padding at the ends of lines"
+
+
+STATS_HEADER = ["QUEUE", "READY", "SCHED", "BLOCKED", "RUN", "STOPPING", "BURIED", "DONE", "CANCELLED", "OLDEST"]
+
+
+def stats_fixture(db):
+    """A long queue and type name, a stuck job and a buried one with a long error."""
+    with Queue.open(db, create=True) as q:
+        q.enqueue("billing-invoices-eu-west", {}, queue="billing-invoices-europe-west-1")
+        q.claim(types=["billing-invoices-eu-west"], lease="1ms")
+        q.enqueue("x", {})
+        job = q.claim(types=["x"])
+        q.fail(job.id, token=job.token, error="exit 3: " + "went wrong " * 20, bury=True)
+    time.sleep(0.01)
+
+
+@pytest.mark.parametrize("columns", [120, 80, 60])
+def test_stats_on_a_screen_cuts_only_the_error_and_never_drops_a_column(db, columns):
+    stats_fixture(db)
+    lines = on_terminal(db, columns, "stats")
+    assert lines[0].split() == STATS_HEADER, lines
+    # below 80 columns the counts no longer fit: the lines stay whole and the terminal wraps them
+    assert all(len(line) <= max(columns, 80) for line in lines), lines
+    counts = lines[:lines.index("")]
+    # the long queue name is whole: on one line, or folded inside its cell over several
+    assert "".join(line[:line.find(" ")] if " " in line else line for line in counts[1:-2]) == \
+        "billing-invoices-europe-west-1", counts
+    assert counts[-2].split()[0] == "default" and counts[-1].split()[0] == "(all)"
+    stuck = lines.index("stuck")
+    assert lines[stuck + 1].split()[:3] == ["ID", "QUEUE", "TYPE"], lines
+    buried = lines.index("buried")
+    assert lines[buried + 1].split() == ["ID", "QUEUE", "TYPE", "RUNS", "BURIED", "ERROR"], lines
+    assert [line for line in lines if "…" in line] == [lines[buried + 2]], lines  # only the error is cut
+
+
+def test_stats_in_a_pipe_prints_whole_lines(cli, db):
+    stats_fixture(db)
+    r = cli("stats")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == STATS_HEADER
+    assert lines[1].split()[0] == "billing-invoices-europe-west-1"
+    assert "billing-invoices-eu-west" in r.stdout
+    assert all("went wrong" in line for line in lines if "…" in line)  # only a long error is cut
+    assert all(line == line.rstrip() for line in lines), "no padding at the ends of lines"
+
+
+def test_stats_watch_fits_the_screen_without_dropping_a_column(db):
+    stats_fixture(db)
+    lines = on_terminal(db, 80, "stats", "--watch", "--interval", "1s", until=b"refreshed")
+    buried = lines.index("buried")
+    assert lines[buried + 1].split() == ["ID", "QUEUE", "TYPE", "RUNS", "BURIED", "ERROR"], lines
+    assert lines[buried + 2].rstrip().endswith("…") and len(lines[buried + 2]) <= 80, lines

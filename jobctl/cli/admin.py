@@ -57,7 +57,7 @@ def recover(
         return
     rows = [[str(j.id), j.queue, j.type, j.worker or "-", f"{j.attempts}/{j.max_attempts}",
              output.ago(j.lease_expires_at, now), ("would be " if dry_run else "") + action] for j, action in done]
-    out.print(output.simple_table(["ID", "QUEUE", "TYPE", "WORKER", "RUNS", "LEASE EXPIRED", "ACTION"], rows))
+    output.print_view(output.simple_table(["ID", "QUEUE", "TYPE", "WORKER", "RUNS", "LEASE EXPIRED", "ACTION"], rows), out)
 
 
 @app.command()
@@ -150,7 +150,7 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
         from jobctl import output
 
         rows = [[c, Text("ok", style="green") if good else Text("PROBLEM", style="bold red"), d] for c, good, d in checks]
-        output.console().print(output.simple_table(["CHECK", "STATUS", "DETAIL"], rows))
+        output.print_view(output.simple_table(["CHECK", "STATUS", "DETAIL"], rows))
     if not ok:
         raise CheckFailed(f"doctor found {sum(1 for _, g, _ in checks if not g)} problem(s) in {q.engine.path}")
 

@@ -90,7 +90,7 @@ def stats(
         return
     from jobctl import output
 
-    output.console().print(output.stats_view(figures, now))
+    output.print_view(output.stats_view(figures, now))
 
 
 def _watch(snapshot, interval: float) -> None:
@@ -99,15 +99,20 @@ def _watch(snapshot, interval: float) -> None:
 
     from jobctl import output
 
+    out = output.console()
+
+    def frame(figures, now, previous):  # fitted to the screen's width of the moment
+        return output.fit(output.watch_view(figures, now, previous=previous, interval=interval), out.width)
+
     previous = None
     try:
         figures, now = snapshot()
-        with Live(output.watch_view(figures, now, previous=None, interval=interval), console=output.console(),
-                  auto_refresh=False, screen=False, redirect_stdout=False, redirect_stderr=False) as live:
+        with Live(frame(figures, now, None), console=out, auto_refresh=False, screen=False,
+                  redirect_stdout=False, redirect_stderr=False) as live:
             while True:
                 time.sleep(interval)
                 previous = figures
                 figures, now = snapshot()
-                live.update(output.watch_view(figures, now, previous=previous, interval=interval), refresh=True)
+                live.update(frame(figures, now, previous), refresh=True)
     except KeyboardInterrupt:
         return

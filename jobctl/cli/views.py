@@ -42,7 +42,9 @@ def list_jobs(
     if not jobs:
         out.print("no jobs match")
         return
-    out.print(output.jobs_table(jobs, now, st.settings.secret_keys, reveal))
+    # On a screen the payload column takes what is left of its width; in a pipe nothing is cut.
+    width = out.width if out.is_terminal else None
+    output.print_view(output.jobs_table(jobs, now, st.settings.secret_keys, reveal, width=width), out)
 
 
 @app.command()

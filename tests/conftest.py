@@ -66,6 +66,52 @@ def cli(db):
     return _run
 
 
+def run_on_pty(argv, *, columns=100, stdout=None, stderr=None, until: bytes = b"", times: int = 1, timeout=60):
+    """Run `argv` as at a terminal `columns` wide: stdin, and stdout and stderr unless given (an open
+    file, or subprocess.PIPE), on a pseudo-terminal. With `until`, send SIGINT once that has been
+    drawn `times` times (stats --watch), then read what follows. Returns (exit code, what the
+    terminal showed, the Popen for a piped stream)."""
+    import fcntl
+    import pty
+    import select
+    import signal
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}  # the pty's size rules
+    proc = subprocess.Popen([*map(str, argv)], stdin=slave, stdout=stdout or slave, stderr=stderr or slave,
+                            env={**env, "TERM": "xterm"}, close_fds=True)
+    os.close(slave)
+    seen = b""
+    interrupted = False
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if until and not interrupted and seen.count(until) >= times:
+                proc.send_signal(signal.SIGINT)
+                interrupted = True
+            if not select.select([master], [], [], 0.2)[0]:
+                if proc.poll() is not None and (interrupted or not until):
+                    break
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed its end
+                break
+            if not chunk:
+                break
+            seen += chunk
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    return code, seen.decode("utf-8", "replace"), proc
+
+
 class Clock:
     """A clock that stands still until a test moves it (seconds, like time.time); for Queue(clock=)."""
 

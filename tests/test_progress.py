@@ -2,15 +2,11 @@
 still all or nothing), and the CLI draws a bar on stderr only when stderr is a terminal."""
 
 import json
-import os
-import pty
-import select
-import subprocess
 import time
 
 import pytest
 
-from conftest import JOBCTL
+from conftest import JOBCTL, run_on_pty
 from jobctl.queue import Queue
 
 HOUR_AGO = time.time() - 3600
@@ -107,35 +103,10 @@ def test_backup_reports_pages_copied(db, tmp_path):
 
 def run_on_terminal(args, tmp_path):
     """Run jobctl with stderr on a pseudo-terminal and stdout in a file; return (code, stdout, stderr)."""
-    master, slave = pty.openpty()
     out_path = tmp_path / "stdout.txt"
-    env = {**os.environ, "COLUMNS": "100", "LINES": "40", "TERM": "xterm"}
     with open(out_path, "wb") as out:
-        proc = subprocess.Popen([*JOBCTL, *map(str, args)], stdin=subprocess.DEVNULL, stdout=out, stderr=slave,
-                                env=env, close_fds=True)
-    os.close(slave)
-    seen = b""
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # the child closed its end
-                    break
-                if not chunk:
-                    break
-                seen += chunk
-            elif proc.poll() is not None:
-                break
-        code = proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
-    return code, out_path.read_text(), seen.decode("utf-8", "replace")
+        code, drawn, _ = run_on_pty([*JOBCTL, *args], stdout=out)
+    return code, out_path.read_text(), drawn
 
 
 def test_enqueue_batch_from_a_file_draws_a_bar_on_a_terminal_only(db, tmp_path, cli):

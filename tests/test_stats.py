@@ -1,17 +1,11 @@
 """`jobctl stats` (SPEC §6): figures, tables, --watch, --json, --format prometheus, --check."""
 
 import json
-import os
-import pty
-import select
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import Clock, JOBCTL
+from conftest import JOBCTL, Clock, run_on_pty
 from jobctl import output
 from jobctl.queue import Queue
 from jobctl.stats import check, collect, prometheus
@@ -250,35 +244,11 @@ def test_watch_piped_prints_one_snapshot_and_exits(cli, db):
 @pytest.mark.slow
 def test_watch_on_a_terminal_redraws_and_exits_0_on_sigint(db):
     build_known(db, time.time() - 600)[0].close()
-    master, slave = pty.openpty()
-    env = {**os.environ, "COLUMNS": "100", "LINES": "60", "TERM": "xterm"}
-    proc = subprocess.Popen([*JOBCTL, "--db", str(db), "stats", "--watch", "--interval", "1s"],
-                            stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
-    os.close(slave)
-    seen = b""
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and seen.count(b"refreshed") < 3:
-            ready, _, _ = select.select([master], [], [], 0.2)
-            if ready:
-                try:
-                    seen += os.read(master, 65536)
-                except OSError:
-                    break
-        assert seen.count(b"refreshed") >= 2, seen[-2000:]
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=10) == 0
-        try:
-            while select.select([master], [], [], 0.2)[0]:
-                seen += os.read(master, 65536)
-        except OSError:
-            pass
-        assert b"Traceback" not in seen and b"error" not in seen.lower().split(b"refreshed")[-1]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
+    code, drawn, _ = run_on_pty([*JOBCTL, "--db", db, "stats", "--watch", "--interval", "1s"],
+                                until=b"refreshed", times=2, timeout=20)
+    assert drawn.count("refreshed") >= 2, drawn[-2000:]
+    assert code == 0
+    assert "Traceback" not in drawn and "error" not in drawn.lower().split("refreshed")[-1]
 
 
 def test_sparkline_scales_to_the_largest_value():

@@ -112,48 +112,16 @@ def list_fixture(db):
         q.claim(types=["email"])
 
 
-def on_terminal(db, columns, *args, until: bytes | None = None):
-    """jobctl with stdin and stdout on a pseudo-terminal `columns` wide; the lines it drew, colours
-    and cursor moves removed. With `until`, it is stopped with SIGINT once that has been drawn
-    (stats --watch); it must exit 0 either way."""
-    import fcntl
-    import os
-    import pty
+def on_terminal(db, columns, *args, until: bytes = b""):
+    """jobctl on a pseudo-terminal `columns` wide: the lines it drew, colours and cursor moves
+    removed; it must exit 0 (with `until`, after SIGINT once that was drawn)."""
     import re
-    import select
-    import signal
-    import struct
-    import subprocess
-    import termios
 
-    from conftest import JOBCTL
+    from conftest import JOBCTL, run_on_pty
 
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, columns, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    proc = subprocess.Popen([*JOBCTL, "--db", str(db), *args], stdin=slave, stdout=slave,
-                            stderr=subprocess.PIPE, env={**env, "TERM": "xterm"}, close_fds=True)
-    os.close(slave)
-    seen = b""
-    deadline = time.monotonic() + 30
-    try:
-        while time.monotonic() < deadline and not (until and until in seen):
-            if not select.select([master], [], [], 0.2)[0]:
-                continue
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # the child closed its end
-                break
-            if not chunk:
-                break
-            seen += chunk
-    finally:
-        if until:
-            proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0, proc.stderr.read()
-        os.close(master)
-    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode()).replace("\r", "")
-    return text.splitlines()
+    code, drawn, _ = run_on_pty([*JOBCTL, "--db", db, *args], columns=columns, until=until, timeout=30)
+    assert code == 0, drawn
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", drawn).replace("\r", "").splitlines()
 
 
 @pytest.mark.parametrize("columns", [120, 80, 60, 40])

@@ -157,20 +157,17 @@ def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width:
         ))
     widths = {name: max([len(name)] + [r[i].cell_len for r in rows]) for i, name in enumerate(LIST_COLUMNS)}
     shown = list(LIST_COLUMNS)
-    rest = None
     if width is not None:
-        def room():  # what the payload gets: two spaces between columns
-            return width - sum(widths[n] for n in shown) - 2 * len(shown)
-        for name in LIST_DROP_ORDER:
-            if room() >= PAYLOAD_MIN:
+        for name in LIST_DROP_ORDER:  # the payload gets what the others leave, two spaces apart
+            if width - sum(widths[n] + 2 for n in shown) >= PAYLOAD_MIN:
                 break
             shown.remove(name)
-        rest = max(room(), 1)
     table = Table(box=None, header_style="bold", pad_edge=False)
     for name in shown:
         table.add_column(name, justify="right" if name in ("ID", "PRI", "RUNS") else "left", no_wrap=True,
                          min_width=widths[name])
-    table.add_column("PAYLOAD / ERROR", overflow="ellipsis", no_wrap=True, max_width=rest)
+    # With a width, a column made to be cut, which print_view fits to the room left; else whole.
+    table.add_column("PAYLOAD / ERROR", overflow="ellipsis", no_wrap=True, max_width=width)
     keep = [LIST_COLUMNS.index(n) for n in shown] + [len(LIST_COLUMNS)]
     for r in rows:
         table.add_row(*(r[i] for i in keep))

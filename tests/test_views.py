@@ -124,7 +124,7 @@ def on_terminal(db, columns, *args, until: bytes = b""):
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", drawn).replace("\r", "").splitlines()
 
 
-@pytest.mark.parametrize("columns", [120, 80, 60, 40])
+@pytest.mark.parametrize("columns", [120, 80, 60, 45])
 def test_list_on_a_screen_cuts_only_the_payload_then_drops_whole_columns(db, columns):
     list_fixture(db)
     lines = on_terminal(db, columns, "list")

@@ -68,6 +68,26 @@ def ndjson(n: int, type_: str = "bench") -> bytes:
     return "".join(f'{{"type":"{type_}","payload":{{"i":{i}}}}}\n' for i in range(n)).encode()
 
 
+# The hand-written claim and completion of the references (claim workload, floor workers): the
+# same table, indexes and pragmas as jobctl, and nothing else.
+RAW_CLAIM = (
+    "UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = :worker, claimed_at = :now, "
+    "lease_expires_at = :now + timeout_ms, token = :token WHERE id = ("
+    # pinned, as jobctl pins it: left to itself the planner picks jobs_status and sorts every
+    # pending row on each claim
+    "SELECT id FROM jobs INDEXED BY jobs_ready WHERE status = 'pending' AND waiting_on = 0 AND run_at <= :now "
+    "ORDER BY priority DESC, run_at, id LIMIT 1) RETURNING id, token, payload")
+RAW_COMPLETE = ("UPDATE jobs SET status = 'completed', finished_at = :now, token = NULL "
+                "WHERE id = :id AND status = 'running' AND token = :token")
+
+
+def raw_connection(db: str, synchronous: str = "full") -> sqlite3.Connection:
+    conn = sqlite3.connect(db, isolation_level=None, timeout=5.0)
+    conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+    conn.execute("PRAGMA temp_store = MEMORY")  # jobctl's pragmas
+    return conn
+
+
 # -- 1. one process per enqueue -------------------------------------------------------------------
 
 ENQUEUE_COMMANDS = {
@@ -290,39 +310,28 @@ def worker(impl: str, a: dict) -> None:
                 persist(q.complete, job.id, token=job.token)
                 return job.id
         else:
-            conn = sqlite3.connect(a["db"], isolation_level=None, timeout=5.0)
-            conn.execute(f"PRAGMA synchronous = {a.get('synchronous', 'full').upper()}")
-            conn.execute("PRAGMA temp_store = MEMORY")  # jobctl's pragmas
-            claim_sql = (
-                "UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = ?, "
-                "lease_expires_at = ? + timeout_ms, token = ? WHERE id = ("
-                # pinned, as jobctl pins it: left to itself the planner picks jobs_status and sorts
-                # every pending row on each claim
-                "SELECT id FROM jobs INDEXED BY jobs_ready WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ? "
-                "ORDER BY priority DESC, run_at, id LIMIT 1) RETURNING id, token")
-            done_sql = ("UPDATE jobs SET status = 'completed', finished_at = ?, token = NULL "
-                        "WHERE id = ? AND status = 'running' AND token = ?")
+            conn = raw_connection(a["db"], a.get("synchronous", "full"))
 
             def step():
                 now = int(time.time() * 1000)
                 token = os.urandom(12).hex()
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    rows = conn.execute(claim_sql, (a["worker"], now, now, token, now)).fetchall()
+                    rows = conn.execute(RAW_CLAIM, {"worker": a["worker"], "now": now, "token": token}).fetchall()
                     conn.execute("COMMIT")
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
                 if not rows:
                     return None
-                job_id, token = rows[0]
+                job_id, token, _ = rows[0]
                 persist(finish, job_id, token)
                 return job_id
 
             def finish(job_id, token):
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    conn.execute(done_sql, (int(time.time() * 1000), job_id, token))
+                    conn.execute(RAW_COMPLETE, {"now": int(time.time() * 1000), "id": job_id, "token": token})
                     conn.execute("COMMIT")
                 except BaseException:
                     conn.execute("ROLLBACK")
@@ -453,29 +462,21 @@ def case_floor_worker(a: dict) -> dict:
 
 
 def floor_worker_run(a: dict) -> None:
-    conn = sqlite3.connect(a["db"], isolation_level=None, timeout=5.0)
-    conn.execute("PRAGMA synchronous = FULL")
-    conn.execute("PRAGMA temp_store = MEMORY")
-    claim_sql = (
-        "UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = 'floor', claimed_at = ?1, "
-        "lease_expires_at = ?1 + timeout_ms, token = ?2 WHERE id = ("
-        "SELECT id FROM jobs INDEXED BY jobs_ready WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?1 "
-        "ORDER BY priority DESC, run_at, id LIMIT 1) RETURNING id, payload")
-    done_sql = "UPDATE jobs SET status = 'completed', finished_at = ?, token = NULL WHERE id = ? AND status = 'running'"
+    conn = raw_connection(a["db"])
 
     def transaction(finished):
-        """Complete `finished` (an id or None) and claim the next job, in one transaction."""
+        """Complete `finished` (a claimed row, or None) and claim the next job, in one transaction."""
         now = int(time.time() * 1000)
         conn.execute("BEGIN IMMEDIATE")
         if finished is not None:
-            conn.execute(done_sql, (now, finished))
-        row = conn.execute(claim_sql, (now, os.urandom(12).hex())).fetchone()
+            conn.execute(RAW_COMPLETE, {"now": now, "id": finished[0], "token": finished[1]})
+        row = conn.execute(RAW_CLAIM, {"worker": "floor", "now": now, "token": os.urandom(12).hex()}).fetchone()
         conn.execute("COMMIT")
         return row
 
     def spawn(job):
         r, w = os.pipe()
-        os.write(w, job[1].encode())
+        os.write(w, job[2].encode())
         os.close(w)
         try:
             return subprocess.Popen(["true"], stdin=r, start_new_session=True)
@@ -486,14 +487,14 @@ def floor_worker_run(a: dict) -> None:
     if a["mode"] == "sequential":
         while job is not None:
             spawn(job).wait()
-            job = transaction(job[0])
+            job = transaction(job)
     else:
         finished = None
         while job is not None:
             proc = spawn(job)
             following = transaction(finished)  # while the handler runs
             proc.wait()
-            finished, job = job[0], following
+            finished, job = job, following
         if finished is not None:
             transaction(finished)
 

@@ -50,6 +50,7 @@ def print_view(renderable, out: Console | None = None) -> None:
 
 
 CUT_MIN = 8  # the narrowest a column made to be cut gets
+COLUMN_GAP = 2  # between two columns: the cells' padding (0, 1); none at the table's edges
 
 
 def _tables(renderable):
@@ -65,11 +66,15 @@ def _cut_columns(table: Table) -> list:
     return [c for c in table.columns if c.overflow == "ellipsis" and c.no_wrap and c.max_width]
 
 
+def _kept_width(table: Table, cut: list) -> int:
+    """What the columns not made to be cut take, gaps included (their min_width: keep_whole)."""
+    return sum(c.min_width or 1 for c in table.columns if c not in cut) + COLUMN_GAP * (len(table.columns) - 1)
+
+
 def _least_width(renderable) -> int:
-    """The narrowest screen on which every table fits with its columns at their min_width (set by
-    keep_whole) and the columns made to be cut at CUT_MIN."""
-    return max((sum(CUT_MIN if c in _cut_columns(t) else c.min_width or 1 for c in t.columns)
-                + 2 * (len(t.columns) - 1) for t in _tables(renderable)), default=0)
+    """The narrowest screen on which every table fits, its cut columns at CUT_MIN."""
+    return max((_kept_width(t, cut) + CUT_MIN * len(cut) for t in _tables(renderable)
+                for cut in [_cut_columns(t)]), default=0)
 
 
 def fit(renderable, width: int):
@@ -77,13 +82,15 @@ def fit(renderable, width: int):
     return the renderable. (`stats --watch` redraws in place, so it can only fit, never widen.)"""
     for t in _tables(renderable):
         cut = _cut_columns(t)
-        if not cut:
-            continue
-        room = width - sum(c.min_width or 0 for c in t.columns if c not in cut) - 2 * (len(t.columns) - 1)
-        share = max(room // len(cut), CUT_MIN)
-        for c in cut:
-            c.max_width = min(c.max_width, share)
+        if cut:
+            share = max((width - _kept_width(t, cut)) // len(cut), CUT_MIN)
+            for c in cut:
+                c.max_width = min(c.max_width, share)
     return renderable
+
+
+def _widest(header: str, cells) -> int:
+    return max([cell_len(header)] + [c.cell_len if isinstance(c, Text) else cell_len(str(c)) for c in cells])
 
 
 def keep_whole(table: Table, *, fold: tuple[str, ...] = ("QUEUE", "TYPE"),
@@ -95,8 +102,7 @@ def keep_whole(table: Table, *, fold: tuple[str, ...] = ("QUEUE", "TYPE"),
     for column in table.columns:
         if column.overflow == "ellipsis" and column.no_wrap and column.max_width:
             continue  # made to be cut: print_view gives it what the others leave
-        widest = max([cell_len(str(column.header))] +
-                     [c.cell_len if isinstance(c, Text) else cell_len(str(c)) for c in column.cells])
+        widest = _widest(str(column.header), column.cells)
         if column.header in fold:
             column.overflow, column.min_width = "fold", min(widest, 9)
         elif column.header in wrap:
@@ -143,35 +149,33 @@ PAYLOAD_MIN = 12
 
 def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width: int | None = None) -> Table:
     """The `list` table. The columns before the payload keep their whole text (a status cut to
-    "pend…" would mislead, and break a grep); the payload or error takes what is left of `width`,
-    cut with an ellipsis, and on a screen too narrow even for that, whole columns are left out
-    (LIST_DROP_ORDER) rather than cut. Without a width nothing is cut."""
+    "pend…" would mislead, and break a grep); with a `width`, the payload or error is cut to what
+    they leave (print_view fits it), and on a screen too narrow for PAYLOAD_MIN of it whole columns
+    are left out (LIST_DROP_ORDER) rather than cut. Without a width nothing is cut."""
     rows = []
     for j in jobs:
         detail = j.error if j.status in ("buried",) or (j.status == "pending" and j.error) else None
         rows.append((
-            Text(str(j.id)), status_text(j, now), text(j.queue), text(j.type), Text(str(j.priority)),
-            Text(f"{j.attempts}/{j.max_attempts}"),
-            Text(ago(j.run_at, now) if j.status == "pending" else "-"), Text(ago(j.updated_at, now)),
+            str(j.id), status_text(j, now), text(j.queue), text(j.type), str(j.priority),
+            f"{j.attempts}/{j.max_attempts}", ago(j.run_at, now) if j.status == "pending" else "-",
+            ago(j.updated_at, now),
             text(detail, "red") if detail else text(masked_text(j.payload, patterns, reveal, limit=200)),
         ))
-    widths = {name: max([len(name)] + [r[i].cell_len for r in rows]) for i, name in enumerate(LIST_COLUMNS)}
     shown = list(LIST_COLUMNS)
-    if width is not None:
-        for name in LIST_DROP_ORDER:  # the payload gets what the others leave, two spaces apart
-            if width - sum(widths[n] + 2 for n in shown) >= PAYLOAD_MIN:
+    if width is not None:  # decided before the table is built: rich cannot take a column out again
+        widths = {name: _widest(name, [r[i] for r in rows]) for i, name in enumerate(LIST_COLUMNS)}
+        for name in LIST_DROP_ORDER:
+            if width - sum(widths[n] + COLUMN_GAP for n in shown) >= PAYLOAD_MIN:
                 break
             shown.remove(name)
     table = Table(box=None, header_style="bold", pad_edge=False)
     for name in shown:
-        table.add_column(name, justify="right" if name in ("ID", "PRI", "RUNS") else "left", no_wrap=True,
-                         min_width=widths[name])
-    # With a width, a column made to be cut, which print_view fits to the room left; else whole.
+        table.add_column(name, justify="right" if name in ("ID", "PRI", "RUNS") else "left")
     table.add_column("PAYLOAD / ERROR", overflow="ellipsis", no_wrap=True, max_width=width)
     keep = [LIST_COLUMNS.index(n) for n in shown] + [len(LIST_COLUMNS)]
     for r in rows:
         table.add_row(*(r[i] for i in keep))
-    return table
+    return keep_whole(table, fold=())
 
 
 def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = False,

@@ -141,6 +141,16 @@ def test_list_on_a_screen_cuts_only_the_payload_then_drops_whole_columns(db, col
         assert "PRI" not in header and "UPDATED" not in header, lines
 
 
+def test_list_keeps_long_names_whole_when_columns_are_left_out(db):
+    with Queue.open(db, create=True) as q:
+        q.enqueue("billing-invoices-eu-west", {"n": "x" * 100}, queue="billing-invoices-europe-west-1")
+        q.enqueue("email", {})
+    lines = on_terminal(db, 80, "list")
+    assert lines[0].split()[:3] == ["ID", "STATUS", "TYPE"] and "QUEUE" not in lines[0], lines
+    assert "billing-invoices-eu-west " in lines[2] and lines[2].rstrip().endswith("…"), lines
+    assert all(len(line) <= 80 for line in lines), lines
+
+
 def test_list_in_a_pipe_prints_whole_lines(cli, db):
     list_fixture(db)
     r = cli("list")

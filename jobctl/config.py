@@ -188,6 +188,28 @@ def _duration(value, where: str) -> float:
         raise ConfigError(str(e)) from None
 
 
+ENQUEUE_KEYS = ("queue", "max_attempts", "timeout", "priority", "backoff")  # [defaults] and [types.X] alike
+
+
+def _enqueue_option(key: str, value, where: str):
+    """One enqueue default of [defaults] or [types.X], checked as its command-line option is."""
+    try:
+        if key == "queue":
+            return validate_name(value, "queue")
+        if key == "priority":
+            return parse_priority(value)
+        if key == "backoff":
+            return parse_backoff(value, where=where)
+    except InvalidInput as e:
+        raise ConfigError(str(e) if key == "backoff" else f"{where}: {e}") from None
+    if key == "max_attempts":
+        return _int(value, where, 1, 1000)
+    timeout = _duration(value, where)
+    if timeout <= 0:
+        raise ConfigError(f"{where}: must be more than 0")
+    return timeout
+
+
 def load_settings(flag: str | None = None, env=os.environ) -> Settings:
     """Find and read the config file. A named file that is missing or malformed is exit 2."""
     path, explicit = find_config_file(flag, env)
@@ -252,31 +274,12 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
         raise ConfigError("[defaults] must be a table")
     for key, value in defaults.items():
         where = f"defaults.{key}"
-        if key == "max_attempts":
-            settings.max_attempts = _int(value, where, 1, 1000)
-        elif key == "timeout":
-            settings.timeout = _duration(value, where)
-            if settings.timeout <= 0:
-                raise ConfigError(f"{where}: must be more than 0")
-        elif key == "backoff":
-            try:
-                settings.backoff = parse_backoff(value, where=where)
-            except InvalidInput as e:
-                raise ConfigError(str(e)) from None
+        if key in ENQUEUE_KEYS:
+            setattr(settings, key, _enqueue_option(key, value, where))
         elif key in ("backoff_jitter", "jitter"):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise ConfigError(f"{where}: must be a fraction from 0 to 1, such as 0.1")
             settings.backoff_jitter = float(value)
-        elif key == "priority":
-            try:
-                settings.priority = parse_priority(value)
-            except InvalidInput as e:
-                raise ConfigError(f"{where}: {e}") from None
-        elif key == "queue":
-            try:
-                settings.queue = validate_name(value, "queue")
-            except InvalidInput as e:
-                raise ConfigError(f"{where}: {e}") from None
         else:
             raise ConfigError(f"unknown key {where!r}")
         src(where)
@@ -308,27 +311,8 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
             where = f"types.{name}.{key}"
             if key == "command":
                 tc.command = parse_command(value, where=where)
-            elif key == "queue":
-                try:
-                    tc.queue = validate_name(value, "queue")
-                except InvalidInput as e:
-                    raise ConfigError(f"{where}: {e}") from None
-            elif key == "max_attempts":
-                tc.max_attempts = _int(value, where, 1, 1000)
-            elif key == "timeout":
-                tc.timeout = _duration(value, where)
-                if tc.timeout <= 0:
-                    raise ConfigError(f"{where}: must be more than 0")
-            elif key == "priority":
-                try:
-                    tc.priority = parse_priority(value)
-                except InvalidInput as e:
-                    raise ConfigError(f"{where}: {e}") from None
-            elif key == "backoff":
-                try:
-                    tc.backoff = parse_backoff(value, where=where)
-                except InvalidInput as e:
-                    raise ConfigError(str(e)) from None
+            elif key in ENQUEUE_KEYS:
+                setattr(tc, key, _enqueue_option(key, value, where))
             elif key == "bury_exit_codes":
                 if not isinstance(value, list):
                     raise ConfigError(f"{where}: must be a list of exit codes such as [65]")

@@ -45,21 +45,31 @@ def parse_duration(text: str | int | float, *, what: str = "duration") -> float:
     return seconds
 
 
+def _in_units(total: int, most: int | None = None) -> str:
+    """Whole seconds as "1d2h3m4s", with at most `most` units (None: all, exactly)."""
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if total >= size:
+            parts.append(f"{total // size}{unit}")
+            total %= size
+        if len(parts) == most:
+            break
+    return "".join(parts) or "0s"
+
+
 def format_duration(seconds: float | None) -> str:
     """A short human form: 0.5 -> '500ms', 5400 -> '1h30m'."""
     if seconds is None:
         return "-"
     if seconds < 1:
         return f"{int(round(seconds * 1000))}ms"
-    total = int(round(seconds))
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if total >= size:
-            parts.append(f"{total // size}{unit}")
-            total %= size
-        if len(parts) == 2:
-            break
-    return "".join(parts) or "0s"
+    return _in_units(int(round(seconds)), most=2)
+
+
+def exact_duration(seconds: float) -> str:
+    """Seconds as an exact duration string that parse_duration reads back ("1h30m", "1500ms")."""
+    ms = round(seconds * 1000)
+    return f"{ms}ms" if ms % 1000 else _in_units(ms // 1000)
 
 
 def parse_priority(value: str | int) -> int:

@@ -112,22 +112,6 @@ def config_init(
     emit(str(target))
 
 
-def duration_text(seconds: float) -> str:
-    """Seconds as an exact duration string that parse_duration reads back ("1h30m", "1500ms")."""
-    ms = round(seconds * 1000)
-    if ms % 1000:
-        return f"{ms}ms"
-    total = ms // 1000
-    if total == 0:
-        return "0s"
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if total >= size:
-            parts.append(f"{total // size}{unit}")
-            total %= size
-    return "".join(parts)
-
-
 def _priority_text(value: int):
     labels = {0: "low", 10: "normal", 20: "high", 30: "critical"}
     return labels.get(value, value)
@@ -140,6 +124,7 @@ def _backoff_value(text: str):
 def effective(st) -> list[tuple[str | None, str, object, str]]:
     """(table, key, value, source) for every effective setting, in config-file order."""
     from jobctl.config import WORKER_KEYS, resolve_busy_timeout, resolve_db_path
+    from jobctl.durations import exact_duration
 
     s = st.settings
     src = s.sources
@@ -157,7 +142,7 @@ def effective(st) -> list[tuple[str | None, str, object, str]]:
         busy_source = "JOBCTL_BUSY_TIMEOUT"
     else:
         busy_source = origin("busy_timeout")
-    rows.append((None, "busy_timeout", duration_text(busy), busy_source))
+    rows.append((None, "busy_timeout", exact_duration(busy), busy_source))
     rows.append((None, "synchronous", s.synchronous, origin("synchronous")))
     rows.append((None, "max_payload_bytes", s.max_payload_bytes, origin("max_payload_bytes")))
     rows.append((None, "secret_keys", list(s.secret_keys), origin("secret_keys")))
@@ -169,16 +154,16 @@ def effective(st) -> list[tuple[str | None, str, object, str]]:
         ("max_attempts", s.max_attempts, origin("defaults.max_attempts")),
         ("backoff", _backoff_value(s.backoff), origin("defaults.backoff")),
         ("jitter", s.backoff_jitter, jitter_source),
-        ("timeout", duration_text(s.timeout), origin("defaults.timeout")),
+        ("timeout", exact_duration(s.timeout), origin("defaults.timeout")),
     ):
         rows.append(("defaults", key, value, source))
     for key in ("completed", "cancelled", "buried"):
         age = s.retention.get(key)
-        rows.append(("retention", key, "never" if age is None else duration_text(age), origin(f"retention.{key}")))
+        rows.append(("retention", key, "never" if age is None else exact_duration(age), origin(f"retention.{key}")))
     for key in WORKER_KEYS:
         value = getattr(s.worker, key)
         if isinstance(value, float):
-            value = duration_text(value)
+            value = exact_duration(value)
         rows.append(("worker", key, value, origin(f"worker.{key}")))
     for name, tc in s.types.items():
         table = f"types.{_toml_key(name)}"
@@ -190,7 +175,7 @@ def effective(st) -> list[tuple[str | None, str, object, str]]:
         if tc.max_attempts is not None:
             rows.append((table, "max_attempts", tc.max_attempts, where))
         if tc.timeout is not None:
-            rows.append((table, "timeout", duration_text(tc.timeout), where))
+            rows.append((table, "timeout", exact_duration(tc.timeout), where))
         if tc.priority is not None:
             rows.append((table, "priority", _priority_text(tc.priority), where))
         if tc.backoff is not None:

@@ -458,7 +458,11 @@ def case_floor_worker(a: dict) -> dict:
     if r.returncode != 0:
         raise SystemExit(f"floor worker failed: {r.stderr.decode(errors='replace')[-500:]}")
     done = count_jobs(db, "completed")
-    return {"value": done / elapsed, "seconds": elapsed, "missing": n - done, "duplicates": 0}
+    conn = sqlite3.connect(db)
+    # every claim counts an attempt: a job claimed more than once was handed out twice
+    twice = conn.execute("SELECT coalesce(sum(attempts - 1), 0) FROM jobs WHERE attempts > 1").fetchone()[0]
+    conn.close()
+    return {"value": done / elapsed, "seconds": elapsed, "missing": n - done, "duplicates": twice}
 
 
 def floor_worker_run(a: dict) -> None:

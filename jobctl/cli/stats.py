@@ -60,7 +60,7 @@ def stats(
     if watch and fmt != "table":
         raise InvalidInput("--watch draws tables on a terminal; for JSON or Prometheus text, call stats repeatedly")
     if queue:
-        from jobctl.queue import validate_name
+        from jobctl.durations import validate_name
 
         for name in queue:
             validate_name(name, "queue")

@@ -57,7 +57,7 @@ def work(
     if worker is not None and (not worker.strip() or len(worker) > 200):
         raise InvalidInput("invalid --worker: give 1 to 200 characters")
     if queue:
-        from jobctl.queue import validate_name
+        from jobctl.durations import validate_name
 
         for q_name in queue:
             validate_name(q_name, "queue")

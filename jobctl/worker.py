@@ -464,6 +464,7 @@ class Worker:
     def _record(self, o: Outcome) -> None:
         job, token, actor = o.run.job, o.run.job.token, self.o.worker_id
         dur = format_duration(o.duration)
+        how = handlers.describe_exit(o.returncode)
         try:
             if o.kind == "complete":
                 claim_next = self._may_claim()
@@ -494,13 +495,13 @@ class Worker:
                              duration=round(o.duration, 3))
             elif o.kind == "cancel":
                 done = self._db(self.q.cancel, job.id, token=token, actor=actor, reason="stopped by the worker")
-                self.log("cancelled", f"handler stopped after {dur} ({handlers.describe_exit(o.returncode)})", job)
+                self.log("cancelled", f"handler stopped after {dur} ({how})", job)
             elif o.kind == "release":
                 done = self._db(self.q.release, job.id, token=token, actor=actor)
                 if done.status == "cancelled":
-                    self.log("cancelled", f"handler stopped ({handlers.describe_exit(o.returncode)}); cancellation completed", job)
+                    self.log("cancelled", f"handler stopped ({how}); cancellation completed", job)
                 else:
-                    self.log("released", f"handler stopped after {dur} ({handlers.describe_exit(o.returncode)}); back to pending, "
+                    self.log("released", f"handler stopped after {dur} ({how}); back to pending, "
                                          "this run does not count", job)
         except Retry:
             o.next_try = time.monotonic() + self.db_delay

@@ -160,6 +160,20 @@ class Queue:
     def now(self) -> int:
         return int(self.clock() * 1000)
 
+    def has_changed(self) -> bool:
+        """Whether anyone wrote to the database since the last call (a cheap check for wait loops)."""
+        check = getattr(self.engine, "has_changed", None)
+        return True if check is None else check()
+
+    def wait_for_change(self, timeout: float) -> bool:
+        """Sleep until someone writes to the database (a job may have become ready) or `timeout`
+        seconds pass. Engines without a wake-up simply sleep; callers then claim again either way."""
+        wait = getattr(self.engine, "wait_for_change", None)
+        if wait is None:
+            time.sleep(timeout)
+            return True
+        return wait(timeout)
+
     # -- enqueue ---------------------------------------------------------------------------
 
     def prepare(self, type: str, payload=None, *, payload_text: str | bytes | None = None, queue=None,

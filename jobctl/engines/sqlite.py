@@ -175,6 +175,47 @@ class SQLiteEngine:
         self.conn = conn
         self.path = path
         self.busy_timeout = busy_timeout
+        self._data_version: int | None = None
+
+    @property
+    def url(self) -> str:
+        """What reopens this database from another process (handlers get it as JOBCTL_DB)."""
+        return os.path.abspath(self.path)
+
+    @property
+    def location(self) -> str:
+        """The database as shown to people (a path here; never a password on a server engine)."""
+        return self.path
+
+    @property
+    def identity(self) -> str:
+        """A stable name of this database, the same from every process that opens it."""
+        return os.path.realpath(self.path)
+
+    def has_changed(self) -> bool:
+        """Whether any connection committed since the last call (PRAGMA data_version: no I/O).
+
+        Cheap enough to call every few milliseconds: a waiting worker or `claim --wait` polls it
+        instead of running the claim query."""
+        with self._errors():
+            version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        changed = version != self._data_version
+        self._data_version = version
+        return changed
+
+    def wait_for_change(self, timeout: float, *, step: float = 0.02) -> bool:
+        """Block until another connection commits or `timeout` seconds pass; True if it changed."""
+        import time
+
+        self.has_changed()
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(step, left))
+            if self.has_changed():
+                return True
 
     # -- opening ---------------------------------------------------------------------------
 

@@ -358,7 +358,10 @@ class Queue:
         return decide
 
     def fail(self, job_id: int, *, token: str | None = None, error: str | None = None, bury: bool = False,
-             retry_in=None, actor: str | None = None, details: dict | None = None) -> Job:
+             retry_in=None, actor: str | None = None, details: dict | None = None,
+             bury_reason: str | None = None) -> Job:
+        """bury_reason: why `bury` was asked, for the history ("exit code 65 is in bury_exit_codes");
+        without it the history says --bury."""
         retry_s = parse_duration(retry_in, what="retry delay") if retry_in is not None else None
         error = one_line(error) or "failed"
         jitter = self.settings.backoff_jitter
@@ -373,7 +376,7 @@ class Queue:
                 return Change("buried", fields, message=f"{error} (cancellation was requested: not retried)",
                               details=details, run="failed")
             if bury or job.attempts >= job.max_attempts:
-                why = "--bury" if bury else f"no runs left ({job.attempts} of {job.max_attempts})"
+                why = (bury_reason or "--bury") if bury else f"no runs left ({job.attempts} of {job.max_attempts})"
                 return Change("buried", fields, message=f"{error}; buried: {why}", details=details, run="failed")
             delay = retry_s if retry_s is not None else backoff_delay(job.backoff, job.attempts)
             if jitter and retry_s is None:
@@ -477,9 +480,12 @@ class Queue:
                                          queue=queue, type=type, dry_run=dry_run, **extra)
         return [job for job, _ in done]
 
-    def recover(self, *, older_than=None, dry_run: bool = False, actor: str | None = None) -> list[tuple[Job, str]]:
+    def recover(self, *, older_than=None, dry_run: bool = False, actor: str | None = None,
+                exclude_tokens: frozenset[str] | set[str] = frozenset()) -> list[tuple[Job, str]]:
         """Requeue or bury jobs whose worker is gone (lease expired, or silent for `older_than`).
 
+        exclude_tokens: claims the caller holds itself and knows to be alive (a worker's own
+        running jobs), never recovered whatever their lease says.
         Returns each job as it was found (its lost worker and expired lease), with the action."""
         now = self.now()
         heartbeat_before = None
@@ -487,7 +493,9 @@ class Queue:
             heartbeat_before = now - int(parse_duration(older_than, what="--older-than") * 1000)
         found: dict[int, Job] = {}
 
-        def decide(job: Job) -> Change:
+        def decide(job: Job) -> Change | None:
+            if job.token in exclude_tokens:
+                return None
             found[job.id] = job
             lost = f"worker {job.worker} lost: lease expired at {to_rfc3339(job.lease_expires_at)}"
             if job.lease_expires_at is not None and job.lease_expires_at >= now:

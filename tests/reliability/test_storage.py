@@ -141,7 +141,7 @@ def test_held_write_lock_one_shot_commands_exit_6_then_succeed_with_longer_timeo
 
 @pytest.mark.slow
 def test_long_reader_does_not_stop_writes_doctor_reports_wal_and_checkpoint_shrinks_it(db):
-    from jobctl.cli.admin import WAL_WARN_BYTES
+    from jobctl.engines.sqlite import WAL_WARN_BYTES
 
     init_db(db)
     reader = hold(db, "read", 600)

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import JOBCTL, run_cli
 from jobctl.engines import sqlite as engine_sqlite
-from jobctl.engines.sqlite import NETWORK_FS, filesystem_type
+from jobctl.engines.files import NETWORK_FS, filesystem_type
 
 
 def digest(path):

@@ -64,7 +64,8 @@ def _create_database(path: Path) -> None:
     from jobctl.engines import schema
 
     files.make_private_dirs(path.parent)
-    tmp = path.parent / f".{path.name}.init-{os.getpid()}-{os.urandom(4).hex()}"
+    files.clean_stale_temps(path)
+    tmp = files.temp_name(path, "init")
     files.create_private_file(tmp)
     try:
         conn = sqlite3.connect(str(tmp), isolation_level=None)
@@ -151,22 +152,24 @@ class SQLiteEngine:
         if not allow_network_fs:
             files.check_filesystem(p)
         try:
-            files.check_file(p)
+            real = files.check_file(p)
         except FileNotFoundError:
             if not create:
                 raise DatabaseUnusable(
                     f"no database at {p}; check --db / JOBCTL_DB, or create it with `jobctl --db {p} init`"
                 ) from None
             try:
-                _create_database(p)
+                _create_database(Path(files.resolve(p)))
             except sqlite3.Error as e:
                 raise translate(e, str(p), busy_timeout) from e
             except OSError as e:
                 raise DatabaseUnusable(f"cannot create the database {p}: {e.strerror}") from None
-            files.check_file(p)
+            real = files.check_file(p)
+        if create:
+            files.clean_stale_temps(real)
         try:
-            conn = sqlite3.connect(
-                f"file:{quote(str(p))}?mode={'ro' if read_only else 'rw'}", uri=True, isolation_level=None,
+            conn = sqlite3.connect(  # the checked real path: a link cannot be changed in between
+                f"file:{quote(real)}?mode={'ro' if read_only else 'rw'}", uri=True, isolation_level=None,
                 timeout=busy_timeout, check_same_thread=False,
             )
         except sqlite3.Error as e:
@@ -673,7 +676,7 @@ class SQLiteEngine:
     def backup(self, dest: Path, *, on_progress: Callable[[int, int], None] | None = None) -> None:
         """A consistent copy through SQLite's backup API, written to a 0600 file, then renamed.
         on_progress(pages copied, pages in all) is called after each step of 4096 pages."""
-        tmp = dest.parent / f".{dest.name}.backup-{os.getpid()}-{os.urandom(4).hex()}"
+        tmp = files.temp_name(dest, "backup")
         files.create_private_file(tmp)
         try:
             target = sqlite3.connect(str(tmp))

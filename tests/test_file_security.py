@@ -1,0 +1,295 @@
+"""Another local user must never act through your jobctl: the database, its -wal and -shm, the
+folders and links on the way to them, the handler registry and the config file must be yours (or
+root's) and closed to others' writes, as ssh's StrictModes demands. Tests run as root; uid 65534
+(nobody) plays the other user."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import JOBCTL, run_cli
+from jobctl.engines import files
+from jobctl.engines.sqlite import SQLiteEngine
+from jobctl.errors import DatabaseUnusable
+
+NOBODY = 65534
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand files to another user")
+
+
+def refused(path, *words, args=("list",)):
+    r = run_cli(*args, db=path)
+    assert r.exit_code == 8, r.output
+    line = r.one_error_line()
+    for w in words:
+        assert w in line, line
+    return line
+
+
+def make_db(path: Path) -> Path:
+    SQLiteEngine.open(path, create=True).close()
+    return path
+
+
+def opens(path) -> None:
+    SQLiteEngine.open(path).close()
+
+
+def refuses(path, *words) -> str:
+    with pytest.raises(DatabaseUnusable) as e:
+        SQLiteEngine.open(path)
+    for w in words:
+        assert w in str(e.value), str(e.value)
+    return str(e.value)
+
+
+# -- the database and its side files ------------------------------------------------------------
+
+
+def test_a_database_another_user_owns_is_refused_and_doctor_says_so(db):
+    make_db(db)
+    os.chown(db, NOBODY, NOBODY)
+    before = db.read_bytes()
+    for args in (["list"], ["enqueue", "t", "{}"], ["init"], ["doctor"]):
+        refused(db, "belongs to", "uid 65534", args=args)
+    assert db.read_bytes() == before
+
+
+def test_a_database_root_owns_is_accepted(db):
+    make_db(db)
+    os.chown(db, 0, 0)
+    opens(db)
+
+
+@pytest.mark.parametrize("suffix", ["-wal", "-shm"])
+def test_a_side_file_another_user_planted_is_refused(db, suffix):
+    make_db(db)
+    side = Path(f"{db}{suffix}")
+    side.write_bytes(b"")
+    os.chmod(side, 0o600)
+    os.chown(side, NOBODY, NOBODY)
+    refuses(db, suffix, "belongs to")
+    refused(db, "belongs to")
+
+
+@pytest.mark.parametrize("suffix", ["-wal", "-shm"])
+def test_a_side_file_others_may_read_is_refused_when_the_database_is_private(db, suffix):
+    # ... so that a world-readable -wal planted (or left) beside a 0600 queue cannot leak its payloads
+    make_db(db)
+    side = Path(f"{db}{suffix}")
+    side.write_bytes(b"")
+    os.chmod(side, 0o644)
+    refuses(db, suffix, "0644", f"chmod 600 {side}")
+    os.chmod(side, 0o600)
+    opens(db)
+
+
+def test_a_side_file_that_is_a_link_is_refused(db, tmp_path):
+    make_db(db)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"")
+    Path(f"{db}-wal").symlink_to(elsewhere)
+    refuses(db, "-wal", "not a regular file")
+
+
+# -- folders -------------------------------------------------------------------------------------
+
+
+def test_a_folder_others_may_write_without_the_sticky_bit_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    db = make_db(shared / "jobs.db")
+    for mode in (0o777, 0o775):
+        os.chmod(shared, mode)
+        refuses(db, "without the sticky bit", "chmod go-w")
+    os.chmod(shared, 0o1777)
+    opens(db)  # like /tmp: only the owner of a name may remove or rename it
+
+
+def test_a_sticky_shared_folder_works_while_every_jobctl_file_is_yours(tmp_path):
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    db = shared / "jobs.db"
+    r = run_cli("enqueue", "t", "{}", db=db)
+    assert r.exit_code == 0, r.output
+    assert run_cli("list", db=db).exit_code == 0
+    # another user who takes the name first is caught by the owner check
+    theirs = shared / "theirs.db"
+    make_db(theirs)
+    os.chown(theirs, NOBODY, NOBODY)
+    refused(theirs, "belongs to", args=("enqueue", "t", "{}"))
+
+
+def test_a_name_taken_first_by_another_user_in_a_sticky_folder_is_refused(tmp_path):
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    db = shared / "jobs.db"
+    # the other user creates the path first (a whole jobctl database), hoping root's worker adopts it
+    make_db(db)
+    for f in shared.iterdir():
+        os.chown(f, NOBODY, NOBODY)
+    refused(db, "belongs to", args=("init",))
+    (tmp_path / "jobctl.toml").write_text('[types.t]\ncommand = ["true"]\n')
+    refused(db, "belongs to", args=("work", "--stop-when-empty"))
+
+
+def test_a_folder_another_user_owns_is_refused(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    db = make_db(theirs / "jobs.db")
+    os.chown(theirs, NOBODY, NOBODY)  # they may chmod it and swap the file whenever they like
+    refuses(db, "the folder", "belongs to")
+
+
+# -- links ---------------------------------------------------------------------------------------
+
+
+def test_links_that_pass_are_followed_and_others_refused(tmp_path):
+    real = make_db(tmp_path / "real" / "jobs.db")
+    link = tmp_path / "link.db"
+    link.symlink_to(real)
+    opens(link)
+    # a link to a folder (/var/run -> /run, a data disk mounted elsewhere)
+    (tmp_path / "data").symlink_to(tmp_path / "real")
+    opens(tmp_path / "data" / "jobs.db")
+    # a relative link, with ..
+    rel = tmp_path / "sub"
+    rel.mkdir()
+    (rel / "jobs.db").symlink_to(Path("..") / "real" / "jobs.db")
+    opens(rel / "jobs.db")
+    # a link another user owns (in a sticky folder they can replace their link at any time)
+    os.lchown(link, NOBODY, NOBODY)
+    refuses(link, "symbolic link", "belongs to")
+    # a good link into a folder others may write to
+    open_folder = tmp_path / "open"
+    open_folder.mkdir()
+    os.chmod(open_folder, 0o777)
+    target = open_folder / "jobs.db"
+    shutil.copy(real, target)
+    os.chmod(target, 0o600)
+    link2 = tmp_path / "link2.db"
+    link2.symlink_to(target)
+    refuses(link2, str(open_folder), "sticky")
+
+
+def test_a_dangling_link_is_refused_and_nothing_is_created(tmp_path):
+    link = tmp_path / "dangling.db"
+    link.symlink_to(tmp_path / "nowhere" / "jobs.db")
+    line = refused(link, "symbolic link", "does not exist", args=("init",))
+    assert not (tmp_path / "nowhere").exists(), line
+
+
+def test_a_link_loop_is_refused(tmp_path):
+    (tmp_path / "a.db").symlink_to(tmp_path / "b.db")
+    (tmp_path / "b.db").symlink_to(tmp_path / "a.db")
+    refuses(tmp_path / "a.db", "symbolic links")
+
+
+# -- a -wal left beside a replaced database -------------------------------------------------------
+
+KILLED_WRITER = """
+import os, sys
+from jobctl.queue import Queue
+q = Queue.open(sys.argv[1], create=True)
+q.engine.conn.execute("PRAGMA wal_autocheckpoint = 0")
+for i in range(20):
+    q.enqueue("old", {"i": i})
+os.kill(os.getpid(), 9)
+"""
+
+
+def killed_with_a_full_wal(db: Path) -> None:
+    subprocess.run([sys.executable, "-c", KILLED_WRITER, str(db)])
+    assert Path(f"{db}-wal").stat().st_size > 4096
+
+
+def test_a_restored_backup_beside_a_stale_wal_is_refused_not_corrupted(db, tmp_path):
+    make_db(db)
+    r = run_cli("enqueue", "new", "{}", db=db)
+    assert r.exit_code == 0
+    backup = tmp_path / "b.db"
+    assert run_cli("backup", backup, db=db).exit_code == 0
+    killed_with_a_full_wal(db)
+    shutil.copyfile(backup, db)  # a restore by hand: the old -wal stays
+    before = db.read_bytes()
+    for args in (["list"], ["claim"], ["enqueue", "t", "{}"], ["doctor"]):
+        refused(db, "-wal does not belong", "jobctl restore", args=args)
+    assert db.read_bytes() == before
+    # what the message says to do works: move the log aside and the backup's jobs are there
+    os.rename(f"{db}-wal", tmp_path / "old-wal")
+    os.rename(f"{db}-shm", tmp_path / "old-shm")
+    r = run_cli("list", "--json", db=db)
+    assert r.exit_code == 0, r.output
+    assert [json.loads(line)["type"] for line in r.stdout.splitlines()] == ["new"]
+
+
+def test_a_live_wal_is_its_databases_own(db):
+    make_db(db)
+    killed_with_a_full_wal(db)  # crash recovery: the log is the database's and must be replayed
+    r = run_cli("list", "--json", db=db)
+    assert r.exit_code == 0, r.output
+    assert len(r.stdout.splitlines()) == 20
+    holder = SQLiteEngine.open(db)  # and a log another open connection is writing to
+    try:
+        holder.conn.execute("PRAGMA wal_autocheckpoint = 0")
+        holder.conn.execute("UPDATE jobs SET priority = 11")
+        assert run_cli("list", db=db).exit_code == 0
+        opens(db)  # a second connection in the same process does not touch the file
+    finally:
+        holder.close()
+
+
+def test_wal_frames_reads_what_sqlite_would_replay(tmp_path):
+    assert files.wal_frames(str(tmp_path / "none-wal")) == (0, 0)
+    db = tmp_path / "x.db"
+    killed_with_a_full_wal(db)
+    assert files.wal_frames(f"{db}-wal") == (4096, 1)
+    data = bytearray(Path(f"{db}-wal").read_bytes())
+    data[40] ^= 0xFF  # the first frame's checksum no longer holds: SQLite would ignore the log
+    Path(f"{db}-wal").write_bytes(bytes(data))
+    assert files.wal_frames(f"{db}-wal") == (4096, 0)
+    Path(f"{db}-wal").write_bytes(b"\0" * 100)
+    assert files.wal_frames(f"{db}-wal") == (0, 0)
+
+
+# -- what a killed jobctl left behind -------------------------------------------------------------
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def test_temporary_files_of_a_killed_init_are_removed_at_the_next_create(db):
+    db.parent.mkdir(mode=0o700)
+    pid = dead_pid()
+    stale = [db.parent / f".jobs.db.init-{pid}-0a1b2c3d{s}" for s in ("", "-wal", "-shm", "-journal")]
+    stale.append(db.parent / f".jobs.db.backup-{pid}-00000000")
+    live = db.parent / f".jobs.db.init-{os.getpid()}-00000000"  # an init still running
+    theirs = db.parent / f".jobs.db.init-{pid}-11111111"
+    unrelated = db.parent / f".jobs.db.notes-{pid}-0"
+    for f in [*stale, live, theirs, unrelated]:
+        f.write_bytes(b"x")
+    os.chown(theirs, NOBODY, NOBODY)
+    r = run_cli("init", db=db)
+    assert r.exit_code == 0, r.output
+    left = sorted(p.name for p in db.parent.iterdir())
+    assert left == sorted(["jobs.db", live.name, theirs.name, unrelated.name]), left
+    # and with the database already there (killed after the link), at the next command that may create
+    for f in stale:
+        f.write_bytes(b"x")
+    assert run_cli("enqueue", "t", "{}", db=db).exit_code == 0
+    assert not any(f.exists() for f in stale)

@@ -293,3 +293,134 @@ def test_temporary_files_of_a_killed_init_are_removed_at_the_next_create(db):
         f.write_bytes(b"x")
     assert run_cli("enqueue", "t", "{}", db=db).exit_code == 0
     assert not any(f.exists() for f in stale)
+
+
+# -- the handler registry ------------------------------------------------------------------------
+
+from jobctl import handlers  # noqa: E402
+
+
+@pytest.fixture
+def victim():
+    """A process someone would like a worker to kill."""
+    p = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    yield p
+    p.kill()
+    p.wait()
+
+
+def plant(folder: Path, job_id: int, pid: int, token="theirs") -> Path:
+    start = handlers.proc_start(pid)
+    rec = folder / str(job_id)
+    rec.write_text(json.dumps({"pid": pid, "start": [start, start], "token": token, "worker": "w"}))
+    os.chmod(rec, 0o600)
+    return rec
+
+
+def test_a_record_only_a_regular_private_file_of_ours_is_believed(db, victim):
+    make_db(db)
+    warnings = []
+    reg = handlers.Registry(str(db), warn=warnings.append)
+    folder = Path(reg.folder)
+    rec = plant(folder, 7, victim.pid)
+    assert reg.strays(7, "mine") == ({victim.pid}, "w")  # the control: a record of ours is believed
+    os.chown(rec, NOBODY, NOBODY)
+    assert reg.strays(7, "mine") == (set(), None)
+    assert reg.strays(7, "mine") == (set(), None)
+    assert len(warnings) == 1 and "ignoring the handler record" in warnings[0] and "uid 65534" in warnings[0]
+    os.chown(rec, 0, 0)
+    os.chmod(rec, 0o622)
+    assert handlers.Registry(str(db), warn=warnings.append).strays(7, "mine") == (set(), None)
+    assert "0622" in warnings[-1]
+    rec.unlink()
+    plant(folder, "other", victim.pid)
+    rec.symlink_to(folder / "other")
+    assert handlers.Registry(str(db), warn=warnings.append).strays(7, "mine") == (set(), None)
+    rec.unlink()
+    os.mkfifo(rec)  # would block a plain open
+    assert handlers.Registry(str(db), warn=warnings.append).strays(7, "mine") == (set(), None)
+    assert victim.poll() is None
+
+
+def test_a_worker_ignores_a_planted_record_and_says_so_once(tmp_path, db, victim):
+    (tmp_path / "jobctl.toml").write_text('[types.t]\ncommand = ["true"]\n')
+    make_db(db)
+    folder = Path(f"{db}-handlers")
+    folder.mkdir(mode=0o700)
+    rec = plant(folder, 1, victim.pid)
+    os.chown(rec, NOBODY, NOBODY)
+    assert run_cli("enqueue", "t", "{}", db=db).exit_code == 0
+    r = run_cli("work", "--stop-when-empty", db=db)
+    assert r.exit_code == 0, r.output
+    assert victim.poll() is None, "the worker killed a process a planted record named"
+    assert r.stderr.count("ignoring the handler record") == 1, r.stderr
+
+
+@pytest.mark.parametrize("how", ["theirs", "open", "file", "link-open", "link-theirs"])
+def test_a_registry_folder_that_is_not_ours_alone_stops_the_worker(tmp_path, db, how):
+    (tmp_path / "jobctl.toml").write_text('[types.t]\ncommand = ["true"]\n')
+    make_db(db)
+    folder = Path(f"{db}-handlers")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    if how == "file":
+        folder.write_text("")
+    elif how.startswith("link"):
+        folder.symlink_to(elsewhere)
+    else:
+        folder.mkdir(mode=0o700)
+    if how.endswith("open"):
+        os.chmod(elsewhere if how.startswith("link") else folder, 0o755)
+    if how.endswith("theirs"):
+        os.chown(elsewhere if how.startswith("link") else folder, NOBODY, NOBODY)
+    r = run_cli("work", "--stop-when-empty", db=db)
+    assert r.exit_code == 8, r.output
+    assert "handler registry" in r.one_error_line()
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_registry_folder_linked_to_a_private_folder_of_ours_is_used(tmp_path, db):
+    make_db(db)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    Path(f"{db}-handlers").symlink_to(elsewhere)
+    reg = handlers.Registry(str(db))
+    reg.record(3, "tok", "w", os.getpid(), None, None)
+    assert (elsewhere / "3").exists()
+    reg.forget(3)
+    assert not (elsewhere / "3").exists()
+
+
+def test_a_worker_removes_only_its_own_record(db):
+    make_db(db)
+    frozen, rescuer = handlers.Registry(str(db)), handlers.Registry(str(db))
+    rec = Path(frozen.folder) / "5"
+    frozen.record(5, "t1", "frozen", 111, None, None)
+    rescuer.record(5, "t2", "rescuer", 222, None, None)  # the lease ran out; another worker took the job
+    frozen.forget(5)  # the frozen worker resumes and its (stopped) run ends
+    assert json.loads(rec.read_text())["token"] == "t2"
+    handlers.Registry(str(db)).forget(5)  # a registry that never recorded it
+    assert rec.exists()
+    rescuer.forget(5)
+    assert not rec.exists()
+
+
+def test_forget_checks_and_removes_under_the_folder_lock(db):
+    import fcntl
+    import threading
+
+    make_db(db)
+    frozen, rescuer = handlers.Registry(str(db)), handlers.Registry(str(db))
+    frozen.record(5, "t1", "frozen", 111, None, None)
+    fd = os.open(frozen.folder, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    t = threading.Thread(target=frozen.forget, args=(5,))
+    t.start()
+    t.join(0.3)
+    assert t.is_alive(), "forget did not wait for the lock"
+    # the rescuer's replace happens while the frozen worker waits: it must see it
+    rec = Path(frozen.folder) / "5"
+    rec.write_text(json.dumps({"pid": 222, "start": None, "token": "t2", "worker": "rescuer"}))
+    os.close(fd)
+    t.join(5)
+    assert json.loads(rec.read_text())["token"] == "t2"

@@ -424,3 +424,56 @@ def test_forget_checks_and_removes_under_the_folder_lock(db):
     os.close(fd)
     t.join(5)
     assert json.loads(rec.read_text())["token"] == "t2"
+
+
+# -- the config file -----------------------------------------------------------------------------
+
+CONFIG = '[types.t]\ncommand = ["true"]\n'
+
+
+def test_a_local_config_file_another_user_left_is_refused(tmp_path, db):
+    # another user leaves ./jobctl.toml in a shared working folder; root's `jobctl work` must not run it
+    local = tmp_path / "jobctl.toml"
+    local.write_text(CONFIG)
+    assert run_cli("config", "show", db=db).exit_code == 0  # the control: ours is read
+    os.chown(local, NOBODY, NOBODY)
+    for args in (["work", "--stop-when-empty"], ["enqueue", "t", "{}"], ["config", "show"]):
+        r = run_cli(*args, db=db)
+        assert r.exit_code == 2, (args, r.output)
+        line = r.one_error_line()
+        assert "jobctl.toml" in line and "belongs to" in line and "uid 65534" in line, line
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("mode", [0o664, 0o646])
+def test_a_config_file_others_may_write_is_refused(tmp_path, db, mode):
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(CONFIG)
+    os.chmod(cfg, mode)
+    r = run_cli("--config", cfg, "work", "--stop-when-empty", db=db)
+    assert r.exit_code == 2, r.output
+    assert f"{mode:04o}" in r.one_error_line() and "chmod go-w" in r.one_error_line()
+
+
+def test_a_config_file_in_a_folder_others_may_write_is_refused(tmp_path, db):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    cfg = shared / "cfg.toml"
+    cfg.write_text(CONFIG)
+    os.chmod(shared, 0o777)
+    r = run_cli("--config", cfg, "config", "show", db=db)
+    assert r.exit_code == 2, r.output
+    assert "sticky" in r.one_error_line()
+    os.chmod(shared, 0o1777)
+    assert run_cli("--config", cfg, "config", "show", db=db).exit_code == 0
+
+
+def test_a_config_file_of_root_is_read_and_a_fifo_is_refused(tmp_path, db):
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(CONFIG)
+    os.chown(cfg, 0, 0)
+    assert run_cli("--config", cfg, "config", "show", db=db).exit_code == 0
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    r = run_cli("--config", fifo, "config", "show", db=db, timeout=10)
+    assert r.exit_code == 2 and "not a regular file" in r.one_error_line()

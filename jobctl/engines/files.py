@@ -149,7 +149,7 @@ def resolve(path: str | os.PathLike) -> str:
             if links:
                 raise DatabaseUnusable(
                     f"{path} is a symbolic link to {os.path.join(nxt, *reversed(pending))}, which does not "
-                    "exist; jobctl does not create a database through a link; give the real path") from None
+                    "exist; jobctl does not create files through a link; give the real path") from None
             return os.path.join(nxt, *reversed([p for p in pending if p not in ("", ".")]))
         except OSError as e:
             raise DatabaseUnusable(f"cannot read {nxt}: {e.strerror}; check the permissions of its folder") from None

@@ -1,8 +1,9 @@
 """Operator commands on the file and the queue as a whole: init, recover, purge, pause, resume,
-doctor, backup."""
+doctor, backup, restore."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -165,15 +166,50 @@ def backup(
 
     Example: jobctl backup /var/backups/jobctl-$(date +%F).db
     """
+    from jobctl.engines import files
+
     dest = Path(path).expanduser()
     if dest.is_dir():
         raise InvalidInput(f"{dest} is a directory; give a file path for the backup")
-    if dest.exists() and not force:
+    if os.path.lexists(dest) and not force:
         raise InvalidInput(f"{dest} exists; choose another path or pass --force to replace it")
     if not dest.parent.is_dir():
         raise InvalidInput(f"the folder {dest.parent} does not exist")
     from jobctl.cli.progress import progress_bar
 
-    with state(ctx).open_queue() as q, progress_bar("backing up") as on_progress:
-        q.engine.backup(dest, on_progress=on_progress)
+    with state(ctx).open_queue() as q:
+        # --force replaces a backup, never a device (/dev/null), a link, or the live database
+        # (whose workers' commits would be lost), under whatever name
+        problem = files.copy_target_problem(dest, q.engine.identity)
+        if problem:
+            raise InvalidInput(f"{problem}; nothing was written")
+        with progress_bar("backing up") as on_progress:
+            q.engine.backup(dest, on_progress=on_progress)
     emit(str(dest))
+
+
+@app.command()
+def restore(
+    ctx: typer.Context,
+    backup: str = typer.Argument(..., metavar="BACKUP", help="A file written by `jobctl backup`."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing database (all its jobs)."),
+):
+    """Put a backup back as the database (--db), safely: refused while any process has it open.
+
+    Checks the backup, copies it privately (0600) beside the database, removes the old
+    write-ahead log (which would corrupt the restored file) and renames the copy into place.
+    Stop the workers first. Prints the database's path.
+    Example: systemctl stop 'jobctl-worker@*' && jobctl restore --force /var/backups/jobctl-2026-01-31.db
+    """
+    from jobctl.engines import restore as restoring
+
+    st = state(ctx)
+    db = st.db_path()
+    if "://" in str(db):
+        raise InvalidInput("restore works on a SQLite file; restore a server database with its own tools")
+    if not st.allow_network_fs:
+        from jobctl.engines import files
+
+        files.check_filesystem(Path(db))
+    restoring.restore(Path(backup).expanduser(), db, force=force)
+    emit(str(db))

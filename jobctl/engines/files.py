@@ -168,7 +168,7 @@ def resolve(path: str | os.PathLike) -> str:
     return cur
 
 
-def check_file(path: str | os.PathLike) -> str:
+def check_file(path: str | os.PathLike, *, wal: bool = True) -> str:
     """Check a database file before SQLite opens it, and return its real path (what to open).
 
     Raises FileNotFoundError when it does not exist (the caller may create it), DatabaseUnusable
@@ -214,7 +214,7 @@ def check_file(path: str | os.PathLike) -> str:
                 f"{side} (mode {stat.S_IMODE(sst.st_mode):04o}) lets group or others read or change what "
                 f"the database (mode {stat.S_IMODE(st.st_mode):04o}) keeps from them; run `chmod "
                 f"{stat.S_IMODE(st.st_mode):o} {side}`")
-    reason = stale_wal(real, st)
+    reason = stale_wal(real, st) if wal else None
     if reason:
         raise DatabaseUnusable(
             f"{real}-wal does not belong to the database {path} ({reason}): SQLite would apply it and "
@@ -366,3 +366,93 @@ def clean_stale_temps(path: str | os.PathLike) -> list[str]:
             except OSError:
                 continue
     return removed
+
+
+# -- where a copy may be written -----------------------------------------------------------------
+
+SIDE_FILES = ("", "-wal", "-shm", "-journal")
+
+
+def copy_target_problem(dest: str | os.PathLike, database: str) -> str | None:
+    """Why a copy must not be written at `dest` (replacing what is there), or None: something that
+    is not a regular file (a device such as /dev/null, a link, a folder), or the database
+    `database` itself or one of its side files, under any name."""
+    dest = os.fspath(dest)
+    try:
+        st = os.lstat(dest)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        return f"cannot read {dest}: {e.strerror}"
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            return f"{dest} is a directory; give a file path"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{dest} is a symbolic link (to {os.path.realpath(dest)}); give the real path"
+        if not stat.S_ISREG(st.st_mode):
+            return f"{dest} exists and is not a regular file; it is never replaced; give a file path"
+    real = os.path.realpath(database)
+    target = os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(dest))), os.path.basename(dest))
+    for suffix in SIDE_FILES:
+        side = real + suffix
+        same = target == side
+        if not same and st is not None:
+            try:
+                sst = os.stat(side)
+                same = (sst.st_dev, sst.st_ino) == (st.st_dev, st.st_ino)
+            except OSError:
+                pass
+        if same:
+            what = "the database itself" if not suffix else f"the database's {suffix} file"
+            return f"{dest} is {what} ({side}); write the copy elsewhere"
+    return None
+
+
+# -- sole use --------------------------------------------------------------------------------------
+
+# Where SQLite's unix VFS keeps its locks: a connection holds a read lock on the database file's
+# SHARED range while it is in WAL mode, and on the -shm's DMS byte while it has the WAL index
+# mapped; the first to take them exclusively knows nobody else has the database open.
+PENDING_BYTE, SHARED_FIRST, SHARED_SIZE = 0x40000000, 0x40000002, 510
+SHM_DMS = 128
+
+
+class InUse(Exception):
+    """Another process has the database open."""
+
+
+class SoleUse:
+    """Hold SQLite's locks on a database the way only a sole user can: while held, nobody else has
+    it open, and a process that tries to open it waits (its busy timeout) or gives up. Raises InUse
+    on entry when another process has it open. Never use it on a file this process has open with
+    SQLite: closing these descriptors would drop that connection's locks."""
+
+    def __init__(self, real: str):
+        self.real = real
+        self.fds: list[int] = []
+
+    def __enter__(self) -> "SoleUse":
+        import fcntl
+
+        try:
+            for path, ranges in ((self.real, ((1, PENDING_BYTE), (SHARED_SIZE, SHARED_FIRST))),
+                                 (self.real + "-shm", ((1, SHM_DMS),))):
+                try:
+                    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+                except FileNotFoundError:
+                    continue
+                self.fds.append(fd)
+                for length, start in ranges:
+                    try:
+                        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, length, start)
+                    except OSError:
+                        raise InUse(path) from None
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []

@@ -477,3 +477,29 @@ def test_a_config_file_of_root_is_read_and_a_fifo_is_refused(tmp_path, db):
     os.mkfifo(fifo)
     r = run_cli("--config", fifo, "config", "show", db=db, timeout=10)
     assert r.exit_code == 2 and "not a regular file" in r.one_error_line()
+
+
+PLAIN_KILLED_WRITER = """
+import os, sqlite3, sys
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("PRAGMA page_size = " + sys.argv[2])
+c.execute("PRAGMA journal_mode = WAL")
+c.execute("PRAGMA wal_autocheckpoint = 0")
+c.execute("CREATE TABLE t (x)")
+for i in range(50):
+    c.execute("INSERT INTO t VALUES (?)", ("x" * 500,))
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_a_wal_of_another_page_size_is_not_the_databases(tmp_path):
+    old, other = tmp_path / "old.db", tmp_path / "other.db"
+    subprocess.run([sys.executable, "-c", PLAIN_KILLED_WRITER, str(old), "8192"])
+    assert files.stale_wal(str(old), os.stat(old)) is None  # its own log, from a crash
+    c = sqlite3.connect(other)
+    c.execute("PRAGMA journal_mode = WAL")  # a WAL-mode file of 4096-byte pages, closed cleanly
+    c.execute("CREATE TABLE u (y)")
+    c.commit()
+    c.close()
+    shutil.copyfile(other, old)
+    assert "8192" in files.stale_wal(str(old), os.stat(old))

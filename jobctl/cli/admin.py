@@ -160,7 +160,7 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
 def backup(
     ctx: typer.Context,
     path: str = typer.Argument(..., metavar="PATH", help="The file to write (refused if it exists, unless --force)."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing file at PATH."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing file at PATH (a regular file only, never the database)."),
 ):
     """Write a consistent copy of the live database (safe while workers run); print its path.
 
@@ -198,7 +198,8 @@ def restore(
 
     Checks the backup, copies it privately (0600) beside the database, removes the old
     write-ahead log (which would corrupt the restored file) and renames the copy into place.
-    Stop the workers first. Prints the database's path.
+    Stop the workers first: while any process has the database open it exits 6 and changes
+    nothing. Prints the database's path.
     Example: systemctl stop 'jobctl-worker@*' && jobctl restore --force /var/backups/jobctl-2026-01-31.db
     """
     from jobctl.engines import restore as restoring

@@ -247,31 +247,40 @@ def _wal_checksum(data: bytes, big_endian: bool, s0: int = 0, s1: int = 0) -> tu
     return s0, s1
 
 
+def _wal_header(fd: int):
+    """(page size, big-endian checksums, salts, checksum) of a valid WAL header, else None."""
+    import struct
+
+    head = os.pread(fd, WAL_HEADER, 0)
+    if len(head) < WAL_HEADER:
+        return None
+    magic, _version, page_size, _seq, salt1, salt2, c1, c2 = struct.unpack(">8I", head)
+    if magic not in WAL_MAGIC or page_size < 512 or page_size > 65536 or page_size & (page_size - 1):
+        return None
+    big = bool(magic & 1)
+    s = _wal_checksum(head[:24], big)
+    return (page_size, big, (salt1, salt2), s) if s == (c1, c2) else None
+
+
 def wal_frames(wal: str) -> tuple[int, int]:
     """(page size, 1 if the log's first frame is valid else 0) of a -wal file: what SQLite would
     replay. (0, 0) when the log is empty or its header is not valid (SQLite ignores it then)."""
     import struct
 
     try:
-        fd = os.open(wal, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(wal, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return 0, 0
-    try:  # never the database file itself: closing it would drop this process's SQLite locks
-        head = os.pread(fd, WAL_HEADER, 0)
-        if len(head) < WAL_HEADER:
+    try:
+        header = _wal_header(fd)
+        if header is None:
             return 0, 0
-        magic, _version, page_size, _seq, salt1, salt2, c1, c2 = struct.unpack(">8I", head)
-        if magic not in WAL_MAGIC or page_size < 512 or page_size > 65536 or page_size & (page_size - 1):
-            return 0, 0
-        big = bool(magic & 1)
-        s = _wal_checksum(head[:24], big)
-        if s != (c1, c2):
-            return 0, 0
+        page_size, big, salts, s = header
         frame = os.pread(fd, FRAME_HEADER + page_size, WAL_HEADER)
         if len(frame) < FRAME_HEADER + page_size:
             return page_size, 0
         _pgno, _commit, fsalt1, fsalt2, fc1, fc2 = struct.unpack(">6I", frame[:FRAME_HEADER])
-        if (fsalt1, fsalt2) != (salt1, salt2):
+        if (fsalt1, fsalt2) != salts:
             return page_size, 0
         s = _wal_checksum(frame[:8], big, *s)
         s = _wal_checksum(frame[FRAME_HEADER:], big, *s)
@@ -298,24 +307,43 @@ def _open_here(st: os.stat_result) -> bool:
 
 
 def stale_wal(real: str, st: os.stat_result) -> str | None:
-    """Why the -wal beside the database `real` cannot be its own, or None (also when absent)."""
-    page_size, frames = wal_frames(real + "-wal")
-    if not frames or _open_here(st):
+    """Why the -wal beside the database `real` cannot be its own, or None (also when absent).
+
+    Cheap in the usual case (a live log of a WAL database): two small reads, no checksums."""
+    try:
+        if os.stat(real + "-wal").st_size < WAL_HEADER + FRAME_HEADER + 512:
+            return None  # no frame to replay
+    except OSError:
         return None
-    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW)
+    if _open_here(st):
+        return None
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW)  # this process has no SQLite lock on it to drop
     try:
         head = os.pread(fd, 100, 0)
     finally:
         os.close(fd)
     if len(head) < 100 or not head.startswith(b"SQLite format 3\0"):
         return None  # SQLite itself says what is wrong with such a file
-    if head[18] != 2 or head[19] != 2:
-        return "the database is not in WAL mode, yet the log holds changes"
     db_page = int.from_bytes(head[16:18], "big")
     db_page = 65536 if db_page == 1 else db_page
-    if db_page != page_size:
-        return f"the log's pages are {page_size} bytes, the database's {db_page}"
-    return None
+    wal_mode = head[18] == 2 and head[19] == 2
+    if wal_mode:
+        try:
+            wfd = os.open(real + "-wal", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            header = _wal_header(wfd)
+        finally:
+            os.close(wfd)
+        if header is None or header[0] == db_page:
+            return None
+    page_size, frames = wal_frames(real + "-wal")
+    if not frames:
+        return None  # SQLite ignores a log without a valid first frame
+    if not wal_mode:
+        return "the database is not in WAL mode, yet the log holds changes"
+    return f"the log's pages are {page_size} bytes, the database's {db_page}"
 
 
 # -- what a killed jobctl left behind ------------------------------------------------------------

@@ -217,6 +217,41 @@ def _enqueue_option(key: str, value, where: str):
     return timeout
 
 
+def read_trusted(path: Path) -> bytes:
+    """The bytes of a config file, which names the commands a worker runs: refused (exit 2) unless
+    it is a regular file of yours or root's that nobody else may write, reached through folders
+    and links that are yours or root's and closed to others' writes (sticky folders aside)."""
+    import stat
+
+    from jobctl.engines import files
+    from jobctl.errors import DatabaseUnusable
+
+    try:
+        real = files.resolve(path)
+    except DatabaseUnusable as e:
+        raise ConfigError(f"config file {path}: {e}") from None
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"config file {path} is not a regular file")
+        if not files.trusted_owner(st.st_uid):
+            raise ConfigError(
+                f"config file {path} belongs to {files.user_name(st.st_uid)}, not to you "
+                f"({files.user_name(os.geteuid())}) or root, and the commands it names would run as you; "
+                "use a config file of your own (--config PATH)")
+        if st.st_mode & 0o022:
+            raise ConfigError(
+                f"config file {path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}), so "
+                f"anyone could change the commands it runs as you; run `chmod go-w {real}`")
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def load_settings(flag: str | None = None, env=os.environ) -> Settings:
     """Find and read the config file. A named file that is missing or malformed is exit 2."""
     path, explicit = find_config_file(flag, env)
@@ -224,7 +259,7 @@ def load_settings(flag: str | None = None, env=os.environ) -> Settings:
     if path is None:
         return settings
     try:
-        raw = path.read_bytes()
+        raw = read_trusted(path)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist; create one with `jobctl config init {path}`") from None
     except OSError as e:

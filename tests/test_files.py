@@ -19,7 +19,7 @@ import pytest
 
 from conftest import JOBCTL, run_cli
 from jobctl.engines import sqlite as engine_sqlite
-from jobctl.engines.sqlite import NETWORK_FS, filesystem_type
+from jobctl.engines.files import NETWORK_FS, filesystem_type
 
 
 def digest(path):
@@ -103,10 +103,14 @@ def test_a_foreign_sqlite_file(tmp_path):
     conn.close()
 
 
-def test_a_symlink_is_refused(tmp_path):
+def test_a_symlink_is_followed_only_when_it_and_its_target_pass(tmp_path):
+    # 0.1.0 refused every link; now a link of ours to a good file is used, one of another user's is not
     real = make_db(tmp_path / "real.db")
     link = tmp_path / "link.db"
     link.symlink_to(real)
+    r = run_cli("list", db=link)
+    assert r.exit_code == 0, r.output
+    os.lchown(link, 65534, 65534)
     assert_refused(link, 8, ["symbolic link"])
 
 

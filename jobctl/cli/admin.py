@@ -1,8 +1,9 @@
 """Operator commands on the file and the queue as a whole: init, recover, purge, pause, resume,
-doctor, backup."""
+doctor, backup, restore."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -147,7 +148,7 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
 def backup(
     ctx: typer.Context,
     path: str = typer.Argument(..., metavar="PATH", help="The file to write (refused if it exists, unless --force)."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing file at PATH."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing file at PATH (a regular file only, never the database)."),
 ):
     """Write a consistent copy of the live database (safe while workers run); print its path.
 
@@ -156,7 +157,7 @@ def backup(
     dest = Path(path).expanduser()
     if dest.is_dir():
         raise InvalidInput(f"{dest} is a directory; give a file path for the backup")
-    if dest.exists() and not force:
+    if os.path.lexists(dest) and not force:
         raise InvalidInput(f"{dest} exists; choose another path or pass --force to replace it")
     if not dest.parent.is_dir():
         raise InvalidInput(f"the folder {dest.parent} does not exist")
@@ -165,3 +166,33 @@ def backup(
     with state(ctx).open_queue() as q, progress_bar("backing up") as on_progress:
         q.backup(dest, on_progress=on_progress)
     emit(str(dest))
+
+
+@app.command()
+def restore(
+    ctx: typer.Context,
+    backup: str = typer.Argument(..., metavar="BACKUP", help="A file written by `jobctl backup`."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing database (all its jobs)."),
+):
+    """Put a backup back as the database (--db), safely: refused while any process has it open.
+
+    Checks the backup, copies it privately (0600) beside the database, removes the old
+    write-ahead log (which would corrupt the restored file) and renames the copy into place.
+    Stop the workers first: while any process has the database open it exits 6 and changes
+    nothing. Prints the database's path.
+    Example: systemctl stop 'jobctl-worker@*' && jobctl restore --force /var/backups/jobctl-2026-01-31.db
+    """
+    from jobctl.engines import restore as restoring
+
+    from jobctl import engines
+
+    st = state(ctx)
+    if engines.scheme_of(st.db_path()) not in (None, "sqlite"):
+        raise InvalidInput("restore works on a SQLite file; restore a server database with its own tools")
+    db = Path(engines.sqlite_path(st.db_path()))
+    if not (st.allow_network_fs or st.settings.allow_network_fs):
+        from jobctl.engines import files
+
+        files.check_filesystem(db)
+    restoring.restore(Path(backup).expanduser(), db, force=force)
+    emit(str(db))

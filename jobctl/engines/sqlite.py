@@ -19,9 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
+from jobctl.engines import files
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob
 from jobctl.engines.schema import APPLICATION_ID, SCHEMA_VERSION  # sqlite-utils loads only on migrate
-from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidState, NoSuchJob
+from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, InvalidState, NoSuchJob
 from jobctl.models import FINISHED, Event, Job
 from jobctl.payloads import sha256
 
@@ -42,41 +43,6 @@ def check_sqlite_version(found: tuple[int, int, int] | None = None) -> None:
             f"{'.'.join(map(str, MIN_SQLITE))} or newer; run jobctl with a Python built against a newer SQLite "
             "(a python.org or pyenv build, or the python3 of Debian 12 / Ubuntu 22.04 and later)"
         )
-
-# Filesystems on which SQLite's locks cannot be trusted.
-NETWORK_FS = {
-    "nfs", "nfs4", "cifs", "smb", "smb2", "smb3", "smbfs", "ncpfs", "afs", "coda", "9p", "ceph",
-    "glusterfs", "lustre", "gpfs", "davfs", "fuse.sshfs", "sshfs", "fuse.glusterfs", "fuse.cephfs",
-    "fuse.s3fs", "fuse.rclone", "fuse.gcsfuse", "fuse.davfs", "fuse.juicefs", "virtiofs",
-}
-
-
-def filesystem_type(path: str, mounts_text: str) -> str | None:
-    """The type of the filesystem holding `path`, from /proc/mounts text (longest mount prefix)."""
-    best, best_type = "", None
-    for line in mounts_text.splitlines():
-        parts = line.split()
-        if len(parts) < 3:
-            continue
-        mount = parts[1].replace("\\040", " ")
-        if (path == mount or path.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best):
-            best, best_type = mount, parts[2]
-    return best_type
-
-
-def _check_filesystem(path: Path) -> None:
-    try:
-        mounts = Path("/proc/mounts").read_text()
-    except OSError:
-        return  # not Linux, or /proc hidden: nothing to check against
-    fstype = filesystem_type(os.path.realpath(path.parent), mounts)
-    if fstype and fstype.lower() in NETWORK_FS:
-        raise DatabaseUnusable(
-            f"{path} is on a network filesystem ({fstype}), where SQLite's locking is unsafe and jobs "
-            "could be lost or run twice; use a local disk or a server database, or pass "
-            "--allow-network-fs if you know this mount's locking works"
-        )
-
 
 def _disk_is_full(path: str) -> bool:
     try:
@@ -119,23 +85,6 @@ def translate(exc: sqlite3.Error, path: str, busy_timeout: float) -> Exception:
     return exc
 
 
-def _make_private_dirs(folder: Path) -> None:
-    """Create missing folders with mode 0700 (whatever the umask)."""
-    missing = []
-    p = folder
-    while not p.exists():
-        missing.append(p)
-        if p.parent == p:
-            break
-        p = p.parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            continue
-        os.chmod(d, 0o700)
-
-
 def _create_database(path: Path) -> None:
     """Create a fully initialised database at `path`, atomically.
 
@@ -145,13 +94,10 @@ def _create_database(path: Path) -> None:
     """
     from jobctl.engines import schema
 
-    _make_private_dirs(path.parent)
-    tmp = path.parent / f".{path.name}.init-{os.getpid()}-{os.urandom(4).hex()}"
-    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
+    files.make_private_dirs(path.parent)
+    files.clean_stale_temps(path)
+    tmp = files.temp_name(path, "init")
+    files.create_private_file(tmp)
     try:
         conn = sqlite3.connect(str(tmp), isolation_level=None)
         try:
@@ -174,29 +120,6 @@ def _create_database(path: Path) -> None:
                 os.unlink(f"{tmp}{suffix}")
             except FileNotFoundError:
                 pass
-
-
-def _check_file(path: Path) -> None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        raise DatabaseUnusable(f"cannot read {path}: {e.strerror}; check the permissions of its folder") from None
-    if stat.S_ISLNK(st.st_mode):
-        raise DatabaseUnusable(
-            f"{path} is a symbolic link; jobctl refuses links to its database so that a link cannot "
-            f"redirect it; give the real path ({os.path.realpath(path)})"
-        )
-    if stat.S_ISDIR(st.st_mode):
-        raise DatabaseUnusable(f"{path} is a directory, not a database file; give a file path with --db")
-    if not stat.S_ISREG(st.st_mode):
-        raise DatabaseUnusable(f"{path} is not a regular file")
-    if st.st_mode & 0o022:
-        raise DatabaseUnusable(
-            f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); anyone could "
-            f"change its jobs; run `chmod 600 {path}`"
-        )
 
 
 class SQLiteEngine:
@@ -272,24 +195,26 @@ class SQLiteEngine:
         check_sqlite_version()
         p = Path(path)
         if not allow_network_fs:
-            _check_filesystem(p)
+            files.check_filesystem(p)
         try:
-            _check_file(p)
+            real = files.check_file(p)
         except FileNotFoundError:
             if not create:
                 raise DatabaseUnusable(
                     f"no database at {p}; check --db / JOBCTL_DB, or create it with `jobctl --db {p} init`"
                 ) from None
             try:
-                _create_database(p)
+                _create_database(Path(files.resolve(p)))
             except sqlite3.Error as e:
                 raise translate(e, str(p), busy_timeout) from e
             except OSError as e:
                 raise DatabaseUnusable(f"cannot create the database {p}: {e.strerror}") from None
-            _check_file(p)
+            real = files.check_file(p)
+        if create:
+            files.clean_stale_temps(real)
         try:
-            conn = sqlite3.connect(
-                f"file:{quote(str(p))}?mode={'ro' if read_only else 'rw'}", uri=True, isolation_level=None,
+            conn = sqlite3.connect(  # the checked real path: a link cannot be changed in between
+                f"file:{quote(real)}?mode={'ro' if read_only else 'rw'}", uri=True, isolation_level=None,
                 timeout=busy_timeout, check_same_thread=False,
             )
         except sqlite3.Error as e:
@@ -815,11 +740,14 @@ class SQLiteEngine:
 
     def backup(self, dest: Path, *, on_progress: Callable[[int, int], None] | None = None) -> None:
         """A consistent copy through SQLite's backup API, written to a 0600 file, then renamed.
-        on_progress(pages copied, pages in all) is called after each step of 4096 pages."""
-        tmp = dest.parent / f".{dest.name}.backup-{os.getpid()}-{os.urandom(4).hex()}"
-        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
-        os.fchmod(fd, 0o600)
-        os.close(fd)
+        on_progress(pages copied, pages in all) is called after each step of 4096 pages.
+        Refused (exit 2): a target that is not a regular file (a device such as /dev/null, a link,
+        a folder), or this database or one of its side files under any name."""
+        problem = files.copy_target_problem(dest, self.identity)
+        if problem:
+            raise InvalidInput(f"{problem}; nothing was written")
+        tmp = files.temp_name(dest, "backup")
+        files.create_private_file(tmp)
         try:
             target = sqlite3.connect(str(tmp))
             try:

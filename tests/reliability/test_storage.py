@@ -313,11 +313,14 @@ def test_new_database_and_its_wal_and_shm_are_owner_only_under_umask_022(tmp_pat
     assert stat.S_IMODE(db2.parent.stat().st_mode) == 0o700
 
 
-def test_symlinked_database_path_is_refused_with_the_reason(tmp_path):
+def test_symlinked_database_path_is_refused_with_the_reason_unless_link_and_target_pass(tmp_path):
+    # 0.1.0 refused every link; now only a dangling link or one another user owns is refused
     real = tmp_path / "real" / "jobs.db"
     init_db(real, 2)
     link = tmp_path / "link.db"
     link.symlink_to(real)
+    assert jobctl("list", db=link).exit_code == 0
+    os.lchown(link, 65534, 65534)
     dangling = tmp_path / "dangling.db"
     dangling.symlink_to(tmp_path / "elsewhere.db")
     before = files_state(real.parent)

@@ -10,7 +10,7 @@ import time
 from typing import Callable, Iterable
 
 from jobctl import payloads
-from jobctl.config import Settings, parse_backoff
+from jobctl.config import Settings, duration_in_range, parse_backoff
 from jobctl.durations import format_duration, parse_duration, parse_priority, parse_time, to_rfc3339, validate_name
 from jobctl.engines.base import ClaimRequest, Change, NewJob
 from jobctl.errors import CancelRequested, InvalidInput, InvalidState, NoSuchJob, StaleToken
@@ -250,12 +250,15 @@ class Queue:
         if not text.strip():
             return None
         try:
-            obj = payloads.parse_json(text, what="JSON")
+            # The line's object wraps the payload: only the payload's own depth counts (prepare checks it).
+            obj = payloads.parse_json(text, what="JSON", wrapper_levels=1)
             if not isinstance(obj, dict):
                 raise InvalidInput("each line must be a JSON object with at least a \"type\"")
             unknown = set(obj) - BATCH_KEYS
             if unknown:
-                raise InvalidInput(f"unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(BATCH_KEYS))})")
+                shown = sorted(repr(k if len(k) <= 40 else k[:40] + "…") for k in unknown)
+                raise InvalidInput(f"unknown key(s) {', '.join(shown[:5])}{' …' if len(shown) > 5 else ''} "
+                                   f"(known: {', '.join(sorted(BATCH_KEYS))})")
             if "type" not in obj:
                 raise InvalidInput("missing \"type\"")
             opts = {k: obj[k] for k in ("queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
@@ -299,9 +302,7 @@ class Queue:
         types = [validate_name(t, "type") for t in types] if types else None
         lease_ms = None
         if lease is not None:
-            seconds = parse_duration(lease, what="lease")
-            if seconds <= 0:
-                raise InvalidInput("invalid lease: must be more than 0")
+            seconds = duration_in_range(lease, "lease", "lease")
             lease_ms = int(seconds * 1000)
         return ClaimRequest(worker=worker or shell_worker_id(), token=os.urandom(12).hex(),
                             queues=queues, types=types, lease_ms=lease_ms)
@@ -393,9 +394,7 @@ class Queue:
     def heartbeat(self, job_id: int, *, token: str | None = None, extend=None, actor: str | None = None) -> Job:
         extend_ms = None
         if extend is not None:
-            seconds = parse_duration(extend, what="extension")
-            if seconds <= 0:
-                raise InvalidInput("invalid --extend: must be more than 0")
+            seconds = duration_in_range(extend, "lease extension", "lease")
             extend_ms = int(seconds * 1000)
         now = self.now()
 

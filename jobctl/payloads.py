@@ -103,3 +103,24 @@ def canonical_hash(value: object) -> str:
     """Payloads are "the same" when their canonical forms (keys sorted, compact) are equal."""
     canon = _CANONICAL.encode(value)
     return sha256(canon.encode("utf-8")).hexdigest()
+
+
+def stored_damage(text, stored_hash, *, check_hash: bool = True) -> str | None:
+    """Why a stored payload cannot be trusted (None when it can): not JSON as jobctl stores it, or,
+    with check_hash, its canonical form no longer matches the hash computed at enqueue."""
+    if not isinstance(text, str):
+        return f"payload damaged: it is stored as {type(text).__name__}, not JSON text"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # read back with surrogateescape: the bytes are not UTF-8
+            return "payload damaged: its bytes are not UTF-8 text"
+    try:
+        value = _DECODER.decode(text)
+    except (ValueError, RecursionError, InvalidInput) as e:
+        why = e.msg if isinstance(e, json.JSONDecodeError) else type(e).__name__
+        return f"payload damaged: not valid JSON ({why})"
+    if check_hash and stored_hash is not None and canonical_hash(value) != stored_hash:
+        return "payload damaged: it no longer matches the hash stored when it was enqueued"
+    return None
+

@@ -109,7 +109,7 @@ def resume(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE",
 
 @app.command()
 def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print the checks as one JSON object.")):
-    """Check the file: integrity, schema, permissions, WAL size, expired leases, unrunnable jobs.
+    """Check the file: integrity, schema, permissions, WAL size, expired leases, damaged jobs, unrunnable jobs.
 
     Exits 0 when all is well, 9 when a check found a problem, 8 when the file cannot be used.
     Example: jobctl doctor || mail -s "jobctl needs a look" ops@example.com
@@ -122,6 +122,7 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
         report = q.engine.file_report()
         expired = q.engine.count_expired(q.now())
         pending_types = q.engine.pending_types()
+        checked, damaged = q.engine.damaged_jobs()
     checks.append(("integrity", report["integrity"] == "ok", report["integrity"]))
     checks.append(("schema", report["schema_version"] == SCHEMA_VERSION, f"v{report['schema_version']}"))
     checks.append(("journal mode", report["journal_mode"] == "wal", report["journal_mode"]))
@@ -134,6 +135,12 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
                                                   "; a long-running reader may be blocking checkpoints")))
     checks.append(("expired leases", expired == 0,
                    "none" if expired == 0 else f"{expired} job(s); run `jobctl recover` (workers also do it)"))
+    checks.append(("job rows", not damaged,
+                   f"{checked} job(s) decode and match their payload hash" if not damaged else
+                   f"{len(damaged)} damaged: " + "; ".join(f"job {i}: {why}" for i, why in damaged[:10])
+                   + (f"; and {len(damaged) - 10} more" if len(damaged) > 10 else "")
+                   + "; a claim buries such a job instead of handing it out; restore the file from a backup "
+                   "or enqueue their work again"))
     runnable = {name for name, tc in st.settings.types.items() if tc.command}
     orphans = {t: n for t, n in pending_types.items() if t not in runnable}
     checks.append(("handlers", not orphans,
@@ -143,13 +150,15 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
     ok = all(good for _, good, _ in checks)
     if as_json:
         emit_json({"ok": ok, "path": str(q.engine.path),
-                   "checks": [{"check": c, "ok": good, "detail": d} for c, good, d in checks]})
+                   "checks": [{"check": c, "ok": good, "detail": d} for c, good, d in checks],
+                   "damaged_jobs": [{"id": i, "why": why} for i, why in damaged]})
     else:
         from rich.text import Text
 
         from jobctl import output
 
-        rows = [[c, Text("ok", style="green") if good else Text("PROBLEM", style="bold red"), d] for c, good, d in checks]
+        rows = [[c, Text("ok", style="green") if good else Text("PROBLEM", style="bold red"), output.text(d)]
+                for c, good, d in checks]
         output.print_view(output.simple_table(["CHECK", "STATUS", "DETAIL"], rows))
     if not ok:
         raise CheckFailed(f"doctor found {sum(1 for _, g, _ in checks if not g)} problem(s) in {q.engine.path}")

@@ -22,6 +22,18 @@ def _open_source(path: str):
         raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
 
 
+def _read_source(path: str) -> bytes:
+    """All of a file or stdin. Unbounded: for job input use _read_payload_file or _read_batch_lines."""
+    f = _open_source(path)
+    try:
+        return f.read()
+    except OSError as e:
+        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
+
+
 def _read_payload_file(path: str, limit: int) -> bytes:
     """At most `limit` bytes: one more byte says the payload is too large (never /dev/zero in memory)."""
     f = _open_source(path)

@@ -196,7 +196,7 @@ DURATION_RANGES = {
     "lease": (1.0, 10 * 365 * 86400.0, "a shorter lease expires before it can be renewed and the job runs twice"),
     # SQLite keeps its busy timeout in milliseconds in a 32-bit int: past 24.8 days it wraps to no
     # wait at all. A day is more than any lock should be held.
-    "busy timeout": (0.0, 86400.0, "SQLite cannot wait longer than about 24 days"),
+    "busy timeout": (0.0, 86400.0, "no lock is worth a longer wait; SQLite's own timer overflows at 24.8 days"),
     "poll": (0.01, 3600.0, "a shorter one is a busy loop"),
     "grace": (0.0, 86400.0, "longer would hold a stopping worker for days"),
 }

@@ -80,3 +80,12 @@ class CheckFailed(JobctlError):
 
 class DiskFull(DatabaseUnusable):
     """the disk holding the database is full; nothing changed"""
+
+
+class DamagedJob(DatabaseUnusable):
+    """a stored job cannot be read"""
+
+    def __init__(self, job_id, reason: str):
+        super().__init__(f"damaged job {job_id}: {reason}; `jobctl doctor` says more")
+        self.job_id = job_id
+        self.reason = reason

@@ -11,7 +11,7 @@ import time
 from typing import Callable, Iterable
 
 from jobctl import payloads, transitions
-from jobctl.config import Settings, parse_backoff
+from jobctl.config import Settings, duration_in_range, parse_backoff
 from jobctl.durations import parse_duration, parse_priority, parse_time, validate_name
 from jobctl.engines.base import ClaimRequest, Engine, NewJob
 from jobctl.errors import CancelRequested, InvalidInput, NoSuchJob
@@ -227,12 +227,15 @@ class Queue:
         if not text.strip():
             return None
         try:
-            obj = payloads.parse_json(text, what="JSON")
+            # The line's object wraps the payload: only the payload's own depth counts (prepare checks it).
+            obj = payloads.parse_json(text, what="JSON", wrapper_levels=1)
             if not isinstance(obj, dict):
                 raise InvalidInput("each line must be a JSON object with at least a \"type\"")
             unknown = set(obj) - BATCH_KEYS
             if unknown:
-                raise InvalidInput(f"unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(BATCH_KEYS))})")
+                shown = sorted(repr(k if len(k) <= 40 else k[:40] + "…") for k in unknown)
+                raise InvalidInput(f"unknown key(s) {', '.join(shown[:5])}{' …' if len(shown) > 5 else ''} "
+                                   f"(known: {', '.join(sorted(BATCH_KEYS))})")
             if "type" not in obj:
                 raise InvalidInput("missing \"type\"")
             opts = {k: obj[k] for k in ("queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
@@ -274,7 +277,7 @@ class Queue:
     def _claim_request(self, worker, queues, types, lease) -> ClaimRequest:
         queues = [validate_name(q, "queue") for q in queues] if queues else None
         types = [validate_name(t, "type") for t in types] if types else None
-        lease_ms = _positive_ms(lease, "lease") if lease is not None else None
+        lease_ms = int(duration_in_range(lease, "lease", "lease") * 1000) if lease is not None else None
         return ClaimRequest(worker=worker or shell_worker_id(), token=os.urandom(12).hex(),
                             queues=queues, types=types, lease_ms=lease_ms)
 
@@ -339,7 +342,7 @@ class Queue:
         return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     def heartbeat(self, job_id: int, *, token: str | None = None, extend=None, actor: str | None = None) -> Job:
-        extend_ms = _positive_ms(extend, "--extend") if extend is not None else None
+        extend_ms = int(duration_in_range(extend, "lease extension", "lease") * 1000) if extend is not None else None
         decide = _decide(transitions.heartbeat, token, actor, holder=False, extend_ms=extend_ms)
         job = self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
         if job.status == "cancel_requested":

@@ -87,7 +87,8 @@ class Log:
             record.update({k: v for k, v in fields.items() if v is not None})
             if message:
                 record["message"] = message
-            line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+            # ASCII only: escape sequences, C1 and bidi controls in names, errors or paths arrive as \uXXXX
+            line = json.dumps(record, ensure_ascii=True, separators=(",", ":"))
         else:
             line = f"{to_rfc3339(int(now * 1000))} {self.worker_id} {event}"
             if job is not None:

@@ -167,9 +167,10 @@ STATS_HEADER = ["QUEUE", "READY", "SCHED", "BLOCKED", "RUN", "STOPPING", "BURIED
 
 def stats_fixture(db):
     """A long queue and type name, a stuck job and a buried one with a long error."""
-    with Queue.open(db, create=True) as q:
-        q.enqueue("billing-invoices-eu-west", {}, queue="billing-invoices-europe-west-1")
-        q.claim(types=["billing-invoices-eu-west"], lease="1ms")
+    with Queue.open(db, create=True, clock=lambda: time.time() - 60) as past:  # a lease that ran out a minute ago
+        past.enqueue("billing-invoices-eu-west", {}, queue="billing-invoices-europe-west-1")
+        past.claim(types=["billing-invoices-eu-west"], lease="1s")
+    with Queue.open(db) as q:
         q.enqueue("x", {})
         job = q.claim(types=["x"])
         q.fail(job.id, token=job.token, error="exit 3: " + "went wrong " * 20, bury=True)

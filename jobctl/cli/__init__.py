@@ -13,8 +13,12 @@ from jobctl.errors import JobctlError
 
 
 def _fail(message: str, code: int) -> int:
-    # One line, always: a path or a value with a newline in it must not split the message.
-    one_line = message.replace("\r", "\\r").replace("\n", "\\n")
+    """Print an error: every error line of the CLI is written here."""
+    from jobctl.untrusted import safe
+
+    # One line, always: a path or a value with a newline in it must not split the message; and
+    # inert: terminal escapes, C1 and bidi controls from paths, keys or values are shown escaped.
+    one_line = safe(message.replace("\r", "\\r").replace("\n", "\\n"))
     sys.stderr.write(f"jobctl: error: {one_line}\n")
     return code
 

@@ -120,25 +120,28 @@ def resume(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE",
 
 @app.command()
 def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print the checks as one JSON object.")):
-    """Check the file: integrity, schema, permissions, WAL size, expired leases, unrunnable jobs.
+    """Check the file: integrity, schema, permissions, WAL size, expired leases, damaged jobs, unrunnable jobs.
 
     Exits 0 when all is well, 9 when a check found a problem, 8 when the file cannot be used.
     Example: jobctl doctor || mail -s "jobctl needs a look" ops@example.com
     """
     st = state(ctx)
     with st.open_queue() as q:
-        checks = [(c.name, c.ok, c.detail) for c in q.health_checks()]
+        found = q.health_checks()
         location = q.location
+    checks = [(c.name, c.ok, c.detail) for c in found]
     ok = all(good for _, good, _ in checks)
     if as_json:
+        extra = {k: v for c in found if c.data for k, v in c.data.items()}
         emit_json({"ok": ok, "path": location,
-                   "checks": [{"check": c, "ok": good, "detail": d} for c, good, d in checks]})
+                   "checks": [{"check": c, "ok": good, "detail": d} for c, good, d in checks], **extra})
     else:
         from rich.text import Text
 
         from jobctl import output
 
-        rows = [[c, Text("ok", style="green") if good else Text("PROBLEM", style="bold red"), d] for c, good, d in checks]
+        rows = [[c, Text("ok", style="green") if good else Text("PROBLEM", style="bold red"), output.text(d)]
+                for c, good, d in checks]
         output.print_view(output.simple_table(["CHECK", "STATUS", "DETAIL"], rows))
     if not ok:
         raise CheckFailed(f"doctor found {sum(1 for _, g, _ in checks if not g)} problem(s) in {location}")

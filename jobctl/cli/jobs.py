@@ -13,14 +13,71 @@ from jobctl.completion import complete_queue
 from jobctl.errors import InvalidInput, NothingToClaim
 
 
-def _read_source(path: str) -> bytes:
+def _open_source(path: str):
     if path == "-":
-        return sys.stdin.buffer.read()
+        return sys.stdin.buffer
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return open(path, "rb")
     except OSError as e:
         raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+
+
+def _read_source(path: str) -> bytes:
+    """All of a file or stdin. Unbounded: for job input use _read_payload_file or _read_batch_lines."""
+    f = _open_source(path)
+    try:
+        return f.read()
+    except OSError as e:
+        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
+
+
+def _read_payload_file(path: str, limit: int) -> bytes:
+    """At most `limit` bytes: one more byte says the payload is too large (never /dev/zero in memory)."""
+    f = _open_source(path)
+    try:
+        data = f.read(limit + 1)
+    except OSError as e:
+        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
+    if len(data) > limit:
+        raise InvalidInput(
+            f"payload too large: {'stdin' if path == '-' else path} holds more than {limit} bytes, the limit "
+            "(max_payload_bytes in the config); nothing was enqueued")
+    return data
+
+
+BATCH_LINE_ROOM = 64 * 1024  # a --batch line's keys besides the payload: type, queue, key, after, ...
+
+
+def _read_batch_lines(path: str, payload_limit: int) -> list[str]:
+    """The NDJSON lines of --batch, read line by line: a line longer than the payload limit plus
+    the other keys' room is refused without reading the rest of it."""
+    most = payload_limit + BATCH_LINE_ROOM
+    f = _open_source(path)
+    lines = []
+    try:
+        while True:
+            raw = f.readline(most + 1)
+            if not raw:
+                return lines
+            if not raw.endswith(b"\n") and len(raw) > most:
+                raise InvalidInput(
+                    f"line {len(lines) + 1}: longer than {most} bytes (the payload limit, max_payload_bytes in "
+                    f"the config, plus {BATCH_LINE_ROOM} for the other keys); nothing was enqueued")
+            try:
+                lines.append(raw.decode("utf-8").rstrip("\n"))
+            except UnicodeDecodeError:
+                raise InvalidInput(f"line {len(lines) + 1}: not UTF-8 text; nothing was enqueued") from None
+    except OSError as e:
+        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
 
 
 @app.command()
@@ -50,11 +107,7 @@ def enqueue(
     if batch is not None:
         if type is not None or payload is not None or payload_file is not None:
             raise InvalidInput("--batch reads every job from NDJSON; give no TYPE, PAYLOAD or --payload-file with it")
-        data = _read_source(batch)
-        try:
-            lines = data.decode("utf-8").splitlines()
-        except UnicodeDecodeError:
-            raise InvalidInput("--batch input is not UTF-8 text; nothing was enqueued") from None
+        lines = _read_batch_lines(batch, st.settings.max_payload_bytes)
         from jobctl.cli.progress import progress_bar
         from jobctl.queue import Queue
 
@@ -75,7 +128,7 @@ def enqueue(
         raise InvalidInput("missing TYPE: `jobctl enqueue TYPE [PAYLOAD]`, or --batch PATH")
     if payload is not None and payload_file is not None:
         raise InvalidInput("give the payload either as an argument or with --payload-file, not both")
-    text = _read_source(payload_file) if payload_file is not None else payload
+    text = _read_payload_file(payload_file, st.settings.max_payload_bytes) if payload_file is not None else payload
     from jobctl.queue import Queue
 
     prepared = Queue(None, st.settings).prepare(  # bad input is refused before the file is created
@@ -201,7 +254,9 @@ def _each(ctx, job_ids: List[int], action, as_json: bool) -> None:
                 if first_error is None:
                     first_error = e
                 if len(job_ids) > 1:
-                    sys.stderr.write(f"jobctl: error: {e}\n")
+                    from jobctl.cli import _fail
+
+                    _fail(e.message, e.exit_code)
                 continue
             emit_json(job.to_dict()) if as_json else emit(f"{job.id} {job.status}")
     if first_error is not None:

@@ -61,8 +61,10 @@ def work(
 
         for q_name in queue:
             validate_name(q_name, "queue")
-    grace_s = _duration(grace, "--grace", positive=False)
-    poll_s = _duration(poll, "--poll")
+    from jobctl.config import duration_in_range
+
+    grace_s = duration_in_range(grace, "--grace", "grace") if grace is not None else None
+    poll_s = duration_in_range(poll, "--poll", "poll") if poll is not None else None
     options = WorkerOptions(
         worker_id=worker or own_worker_id(),
         queues=list(dict.fromkeys(queue)) if queue else None,

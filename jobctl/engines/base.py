@@ -102,12 +102,14 @@ class ClaimRequest(Record):
 class Check(Record):
     """One line of `jobctl doctor`: what was checked, whether it is fine, and the detail."""
 
-    __slots__ = ("name", "ok", "detail")
+    __slots__ = ("name", "ok", "detail", "data")
 
-    def __init__(self, name: str, ok: bool, detail: str):
+    def __init__(self, name: str, ok: bool, detail: str,
+                 data: dict | None = None):  # extra keys for `doctor --json` (e.g. damaged_jobs)
         self.name = name
         self.ok = ok
         self.detail = detail
+        self.data = data
 
 
 class FileStore(Protocol):

@@ -16,6 +16,7 @@ import stat
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from urllib.parse import quote
 
@@ -23,10 +24,11 @@ from jobctl.engines import files
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob
 from jobctl.engines.schema import APPLICATION_ID, SCHEMA_VERSION  # sqlite-utils loads only on migrate
 from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, InvalidState, NoSuchJob
-from jobctl.models import FINISHED, Event, Job
+from jobctl.models import FINISHED, Event, Job, row_damage
 from jobctl.payloads import sha256
 
 HELD = ("running", "cancel_requested")
+_TEXT = partial(str, encoding="utf-8", errors="surrogateescape")
 DEPENDS, DEPENDED_ON = 1, 2  # bits of jobs.dep_flags (schema.py)
 UNIQUE_LIVE = ("pending", "running", "cancel_requested")
 WAL_WARN_BYTES = 64 * 1024 * 1024  # doctor: a WAL this big means something holds back checkpoints
@@ -223,6 +225,9 @@ class SQLiteEngine:
         try:
             with engine._errors():
                 conn.row_factory = sqlite3.Row
+                # Text that is not UTF-8 (a damaged row) is read with its bad bytes kept as lone
+                # surrogates, so that Job.from_row can name the job instead of the fetch failing.
+                conn.text_factory = _TEXT
                 conn.execute(f"PRAGMA synchronous = {'NORMAL' if synchronous == 'normal' else 'FULL'}")
                 conn.execute("PRAGMA journal_size_limit = 8388608")  # a checkpointed WAL shrinks back to 8 MiB
                 # Every write to jobs fires the job_counts triggers, so SQLite keeps a statement
@@ -422,7 +427,9 @@ class SQLiteEngine:
         if request.types:
             type_filter = f" AND type IN ({','.join('?' * len(request.types))})"
             type_params = list(request.types)
-        for queue in request.queues or [None]:
+        queues = list(request.queues or [None])
+        while queues:
+            queue = queues[0]
             queue_filter = " AND queue = ?" if queue is not None else ""
             queue_params = [queue] if queue is not None else []
             # Pin the partial index that matches the claim order, so the planner never falls back
@@ -446,14 +453,30 @@ class SQLiteEngine:
                 [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now, now,
                  *queue_params, *type_params],
             ).fetchall()  # fetch before COMMIT: an unfinished RETURNING cursor blocks it
-            if rows:
-                job = Job.from_row(rows[0])
-                if rows[0]["dep_flags"] & DEPENDS:
-                    job.after = [r[0] for r in c.execute(
-                        "SELECT after_id FROM job_deps WHERE job_id = ? ORDER BY after_id", (job.id,))]
-                self._event(job.id, now, "pending", "running", request.worker, f"run {job.attempts} of {job.max_attempts}")
-                return job
+            if not rows:
+                queues.pop(0)
+                continue
+            damage = row_damage(rows[0], check_hash=True)
+            if damage is not None:  # never hand out a damaged job: bury it, take the next one
+                self._bury_damaged(c, rows[0]["id"], damage, now, request.worker)
+                continue
+            job = Job.from_checked_row(rows[0])
+            if rows[0]["dep_flags"] & DEPENDS:
+                job.after = [r[0] for r in c.execute(
+                    "SELECT after_id FROM job_deps WHERE job_id = ? ORDER BY after_id", (job.id,))]
+            self._event(job.id, now, "pending", "running", request.worker, f"run {job.attempts} of {job.max_attempts}")
+            return job
         return None
+
+    def _bury_damaged(self, c, job_id: int, damage: str, now: int, actor: str) -> None:
+        """Inside the claim's transaction: the job just taken cannot be trusted; bury it instead,
+        as if never claimed (that run does not count)."""
+        error = damage if damage.startswith("payload damaged") else f"damaged: {damage}"
+        c.execute(
+            "UPDATE jobs SET status = 'buried', attempts = attempts - 1, worker = NULL, claimed_at = NULL, "
+            "heartbeat_at = NULL, lease_ms = NULL, lease_expires_at = NULL, token = NULL, error = ?, "
+            "finished_at = ?, updated_at = ? WHERE id = ?", (error, now, now, job_id))
+        self._event(job_id, now, "pending", "buried", actor, f"{error}; buried instead of handed out")
 
     # -- transitions -----------------------------------------------------------------------
 
@@ -528,8 +551,9 @@ class SQLiteEngine:
             done = []
             rows = c.execute(*select(now)).fetchall()
             for n, row in enumerate(rows, 1):
-                job = Job.from_row(row)
-                change = decide(job, now)
+                # A damaged row is left as it is (doctor names it): it must not stop the others.
+                job = None if row_damage(row) is not None else Job.from_checked_row(row)
+                change = None if job is None else decide(job, now)
                 if change is not None:
                     done.append((job if dry_run else self._apply(c, job, change, now, actor), change))
                 if on_progress is not None and (n % 100 == 0 or n == len(rows)):
@@ -774,7 +798,7 @@ class SQLiteEngine:
 
     def health_checks(self) -> list[Check]:
         """doctor's checks of the file: integrity, schema version, journal mode, modes, WAL size,
-        expired leases."""
+        expired leases, job rows that cannot be decoded or whose payload does not match its hash."""
         with self._errors():
             c = self.conn
             integrity = [r[0] for r in c.execute("PRAGMA quick_check").fetchall()]
@@ -804,7 +828,31 @@ class SQLiteEngine:
         expired = self.count_expired()
         checks.append(Check("expired leases", expired == 0, "none" if expired == 0 else
                             f"{expired} job(s); run `jobctl recover` (workers also do it)"))
+        checked, damaged = self.damaged_jobs()
+        checks.append(Check("job rows", not damaged,
+                            f"{checked} job(s) decode and match their payload hash" if not damaged else
+                            f"{len(damaged)} damaged: " + "; ".join(f"job {i}: {why}" for i, why in damaged[:10])
+                            + (f"; and {len(damaged) - 10} more" if len(damaged) > 10 else "")
+                            + "; a claim buries such a job instead of handing it out; restore the file from a "
+                            "backup or enqueue their work again",
+                            data={"damaged_jobs": [{"id": i, "why": why} for i, why in damaged]}))
         return checks
+
+    def damaged_jobs(self, *, chunk: int = 500) -> tuple[int, list[tuple[int, str]]]:
+        """Every job row checked as a claim checks it (decodable, payload matching its hash):
+        (rows checked, [(id, why)]). Read in short chunks, so checkpoints are never held up long."""
+        checked, damaged, last = 0, [], 0
+        while True:
+            with self._read() as c:
+                rows = c.execute("SELECT * FROM jobs WHERE id > ? ORDER BY id LIMIT ?", (last, chunk)).fetchall()
+            for row in rows:
+                reason = row_damage(row, check_hash=True)
+                if reason is not None:
+                    damaged.append((row["id"], reason))
+            checked += len(rows)
+            if len(rows) < chunk:
+                return checked, damaged
+            last = rows[-1]["id"]
 
     def checkpoint(self) -> tuple[int, int, int]:
         with self._errors():

@@ -1,4 +1,4 @@
-"""The queue's policy: validation, the transition rules of SPEC §3, backoff, retry-or-bury, leases,
+"""The queue's policy: validation, the rules of every state transition, backoff, retry-or-bury, leases,
 idempotency. The engine below carries each decision out atomically; nothing here does I/O of its
 own, and nothing here imports typer, rich or sqlite-utils.
 """
@@ -49,7 +49,7 @@ def validate_max_attempts(value) -> int:
 
 
 def backoff_delay(strategy: str, run: int) -> float:
-    """Seconds to wait after run number `run` (1-based) failed (SPEC §2)."""
+    """Seconds to wait after run number `run` (1-based) failed."""
     if strategy == "exponential":
         return float(min(2**min(run, 32) * 30, 3600))
     if strategy == "linear":
@@ -114,7 +114,7 @@ _CLEAR_CLAIM = {"worker": None, "lease_expires_at": None, "lease_ms": None, "tok
 
 def _by_holder(decide, token: str | None, actor: str | None):
     """A report that carries the claim's token is the worker's change: its event names the worker
-    (SPEC §2), unless the caller named an actor itself."""
+    (not the operator's user), unless the caller named an actor itself."""
     if token is None or actor is not None:
         return decide
 

@@ -1,4 +1,4 @@
-"""The figures of `jobctl stats` (SPEC §6), the --check probe, the Prometheus text, and the
+"""The figures of `jobctl stats`, the --check probe, the Prometheus text, and the
 explanation `jobctl show` gives for a job that is not running.
 
 Pure functions over one engine snapshot (engine.stats_snapshot): no typer, no rich here, so
@@ -30,7 +30,7 @@ def _percentile(sorted_values: list, q: float):
 
 
 def collect(engine, now: int, *, queues: list[str] | None = None, limit: int = 10) -> dict:
-    """The `stats --json` object of SPEC §6 from one consistent read of the engine.
+    """The `stats --json` object from one consistent read of the engine.
 
     With `queues`, only those queues (and their stuck, buried and aging jobs) are reported."""
     snap = engine.stats_snapshot(now, limit=limit if not queues else max(limit, 1000))

@@ -55,7 +55,7 @@ class Change(Record):
 
     def __init__(self, to_status: str, fields: dict, message: str | None = None, details: dict | None = None,
                  run: str | None = None,
-                 actor: str | None = None):  # who made it, when not the caller's actor: the claim's holder (SPEC §2)
+                 actor: str | None = None):  # who made it, when not the caller's actor: the claim's holder
         self.to_status = to_status
         self.fields = fields
         self.message = message
@@ -94,7 +94,7 @@ class Engine(Protocol):
         on_progress(done, total) is called between chunks, inside the one transaction."""
 
     def claim(self, request: ClaimRequest, now: int) -> Job | None:
-        """Atomically move the best ready job (SPEC §4 claim order) to running and return it."""
+        """Atomically move the best ready job (in claim order) to running and return it."""
 
     def update_job(self, job_id: int, decide: Decide, now: int, actor: str) -> Job:
         """Read the job, call decide(job) -> Change (which may raise to refuse), apply it,
@@ -143,7 +143,7 @@ class Engine(Protocol):
 
     def stats_snapshot(self, now: int, *, limit: int = 10, sample: int = 10_000) -> dict:
         """The raw figures of `jobctl stats`, all from ONE consistent read, as a dict:
-        counts {queue: {state: n}} (states of SPEC §3, but a pending job waiting on `after` jobs
+        counts {queue: {state: n}} (the job states, but a pending job waiting on `after` jobs
         counts as "blocked", not "pending"); paused {queue: bool} (every row of the queues table);
         scheduled {queue: n} (pending, not blocked, run_at > now); oldest_ready {queue: run_at ms}
         (of the oldest pending, unblocked job with run_at <= now); aging [Job] (those jobs, oldest

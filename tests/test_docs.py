@@ -121,3 +121,11 @@ def test_help_texts_stand_alone():
         texts = [cmd.help or ""] + [p.help or "" for p in cmd.params if hasattr(p, "help")]
         for text in texts:
             assert "SPEC" not in text and "§" not in text, f"`jobctl {path} --help` cites {text!r}"
+
+
+@pytest.mark.parametrize("path, cmd", COMMANDS, ids=[p for p, _ in COMMANDS])
+def test_help_examples_are_commands_to_type(path, cmd):
+    """An example is what a user types at a shell: a crontab line there would teach the cron line
+    that fails (no full path, no --db); docs/operations.md has the working ones."""
+    _, example = command_reference.summary(cmd)
+    assert not re.match(r"^[*0-9@]", example), f"`jobctl {path} --help` example looks like a crontab line: {example}"

@@ -441,6 +441,7 @@ def _workers_block(first_line: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(shutil.which("jq") is None, reason="the shell worker reads the job with jq, which is not installed")
 def test_the_shell_worker_runs_jobs_and_stops_when_idle(tmp_path):
     """The shell worker of workers.md completes the jobs its program takes, fails the others
     (with the program's exit code), then ends once nothing was ready for 30 s."""

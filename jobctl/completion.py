@@ -19,11 +19,11 @@ COMPLETE_VAR = "_JOBCTL_COMPLETE"
 SHELLS = {"bash": "jobctl.bash", "zsh": "_jobctl", "fish": "jobctl.fish"}
 
 
-def _queue_names(db_path: str, incomplete: str) -> list[str]:
-    from jobctl.engines.sqlite import SQLiteEngine
+def _queue_names(db: str, incomplete: str) -> list[str]:
+    from jobctl import engines
 
     # No waiting on locks, never creating or migrating the file: a TAB must not hang or change anything.
-    engine = SQLiteEngine.open(db_path, busy_timeout=0.2, read_only=True)
+    engine = engines.open(db, busy_timeout=0.2, read_only=True)
     try:
         return [name for name in engine.queue_names() if name.startswith(incomplete)]
     finally:
@@ -38,10 +38,12 @@ def complete_queue(ctx, incomplete: str) -> list[str]:
         from jobctl.config import load_settings, resolve_db_path
 
         settings = load_settings(params.get("config"))
-        path = resolve_db_path(params.get("db"), settings)[0]
-        if not os.path.isfile(path):
+        db = resolve_db_path(params.get("db"), settings)[0]
+        from jobctl.engines import scheme_of, sqlite_path
+
+        if scheme_of(db) in (None, "sqlite") and not os.path.isfile(sqlite_path(db)):
             return []
-        return _queue_names(str(path), incomplete or "")
+        return _queue_names(db, incomplete or "")
     except Exception:  # noqa: BLE001 - completion must stay silent, whatever happens
         return []
 

@@ -78,6 +78,8 @@ class WorkerSettings(Record):
         self.log_format = log_format
 
 
+SQLITE_KEYS = ("busy_timeout", "synchronous", "allow_network_fs")  # the [sqlite] table: this engine's own settings
+MOVED_TO_SQLITE = ("busy_timeout", "synchronous")  # top-level keys of jobctl 0.1.0, still read there
 WORKER_KEYS = ("concurrency", "poll", "grace", "lease", "kill_grace", "recover_every", "purge_every", "log_format")
 
 
@@ -85,23 +87,28 @@ class Settings(Record):
     """Every setting, with its built-in default. A dict or list argument left out (None) is a new
     one each time: the default secret keys, the default retention, no types, default [worker]."""
 
-    __slots__ = ("config_path", "db", "busy_timeout", "synchronous", "max_payload_bytes", "secret_keys", "queue",
-                 "priority", "max_attempts", "backoff", "backoff_jitter", "timeout", "retention", "types", "worker",
-                 "sources")
+    __slots__ = ("config_path", "db", "busy_timeout", "synchronous", "allow_network_fs", "max_payload_bytes",
+                 "secret_keys", "queue", "priority", "max_attempts", "backoff", "backoff_jitter", "timeout", "retention",
+                 "types", "worker", "sources", "notes")
 
     def __init__(self, config_path: Path | None = None,
-                 db: Path | None = None,  # from the config file only; resolve_db_path applies flag and env first
-                 busy_timeout: float = DEFAULT_BUSY_TIMEOUT, synchronous: str = "full",
+                 db: str | None = None,  # from the config file only; resolve_db applies flag and env first
+                 busy_timeout: float = DEFAULT_BUSY_TIMEOUT,  # [sqlite] busy_timeout
+                 synchronous: str = "full",  # [sqlite] synchronous
+                 allow_network_fs: bool = False,  # [sqlite] allow_network_fs
                  max_payload_bytes: int = 1024 * 1024, secret_keys: list[str] | None = None,
                  queue: str = "default", priority: int = 10, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  backoff: str = "exponential", backoff_jitter: float = 0.0, timeout: float = DEFAULT_TIMEOUT,
                  retention: dict[str, float | None] | None = None, types: dict[str, TypeConfig] | None = None,
                  worker: WorkerSettings | None = None,
-                 sources: dict[str, str] | None = None):  # setting -> where its value came from
+                 sources: dict[str, str] | None = None,  # setting -> where its value came from
+                 notes: list[str] | None = None):  # one-line notes for the user (a moved key, ...)
         self.config_path = config_path
         self.db = db
         self.busy_timeout = busy_timeout
         self.synchronous = synchronous
+        self.allow_network_fs = allow_network_fs
+        self.notes = [] if notes is None else notes
         self.max_payload_bytes = max_payload_bytes
         self.secret_keys = list(DEFAULT_SECRET_KEYS) if secret_keys is None else secret_keys
         self.queue = queue
@@ -237,28 +244,45 @@ def load_settings(flag: str | None = None, env=os.environ) -> Settings:
 
 def apply_config(settings: Settings, data: dict, origin: str) -> None:
     """Validate a parsed config document into settings; errors name the key and what is wrong."""
-    known_top = {"db", "busy_timeout", "synchronous", "max_payload_bytes", "secret_keys", "defaults", "retention", "types", "worker"}
+    known_top = {"db", "max_payload_bytes", "secret_keys", "defaults", "retention", "types", "worker", "sqlite",
+                 *MOVED_TO_SQLITE}
     for key in data:
         if key not in known_top:
-            raise ConfigError(f"unknown key {key!r} (known: {', '.join(sorted(known_top))})")
+            raise ConfigError(f"unknown key {key!r} (known: {', '.join(sorted(known_top - set(MOVED_TO_SQLITE)))})")
 
     def src(name):
         settings.sources[name] = origin
 
     if "db" in data:
         if not isinstance(data["db"], str) or not data["db"]:
-            raise ConfigError("db: must be a path string")
-        settings.db = Path(data["db"]).expanduser()
+            raise ConfigError("db: must be a path (or a database URL) string")
+        settings.db = data["db"]
         src("db")
-    if "busy_timeout" in data:
-        settings.busy_timeout = _duration(data["busy_timeout"], "busy_timeout")
-        src("busy_timeout")
-    if "synchronous" in data:
-        v = str(data["synchronous"]).lower()
-        if v not in ("full", "normal"):
-            raise ConfigError(f"synchronous: must be \"full\" or \"normal\", not {data['synchronous']!r}")
-        settings.synchronous = v
-        src("synchronous")
+    sqlite = data.get("sqlite", {})
+    if not isinstance(sqlite, dict):
+        raise ConfigError("[sqlite] must be a table")
+    moved = [k for k in MOVED_TO_SQLITE if k in data]
+    for key in moved:
+        if key in sqlite:
+            raise ConfigError(f"{key} is set both at the top and in [sqlite]; keep the one in [sqlite]")
+        settings.notes.append(f"config file {origin}: `{key}` now belongs in the [sqlite] table; "
+                              "it still works at the top, move it there to silence this note")
+    for key, value in [*((k, data[k]) for k in moved), *sqlite.items()]:
+        where = f"sqlite.{key}"
+        if key == "busy_timeout":
+            settings.busy_timeout = _duration(value, where)
+        elif key == "synchronous":
+            v = str(value).lower()
+            if v not in ("full", "normal"):
+                raise ConfigError(f"{where}: must be \"full\" or \"normal\", not {value!r}")
+            settings.synchronous = v
+        elif key == "allow_network_fs":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: must be true or false")
+            settings.allow_network_fs = value
+        else:
+            raise ConfigError(f"unknown key {where!r} (known: {', '.join(SQLITE_KEYS)})")
+        src(where)
     if "max_payload_bytes" in data:
         settings.max_payload_bytes = _int(data["max_payload_bytes"], "max_payload_bytes", 2, 1024**3)
         src("max_payload_bytes")
@@ -344,15 +368,16 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
         src(where)
 
 
-def resolve_db_path(flag: str | None, settings: Settings, env=os.environ) -> tuple[Path, str]:
-    """The database file and where that choice came from: --db, JOBCTL_DB, config, default."""
+def resolve_db_path(flag: str | None, settings: Settings, env=os.environ) -> tuple[str, str]:
+    """The database (a path or a URL, as given: engines.open reads it) and where that choice came
+    from: --db, JOBCTL_DB, config, default."""
     if flag:
-        return Path(flag).expanduser(), "--db"
+        return flag, "--db"
     if env.get("JOBCTL_DB"):
-        return Path(env["JOBCTL_DB"]).expanduser(), "JOBCTL_DB"
+        return env["JOBCTL_DB"], "JOBCTL_DB"
     if settings.db is not None:
         return settings.db, f"config {settings.config_path}"
-    return default_db_path(), "default"
+    return str(default_db_path()), "default"
 
 
 def resolve_busy_timeout(flag: str | None, settings: Settings, env=os.environ) -> float:

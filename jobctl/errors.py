@@ -60,10 +60,6 @@ class DatabaseBusy(JobctlError):
     exit_code = 6
 
 
-class TransientDatabaseError(DatabaseBusy):
-    """a database error that a retry may cure; nothing changed"""
-
-
 class CancelRequested(JobctlError):
     """cancellation was requested"""
 

@@ -66,7 +66,7 @@ class Job(Record):
     __slots__ = ("id", "queue", "type", "payload", "priority", "status", "attempts", "max_attempts", "backoff",
                  "timeout_ms", "run_at", "created_at", "updated_at", "idempotency_key", "worker", "claimed_at",
                  "heartbeat_at", "lease_expires_at", "lease_ms", "token", "progress", "error", "result",
-                 "finished_at", "waiting_on", "after")
+                 "finished_at", "waiting_on", "expiry_seen_at", "expiry_seen_hb", "after")
 
     def __init__(self, id: int, queue: str, type: str,
                  payload: str,  # compact JSON text, exactly as enqueued
@@ -81,6 +81,8 @@ class Job(Record):
                  result: str | None = None,  # JSON text
                  finished_at: int | None = None,
                  waiting_on: int = 0,  # how many `after` jobs are not completed yet
+                 expiry_seen_at: int | None = None,  # when a sweep first saw its lease expired
+                 expiry_seen_hb: int | None = None,  # ... and the heartbeat it saw then
                  after: list[int] | None = None):  # None: a new empty list
         self.id = id
         self.queue = queue
@@ -107,6 +109,8 @@ class Job(Record):
         self.result = result
         self.finished_at = finished_at
         self.waiting_on = waiting_on
+        self.expiry_seen_at = expiry_seen_at
+        self.expiry_seen_hb = expiry_seen_hb
         self.after = [] if after is None else after
 
     @classmethod

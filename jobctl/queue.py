@@ -1,6 +1,7 @@
-"""The queue's policy: validation, the rules of every state transition, backoff, retry-or-bury, leases,
-idempotency. The engine below carries each decision out atomically; nothing here does I/O of its
-own, and nothing here imports typer, rich or sqlite-utils.
+"""The queue: what the CLI and the worker call. It validates input, turns each request into a
+transition rule (jobctl/transitions.py) and hands it to the engine, which carries it out atomically
+with the database's clock. Nothing here does I/O of its own, and nothing here imports typer, rich
+or sqlite-utils.
 """
 
 from __future__ import annotations
@@ -9,17 +10,16 @@ import os
 import time
 from typing import Callable, Iterable
 
-from jobctl import payloads
+from jobctl import payloads, transitions
 from jobctl.config import Settings, parse_backoff
-from jobctl.durations import format_duration, parse_duration, parse_priority, parse_time, to_rfc3339, validate_name
-from jobctl.engines.base import ClaimRequest, Change, NewJob
-from jobctl.errors import CancelRequested, InvalidInput, InvalidState, NoSuchJob, StaleToken
+from jobctl.durations import parse_duration, parse_priority, parse_time, validate_name
+from jobctl.engines.base import ClaimRequest, Engine, NewJob
+from jobctl.errors import CancelRequested, InvalidInput, NoSuchJob
 from jobctl.models import Event, Job, Record
+from jobctl.transitions import backoff_delay, one_line  # noqa: F401  (re-exported: tests and scripts use them)
 
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_ID = 2**63 - 1
-ERROR_MAX_CHARS = 500
-HELD = ("running", "cancel_requested")
 BATCH_KEYS = {"type", "payload", "queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
               "key", "unique", "after"}
 
@@ -48,25 +48,6 @@ def validate_max_attempts(value) -> int:
     return n
 
 
-def backoff_delay(strategy: str, run: int) -> float:
-    """Seconds to wait after run number `run` (1-based) failed."""
-    if strategy == "exponential":
-        return float(min(2**min(run, 32) * 30, 3600))
-    if strategy == "linear":
-        return float(run * 60)
-    if strategy == "fixed":
-        return 60.0
-    steps = [int(x) for x in strategy.split(",")]
-    return float(steps[min(run, len(steps)) - 1])
-
-
-def one_line(text: str | None, limit: int = ERROR_MAX_CHARS) -> str | None:
-    if text is None:
-        return None
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
 _OPERATOR: list[str] = []  # the name, looked up once per process (a read of the passwd database)
 
 
@@ -89,6 +70,13 @@ def shell_worker_id() -> str:
     return os.environ.get("JOBCTL_WORKER_ID") or f"{socket.gethostname()}:{os.getppid()}"
 
 
+def _retry(reset_attempts: bool):
+    def decide(job: Job, now: int):
+        return transitions.retry(job, now, reset_attempts=reset_attempts)
+
+    return decide
+
+
 class EnqueueResult(Record):
     __slots__ = ("id", "created")
 
@@ -97,56 +85,43 @@ class EnqueueResult(Record):
         self.created = created
 
 
-def _refuse(job: Job, action: str, hint: str = "") -> InvalidState:
-    return InvalidState(f"job {job.id} is {job.status}; cannot {action}{hint}")
+def _decide(rule, token: str | None, actor: str | None, *, holder: bool = True, **inputs):
+    """A decide(job, now) for the engine: the transition rule with its inputs bound. With `holder`,
+    a report that carries the claim's token is recorded as the worker's change (by_holder)."""
+    def decide(job: Job, now: int):
+        change = rule(job, now, token=token, **inputs)
+        return transitions.by_holder(change, job, token, actor) if holder else change
+
+    return decide
 
 
-def _check_token(job: Job, token: str | None, action: str) -> None:
-    if token is not None and token != job.token:
-        raise StaleToken(
-            f"job {job.id}: the token is not that of its current claim (it was recovered or claimed "
-            f"again; now {job.status}, run {job.attempts}); {action} refused, nothing changed"
-        )
-
-
-_CLEAR_CLAIM = {"worker": None, "lease_expires_at": None, "lease_ms": None, "token": None, "heartbeat_at": None}
-
-
-def _by_holder(decide, token: str | None, actor: str | None):
-    """A report that carries the claim's token is the worker's change: its event names the worker
-    (not the operator's user), unless the caller named an actor itself."""
-    if token is None or actor is not None:
-        return decide
-
-    def wrapped(job: Job):
-        change = decide(job)
-        if change is not None and change.actor is None:
-            change.actor = job.worker
-        return change
-
-    return wrapped
+def _positive_ms(value, what: str) -> int:
+    seconds = parse_duration(value, what=what)
+    if seconds <= 0:
+        raise InvalidInput(f"invalid {what}: must be more than 0")
+    return int(seconds * 1000)
 
 
 class Queue:
-    """The job queue over one engine. Times come from `clock` (seconds, like time.time)."""
+    """The job queue over one engine. `engine` is None for validation alone (prepare)."""
 
-    def __init__(self, engine, settings: Settings | None = None, clock=time.time):
+    engine: Engine
+
+    def __init__(self, engine, settings: Settings | None = None):
         self.engine = engine
         self.settings = settings or Settings()
-        self.clock = clock
 
     @classmethod
-    def open(cls, db_path, settings: Settings | None = None, *, create: bool = False,
-             busy_timeout: float | None = None, allow_network_fs: bool = False, clock=time.time) -> "Queue":
-        from jobctl.engines.sqlite import SQLiteEngine
+    def open(cls, db, settings: Settings | None = None, *, create: bool = False, read_only: bool = False,
+             busy_timeout: float | None = None, allow_network_fs: bool | None = None, clock=None) -> "Queue":
+        """Open the database `db` names (a path, sqlite:///PATH or postgresql://...). clock: seconds
+        since the epoch, for tests; by default the database's own clock."""
+        from jobctl import engines
 
         settings = settings or Settings()
-        engine = SQLiteEngine.open(
-            db_path, create=create,
-            busy_timeout=settings.busy_timeout if busy_timeout is None else busy_timeout,
-            synchronous=settings.synchronous, allow_network_fs=allow_network_fs,
-        )
-        return cls(engine, settings, clock)
+        engine = engines.open(db, create=create, read_only=read_only, settings=settings, busy_timeout=busy_timeout,
+                              allow_network_fs=allow_network_fs, clock=clock)
+        return cls(engine, settings)
 
     def close(self) -> None:
         self.engine.close()
@@ -158,7 +133,10 @@ class Queue:
         self.close()
 
     def now(self) -> int:
-        return int(self.clock() * 1000)
+        """The database's clock, ms since the epoch (this host's, without a database)."""
+        if self.engine is None:
+            return time.time_ns() // 1_000_000
+        return self.engine.now()
 
     def has_changed(self) -> bool:
         """Whether anyone wrote to the database since the last call (a cheap check for wait loops)."""
@@ -206,12 +184,11 @@ class Queue:
             timeout_s = tc.timeout if tc and tc.timeout is not None else s.timeout
         if delay is not None and at is not None:
             raise InvalidInput("--delay and --at cannot be used together; give one of them")
-        now = self.now()
-        run_at = now
+        delay_ms, not_before = 0, None
         if delay is not None:
-            run_at = now + int(parse_duration(delay, what="delay") * 1000)
+            delay_ms = int(parse_duration(delay, what="delay") * 1000)
         elif at is not None:
-            run_at = max(now, parse_time(at))  # a time in the past means now
+            not_before = parse_time(at)  # a time in the past means now: the engine takes the later
         if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
             raise InvalidInput("invalid idempotency key: must be a string of 1 to 255 characters")
         if not isinstance(unique, bool):
@@ -222,7 +199,7 @@ class Queue:
         return NewJob(
             queue=queue, type=type, payload=compact, payload_hash=payloads.canonical_hash(payload),
             priority=priority, max_attempts=max_attempts, backoff=backoff, timeout_ms=int(timeout_s * 1000),
-            run_at=run_at, idempotency_key=key, unique=unique, after=after_ids,
+            delay_ms=delay_ms, not_before=not_before, idempotency_key=key, unique=unique, after=after_ids,
         )
 
     def enqueue(self, type: str, payload=None, *, actor: str | None = None, **options) -> EnqueueResult:
@@ -237,7 +214,7 @@ class Queue:
         if not jobs:
             return []
         try:
-            inserted = self.engine.insert_jobs(jobs, self.now(), actor or operator_name(), on_progress=on_progress)
+            inserted = self.engine.insert_jobs(jobs, actor or operator_name(), on_progress=on_progress)
         except NoSuchJob as e:  # an `after` id: name the batch line that asked for it
             source = next((j.source for j in jobs if e.job_id in j.after and j.source), None)
             if source is None:
@@ -292,22 +269,19 @@ class Queue:
 
     def claim(self, *, worker: str | None = None, queues: list[str] | None = None,
               types: list[str] | None = None, lease=None) -> Job | None:
-        return self.engine.claim(self._claim_request(worker, queues, types, lease), self.now())
+        return self.engine.claim(self._claim_request(worker, queues, types, lease))
 
     def _claim_request(self, worker, queues, types, lease) -> ClaimRequest:
         queues = [validate_name(q, "queue") for q in queues] if queues else None
         types = [validate_name(t, "type") for t in types] if types else None
-        lease_ms = None
-        if lease is not None:
-            seconds = parse_duration(lease, what="lease")
-            if seconds <= 0:
-                raise InvalidInput("invalid lease: must be more than 0")
-            lease_ms = int(seconds * 1000)
+        lease_ms = _positive_ms(lease, "lease") if lease is not None else None
         return ClaimRequest(worker=worker or shell_worker_id(), token=os.urandom(12).hex(),
                             queues=queues, types=types, lease_ms=lease_ms)
 
-    def claim_wait(self, wait: float, poll: float = 0.5, sleep=time.sleep, **claim_options) -> Job | None:
-        """Poll until a job is ready or `wait` seconds have passed (monotonic clock)."""
+    def claim_wait(self, wait: float, poll: float = 0.5, **claim_options) -> Job | None:
+        """Claim, waiting up to `wait` seconds (monotonic clock) for a job to become ready. Between
+        claims it sleeps on the engine's wake-up (a commit by anyone) or `poll`, whichever is first:
+        a job scheduled to run later, or one whose queue is resumed, is claimed by the next poll."""
         deadline = time.monotonic() + wait
         while True:
             job = self.claim(**claim_options)
@@ -316,13 +290,13 @@ class Queue:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            sleep(min(poll, left))
+            self.wait_for_change(min(poll, left))
 
     # -- a running job's reports -----------------------------------------------------------
 
     def complete(self, job_id: int, *, token: str | None = None, result=None, actor: str | None = None) -> Job:
-        decide = _by_holder(self._complete_change(token, result), token, actor)
-        return self.engine.update_job(validate_job_id(job_id), decide, self.now(), actor or operator_name())
+        decide = self._complete_change(token, result, actor)
+        return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     def complete_and_claim(self, job_id: int, *, token: str | None = None, result=None, actor: str | None = None,
                            worker: str | None = None, queues=None, types=None, lease=None) -> tuple[Job, Job | None]:
@@ -337,25 +311,17 @@ class Queue:
                                 lease=None) -> tuple[list[Job], list[Job]]:
         """Complete each (job id, token, result) and claim up to `claim` next jobs, each with its own
         token, in one transaction (one commit): ([completed jobs], [claimed jobs])."""
-        updates = [(validate_job_id(i), self._complete_change(t, r)) for i, t, r in completions]
+        updates = [(validate_job_id(i), self._complete_change(t, r, actor)) for i, t, r in completions]
         requests = [self._claim_request(worker, queues, types, lease) for _ in range(claim)]
-        return self.engine.update_jobs_and_claim(updates, requests, self.now(), actor or operator_name())
+        return self.engine.update_jobs_and_claim(updates, requests, actor or operator_name())
 
-    def _complete_change(self, token: str | None, result):
+    def _complete_change(self, token: str | None, result, actor: str | None):
         result_text = None
         if result is not None:
             result_text = payloads.compact(
                 payloads.parse_json(result, what="result") if isinstance(result, (str, bytes)) else result,
                 what="result", max_bytes=self.settings.max_payload_bytes)
-
-        def decide(job: Job) -> Change:
-            if job.status not in HELD:
-                raise _refuse(job, "complete it (only a running job can be completed)")
-            _check_token(job, token, "complete")
-            return Change("completed", {**_CLEAR_CLAIM, "result": result_text, "progress": None},
-                          message="completed", run="completed")
-
-        return decide
+        return _decide(transitions.complete, token, actor, result_text=result_text)
 
     def fail(self, job_id: int, *, token: str | None = None, error: str | None = None, bury: bool = False,
              retry_in=None, actor: str | None = None, details: dict | None = None,
@@ -363,50 +329,19 @@ class Queue:
         """bury_reason: why `bury` was asked, for the history ("exit code 65 is in bury_exit_codes");
         without it the history says --bury."""
         retry_s = parse_duration(retry_in, what="retry delay") if retry_in is not None else None
-        error = one_line(error) or "failed"
-        jitter = self.settings.backoff_jitter
-        now = self.now()
+        jitter = 1.0
+        if self.settings.backoff_jitter and retry_s is None:
+            import random  # only a jittered backoff needs it: one-shot commands start sooner
 
-        def decide(job: Job) -> Change:
-            if job.status not in HELD:
-                raise _refuse(job, "fail it (only a running job can fail)")
-            _check_token(job, token, "fail")
-            fields = {**_CLEAR_CLAIM, "error": error}
-            if job.status == "cancel_requested":
-                return Change("buried", fields, message=f"{error} (cancellation was requested: not retried)",
-                              details=details, run="failed")
-            if bury or job.attempts >= job.max_attempts:
-                why = (bury_reason or "--bury") if bury else f"no runs left ({job.attempts} of {job.max_attempts})"
-                return Change("buried", fields, message=f"{error}; buried: {why}", details=details, run="failed")
-            delay = retry_s if retry_s is not None else backoff_delay(job.backoff, job.attempts)
-            if jitter and retry_s is None:
-                import random  # only a jittered backoff needs it: one-shot commands start sooner
-
-                delay *= 1 + random.uniform(-jitter, jitter)
-            fields["run_at"] = now + int(delay * 1000)
-            return Change("pending", fields, details=details, run="failed",
-                          message=f"{error}; retry in {format_duration(delay)} (run {job.attempts} of {job.max_attempts})")
-
-        return self.engine.update_job(validate_job_id(job_id), _by_holder(decide, token, actor), now,
-                                      actor or operator_name())
+            jitter = 1 + random.uniform(-self.settings.backoff_jitter, self.settings.backoff_jitter)
+        decide = _decide(transitions.fail, token, actor, error=one_line(error) or "failed", bury=bury,
+                         bury_reason=bury_reason, retry_in=retry_s, jitter=jitter, details=details)
+        return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     def heartbeat(self, job_id: int, *, token: str | None = None, extend=None, actor: str | None = None) -> Job:
-        extend_ms = None
-        if extend is not None:
-            seconds = parse_duration(extend, what="extension")
-            if seconds <= 0:
-                raise InvalidInput("invalid --extend: must be more than 0")
-            extend_ms = int(seconds * 1000)
-        now = self.now()
-
-        def decide(job: Job) -> Change:
-            if job.status not in HELD:
-                raise _refuse(job, "heartbeat it (only a running job holds a lease)")
-            _check_token(job, token, "heartbeat")
-            ms = extend_ms if extend_ms is not None else (job.lease_ms or job.timeout_ms)
-            return Change(job.status, {"lease_expires_at": now + ms, "heartbeat_at": now})
-
-        job = self.engine.update_job(validate_job_id(job_id), decide, now, actor or operator_name())
+        extend_ms = _positive_ms(extend, "--extend") if extend is not None else None
+        decide = _decide(transitions.heartbeat, token, actor, holder=False, extend_ms=extend_ms)
+        job = self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
         if job.status == "cancel_requested":
             raise CancelRequested(
                 f"cancellation of job {job.id} was requested; stop it and confirm with "
@@ -419,52 +354,19 @@ class Queue:
         if percent is not None and (isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100):
             raise InvalidInput(f"invalid percent {percent!r}: must be an integer from 0 to 100")
         text = payloads.compact({"message": message, "percent": percent}, what="progress", max_bytes=64 * 1024)
-
-        def decide(job: Job) -> Change:
-            if job.status not in HELD:
-                raise _refuse(job, "record progress (only a running job has progress)")
-            _check_token(job, token, "progress")
-            return Change(job.status, {"progress": text})
-
-        return self.engine.update_job(validate_job_id(job_id), decide, self.now(), actor or operator_name())
+        decide = _decide(transitions.progress, token, actor, holder=False, progress_text=text)
+        return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     # -- operators -------------------------------------------------------------------------
 
     def cancel(self, job_id: int, *, token: str | None = None, reason: str | None = None,
                actor: str | None = None) -> Job:
-        reason = one_line(reason)
-        note = f": {reason}" if reason else ""
-
-        def decide(job: Job) -> Change | None:
-            if token is not None:
-                _check_token(job, token, "cancel")
-            if job.status in ("pending", "buried"):
-                return Change("cancelled", {}, message=f"cancelled{note}")
-            if job.status in HELD and token is not None:
-                return Change("cancelled", {**_CLEAR_CLAIM}, message=f"stopped and cancelled{note}", run="cancelled")
-            if job.status == "running":
-                return Change("cancel_requested", {}, message=f"cancellation requested{note}")
-            if job.status == "cancel_requested":
-                return None  # asked again: nothing changes
-            raise _refuse(job, "cancel it (it has finished)")
-
-        return self.engine.update_job(validate_job_id(job_id), _by_holder(decide, token, actor), self.now(),
-                                      actor or operator_name())
-
-    def _retry_change(self, reset_attempts: bool, now: int):
-        def decide(job: Job) -> Change:
-            if job.status != "buried":
-                raise _refuse(job, "retry it (only a buried job can be retried)")
-            fields = {"run_at": now}
-            if reset_attempts:
-                fields["attempts"] = 0
-            return Change("pending", fields, message="retried" + (" with attempts reset" if reset_attempts else ""))
-        return decide
+        decide = _decide(transitions.cancel, token, actor, reason=one_line(reason))
+        return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     def retry(self, job_id: int, *, reset_attempts: bool = False, actor: str | None = None) -> Job:
-        now = self.now()
-        return self.engine.update_job(validate_job_id(job_id), self._retry_change(reset_attempts, now), now,
-                                      actor or operator_name())
+        decide = _retry(reset_attempts)
+        return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     def retry_buried(self, *, queue: str | None = None, type: str | None = None, reset_attempts: bool = False,
                      dry_run: bool = False, actor: str | None = None,
@@ -474,9 +376,8 @@ class Queue:
             validate_name(queue, "queue")
         if type is not None:
             validate_name(type, "type")
-        now = self.now()
         extra = {} if on_progress is None else {"on_progress": on_progress}
-        done = self.engine.update_buried(self._retry_change(reset_attempts, now), now, actor or operator_name(),
+        done = self.engine.update_buried(_retry(reset_attempts), actor or operator_name(),
                                          queue=queue, type=type, dry_run=dry_run, **extra)
         return [job for job, _ in done]
 
@@ -484,49 +385,36 @@ class Queue:
                 exclude_tokens: frozenset[str] | set[str] = frozenset()) -> list[tuple[Job, str]]:
         """Requeue or bury jobs whose worker is gone (lease expired, or silent for `older_than`).
 
+        A job is judged lost only by a second sweep, some seconds after the one that first saw it
+        expired, that finds its heartbeat unchanged (transitions.recover): the first sweep only
+        notes it (action "watching"), so a step of the wall clock expires nothing.
         exclude_tokens: claims the caller holds itself and knows to be alive (a worker's own
         running jobs), never recovered whatever their lease says.
-        Returns each job as it was found (its lost worker and expired lease), with the action."""
-        now = self.now()
-        heartbeat_before = None
+        Returns each job as it was found (its lost worker and expired lease), with the action:
+        requeued, buried, cancelled, or watching."""
+        silent_for_ms = None
         if older_than is not None:
-            heartbeat_before = now - int(parse_duration(older_than, what="--older-than") * 1000)
+            silent_for_ms = int(parse_duration(older_than, what="--older-than") * 1000)
+
         found: dict[int, Job] = {}
 
-        def decide(job: Job) -> Change | None:
+        def decide(job: Job, now: int):
             if job.token in exclude_tokens:
                 return None
             found[job.id] = job
-            lost = f"worker {job.worker} lost: lease expired at {to_rfc3339(job.lease_expires_at)}"
-            if job.lease_expires_at is not None and job.lease_expires_at >= now:
-                lost = f"worker {job.worker} silent since {to_rfc3339(job.heartbeat_at or job.claimed_at)}"
-            if job.status == "cancel_requested":
-                return Change("cancelled", {**_CLEAR_CLAIM}, message=f"{lost}; cancellation completed", run="lost")
-            if job.attempts >= job.max_attempts:
-                return Change("buried", {**_CLEAR_CLAIM, "error": one_line(f"{lost} (no runs left)")},
-                              message=f"{lost}; no runs left", run="lost")
-            return Change("pending", {**_CLEAR_CLAIM, "run_at": now, "error": one_line(lost)},
-                          message=f"{lost}; requeued", run="lost")
+            silent_before = None if silent_for_ms is None else now - silent_for_ms
+            return transitions.recover(job, now, silent_before=silent_before)
 
-        done = self.engine.update_expired(decide, now, actor or operator_name(),
-                                          heartbeat_before=heartbeat_before, dry_run=dry_run)
+        done = self.engine.update_expired(decide, actor or operator_name(), silent_for_ms=silent_for_ms,
+                                          dry_run=dry_run)
         actions = {"pending": "requeued", "buried": "buried", "cancelled": "cancelled"}
-        return [(found.get(job.id, job), actions[change.to_status]) for job, change in done]
+        return [(found[job.id], "watching" if transitions.is_watch(change, found[job.id]) else actions[change.to_status])
+                for job, change in done]
 
     def release(self, job_id: int, *, token: str, actor: str | None = None, reason: str = "worker shutting down") -> Job:
         """A worker gives back a job it could not finish: that run does not count."""
-
-        def decide(job: Job) -> Change:
-            if job.status not in HELD:
-                raise _refuse(job, "release it")
-            _check_token(job, token, "release")
-            if job.status == "cancel_requested":
-                return Change("cancelled", {**_CLEAR_CLAIM}, message=f"stopped ({reason}); cancellation completed",
-                              run="cancelled")
-            return Change("pending", {**_CLEAR_CLAIM, "attempts": max(job.attempts - 1, 0), "run_at": self.now()},
-                          message=f"released: {reason}; this run does not count", run="released")
-
-        return self.engine.update_job(validate_job_id(job_id), decide, self.now(), actor or operator_name())
+        decide = _decide(transitions.release, token, actor, holder=False, reason=reason)
+        return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     # -- views and housekeeping ------------------------------------------------------------
 
@@ -554,12 +442,11 @@ class Queue:
             validate_name(type, "type")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1_000_000:
             raise InvalidInput(f"invalid limit {limit!r}: must be from 1 to 1000000")
-        now = self.now()
-        created_before = None
+        created_older_than_ms = None
         if older_than is not None:
-            created_before = now - int(parse_duration(older_than, what="--older-than") * 1000)
-        return self.engine.list_jobs(statuses=statuses, queue=queue, type=type, limit=limit,
-                                     stuck_at=now if stuck else None, created_before=created_before, sort=sort)
+            created_older_than_ms = int(parse_duration(older_than, what="--older-than") * 1000)
+        return self.engine.list_jobs(statuses=statuses, queue=queue, type=type, limit=limit, stuck=stuck,
+                                     created_older_than_ms=created_older_than_ms, sort=sort)
 
     def purge(self, *, completed_older_than=None, cancelled_older_than=None, buried_older_than=None,
               dry_run: bool = False, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
@@ -572,8 +459,7 @@ class Queue:
             ages = dict(self.settings.retention)
         else:
             ages = {k: (parse_duration(v, what=f"--{k}-older-than") if v is not None else None) for k, v in given.items()}
-        now = self.now()
-        cutoffs = {status: now - int(age * 1000) for status, age in ages.items() if age is not None}
+        cutoffs = {status: int(age * 1000) for status, age in ages.items() if age is not None}
         if on_progress is None or dry_run:
             return {status: self.engine.purge(status, cutoff, dry_run=dry_run) for status, cutoff in cutoffs.items()}
         total = sum(self.engine.purge(status, cutoff, dry_run=True) for status, cutoff in cutoffs.items())
@@ -584,8 +470,57 @@ class Queue:
                 status, cutoff, on_progress=lambda n, before=before: on_progress(before + n, max(total, before + n)))
         return counts
 
+    def get_many(self, job_ids: list[int]) -> list[Job]:
+        """The jobs that exist among job_ids, in that order."""
+        return self.engine.get_jobs([validate_job_id(i) for i in job_ids])
+
+    def dependencies(self, job_id: int) -> list[tuple[int, str | None]]:
+        """The jobs a job waits on, with their states (None: purged)."""
+        return self.engine.dependencies(validate_job_id(job_id))
+
+    def paused_queues(self) -> set[str]:
+        return self.engine.paused_queues()
+
+    def queue_names(self) -> list[str]:
+        return self.engine.queue_names()
+
+    def stats(self, *, queues: list[str] | None = None, limit: int = 10) -> tuple[dict, int]:
+        """The `stats --json` object from one consistent read, and the database time it was read at."""
+        from jobctl.stats import collect
+
+        snap = self.engine.stats_snapshot(limit=limit if not queues else max(limit, 1000))
+        return collect(snap, queues=queues, limit=limit), snap["now"]
+
+    @property
+    def location(self) -> str:
+        """The database, fit to print (never a password)."""
+        return self.engine.location
+
+    def health_checks(self) -> list:
+        """The engine's checks (integrity, schema, files or server), then the queue's own: jobs of a
+        type that no worker here can run."""
+        from jobctl.engines.base import Check
+
+        checks = list(self.engine.health_checks())
+        runnable = {name for name, tc in self.settings.types.items() if tc.command}
+        orphans = {t: n for t, n in self.engine.pending_types().items() if t not in runnable}
+        checks.append(Check("handlers", not orphans,
+                            "every pending type has a command" if not orphans else
+                            "no [types.X] command for: " + ", ".join(f"{t} ({n} pending)" for t, n in sorted(orphans.items()))
+                            + " (fine if workers use --type or scripts claim them)"))
+        return checks
+
+    def backup(self, dest, *, on_progress: Callable[[int, int], None] | None = None) -> None:
+        """A consistent copy of a file database; a server database has its own tools (exit 2)."""
+        files = getattr(self.engine, "files", None)
+        if files is None:
+            raise InvalidInput(
+                f"{self.location} is not a file that jobctl can copy; back it up with the server's own tools "
+                "(for PostgreSQL: pg_dump)")
+        files.backup(dest, on_progress=on_progress)
+
     def pause(self, queue: str) -> None:
-        self.engine.set_paused(validate_name(queue, "queue"), True, self.now())
+        self.engine.set_paused(validate_name(queue, "queue"), True)
 
     def resume(self, queue: str) -> None:
-        self.engine.set_paused(validate_name(queue, "queue"), False, self.now())
+        self.engine.set_paused(validate_name(queue, "queue"), False)

@@ -29,11 +29,11 @@ def _percentile(sorted_values: list, q: float):
     return sorted_values[max(math.ceil(q * len(sorted_values)) - 1, 0)]
 
 
-def collect(engine, now: int, *, queues: list[str] | None = None, limit: int = 10) -> dict:
-    """The `stats --json` object from one consistent read of the engine.
+def collect(snap: dict, *, queues: list[str] | None = None, limit: int = 10) -> dict:
+    """The `stats --json` object from one engine snapshot (Engine.stats_snapshot).
 
     With `queues`, only those queues (and their stuck, buried and aging jobs) are reported."""
-    snap = engine.stats_snapshot(now, limit=limit if not queues else max(limit, 1000))
+    now = snap["now"]
     wanted = set(queues) if queues else None
     names = sorted(set(snap["counts"]) | set(snap["paused"]))
     if wanted is not None:

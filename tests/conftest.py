@@ -149,3 +149,14 @@ def q(db, clock):
     queue = Queue.open(db, create=True, clock=clock)
     yield queue
     queue.close()
+
+
+def note_expired_leases(db, seconds_ago: float = 60, **recover_options):
+    """A first sweep, `seconds_ago` in the past, that notes which leases look expired: a lease is
+    judged lost only by a later sweep that finds its heartbeat unchanged (transitions.recover)."""
+    from jobctl.queue import Queue
+
+    with Queue.open(db, clock=Clock(time.time() - seconds_ago)) as q:
+        noted = q.recover(**recover_options)
+    assert all(action == "watching" for _, action in noted), noted
+    return [job.id for job, _ in noted]

@@ -195,7 +195,7 @@ def test_wait_runs_out(cli):
 
 
 def test_wait_for_a_delayed_job(cli):
-    job_id = int(cli("enqueue", "t", "--delay", "500ms").stdout)
+    job_id = int(cli("enqueue", "t", "--delay", "3s").stdout)
     assert cli("claim").exit_code == 5
     r = cli("claim", "--wait", "20s")
     assert r.exit_code == 0, r.output

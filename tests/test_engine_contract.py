@@ -1,51 +1,104 @@
-"""The Engine contract (jobctl/engines/base.py), exercised directly, for every engine. Today only
-SQLite; a PostgreSQL engine joins the `engine` fixture's params and must pass the same tests."""
+"""The Engine contract (jobctl/engines/base.py), exercised directly, method by method, for every
+engine. A second engine joins by adding one factory to ENGINES: it then has to pass every test here.
+
+Each engine runs on a clock the test moves (`clock.t`, seconds), standing in for the database's
+clock; the engine reads it once per transaction."""
 
 import hashlib
+import threading
 
 import pytest
 
-from jobctl.engines.base import Change, ClaimRequest, NewJob
+from conftest import Clock
+from jobctl.engines.base import Change, Check, ClaimRequest, NewJob
 from jobctl.errors import InvalidState, NoSuchJob
 
-NOW = 1_900_000_000_000  # ms
+T0 = 1_900_000_000.0
+NOW = int(T0 * 1000)  # ms
 
 
-def new(type="t", queue="default", payload="{}", priority=10, run_at=NOW, **kw):
+def new(type="t", queue="default", payload="{}", priority=10, **kw):
     return NewJob(queue=queue, type=type, payload=payload, payload_hash=hashlib.sha256(payload.encode()).hexdigest(),
                   priority=priority, max_attempts=kw.pop("max_attempts", 3), backoff="exponential",
-                  timeout_ms=kw.pop("timeout_ms", 60_000), run_at=run_at, **kw)
+                  timeout_ms=kw.pop("timeout_ms", 60_000), **kw)
+
+
+_tokens = iter(range(10**9))
 
 
 def req(worker="w", token=None, **kw):
-    return ClaimRequest(worker=worker, token=token or f"tok-{worker}-{id(kw)}", **kw)
+    return ClaimRequest(worker=worker, token=token or f"tok-{worker}-{next(_tokens)}", **kw)
 
 
-def _sqlite(tmp_path):
+def _sqlite(tmp_path, clock):
     from jobctl.engines.sqlite import SQLiteEngine
 
-    return SQLiteEngine.open(tmp_path / "contract.db", create=True, busy_timeout=2.0)
+    return SQLiteEngine.open(tmp_path / "contract.db", create=True, busy_timeout=5.0, clock=clock)
 
 
 ENGINES = {"sqlite": _sqlite}
 
 
 @pytest.fixture(params=sorted(ENGINES))
-def engine(request, tmp_path):
-    e = ENGINES[request.param](tmp_path)
-    yield e
-    e.close()
+def make(request, tmp_path):
+    """make(clock) -> a new connection to the one database of this test."""
+    opened = []
+
+    def _make(clock=None):
+        e = ENGINES[request.param](tmp_path, clock)
+        opened.append(e)
+        return e
+
+    yield _make
+    for e in opened:
+        e.close()
+
+
+@pytest.fixture
+def clock():
+    return Clock(T0)
+
+
+@pytest.fixture
+def engine(make, clock):
+    return make(clock)
+
+
+def at(clock, ms):
+    """Move the test's clock to `ms` since the epoch."""
+    clock.t = ms / 1000
 
 
 def statuses(engine):
     return {j.id: j.status for j in engine.list_jobs(limit=1000)}
 
 
+def set_to(status, **fields):
+    return lambda job, now: Change(status, fields, run="completed" if status == "completed" else None)
+
+
+# -- the clock ----------------------------------------------------------------------------------
+
+
+def test_now_is_the_engines_clock_and_stamps_every_write(engine, clock):
+    assert engine.now() == NOW
+    engine.insert_jobs([new()], "a")
+    at(clock, NOW + 7)
+    seen = []
+    job = engine.update_job(1, lambda j, now: seen.append(now) or Change("pending", {"priority": 1}, message="m"), "x")
+    assert seen == [NOW + 7] and job.updated_at == NOW + 7 and job.created_at == NOW
+
+
+def test_identity_location_and_url(engine):
+    assert engine.location and engine.identity and engine.url
+    assert "@" not in engine.location or ":***@" in engine.location or "://" not in engine.location
+
+
 # -- insert_jobs --------------------------------------------------------------------------------
 
 
 def test_insert_returns_ids_in_order_and_writes_the_enqueue_event(engine):
-    done = engine.insert_jobs([new(payload='{"i":1}'), new(queue="q2"), new(type="u")], NOW, "alice")
+    done = engine.insert_jobs([new(payload='{"i":1}'), new(queue="q2"), new(type="u")], "alice")
     assert done == [(1, True), (2, True), (3, True)]
     job = engine.get_job(1)
     assert (job.status, job.attempts, job.payload, job.created_at, job.run_at) == ("pending", 0, '{"i":1}', NOW, NOW)
@@ -53,95 +106,141 @@ def test_insert_returns_ids_in_order_and_writes_the_enqueue_event(engine):
     assert [(e.from_status, e.to_status, e.actor, e.at) for e in events] == [(None, "pending", "alice", NOW)]
 
 
+def test_insert_run_at_from_delay_or_not_before(engine):
+    engine.insert_jobs([new(delay_ms=5_000), new(not_before=NOW + 9_000), new(not_before=NOW - 9_000),
+                        new(delay_ms=1_000, not_before=NOW + 500)], "a")
+    assert [j.run_at for j in engine.get_jobs([1, 2, 3, 4])] == [NOW + 5_000, NOW + 9_000, NOW, NOW + 1_000]
+
+
+def test_insert_reports_progress_inside_one_transaction(engine):
+    calls = []
+    engine.insert_jobs([new() for _ in range(2500)], "a", on_progress=lambda done, total: calls.append((done, total)))
+    assert calls[-1] == (2500, 2500) and len(calls) >= 2
+    assert len(engine.list_jobs(limit=5000)) == 2500
+
+
 def test_insert_key_returns_the_existing_job_or_refuses(engine):
-    assert engine.insert_jobs([new(idempotency_key="k", payload="[1]")], NOW, "a") == [(1, True)]
-    assert engine.insert_jobs([new(idempotency_key="k", payload="[1]")], NOW, "a") == [(1, False)]
+    assert engine.insert_jobs([new(idempotency_key="k", payload="[1]")], "a") == [(1, True)]
+    assert engine.insert_jobs([new(idempotency_key="k", payload="[1]")], "a") == [(1, False)]
     with pytest.raises(InvalidState, match="job 1"):
-        engine.insert_jobs([new(), new(idempotency_key="k", payload="[2]")], NOW, "a")
+        engine.insert_jobs([new(), new(idempotency_key="k", payload="[2]")], "a")
     with pytest.raises(InvalidState):
-        engine.insert_jobs([new(type="other", idempotency_key="k", payload="[1]")], NOW, "a")
+        engine.insert_jobs([new(type="other", idempotency_key="k", payload="[1]")], "a")
     assert list(statuses(engine)) == [1]  # the batch with a conflict inserted nothing
 
 
 def test_insert_unique_returns_a_live_twin(engine):
-    assert engine.insert_jobs([new(unique=True)], NOW, "a") == [(1, True)]
-    assert engine.insert_jobs([new(unique=True)], NOW, "a") == [(1, False)]
-    assert engine.insert_jobs([new(unique=True, queue="other")], NOW, "a") == [(2, True)]
-    job = engine.claim(req(queues=["default"]), NOW)
-    assert engine.insert_jobs([new(unique=True)], NOW, "a") == [(1, False)]
-    engine.update_job(1, lambda j: Change("completed", {"token": None}), NOW, "w")
-    assert engine.insert_jobs([new(unique=True)], NOW, "a") == [(3, True)]
+    assert engine.insert_jobs([new(unique=True)], "a") == [(1, True)]
+    assert engine.insert_jobs([new(unique=True)], "a") == [(1, False)]
+    assert engine.insert_jobs([new(unique=True, queue="other")], "a") == [(2, True)]
+    job = engine.claim(req(queues=["default"]))
+    assert engine.insert_jobs([new(unique=True)], "a") == [(1, False)]
+    engine.update_job(1, set_to("completed", token=None), "w")
+    assert engine.insert_jobs([new(unique=True)], "a") == [(3, True)]
     assert job.id == 1
 
 
 def test_insert_after_missing_raises_and_inserts_nothing(engine):
-    engine.insert_jobs([new()], NOW, "a")
+    engine.insert_jobs([new()], "a")
     with pytest.raises(NoSuchJob):
-        engine.insert_jobs([new(), new(after=[1, 42])], NOW, "a")
+        engine.insert_jobs([new(), new(after=[1, 42])], "a")
     assert list(statuses(engine)) == [1]
-    assert engine.insert_jobs([new(after=[1])], NOW, "a") == [(2, True)]
+    assert engine.insert_jobs([new(after=[1])], "a") == [(2, True)]
     assert engine.get_job(2).after == [1] and engine.get_job(2).waiting_on == 1
+    assert engine.dependencies(2) == [(1, "pending")]
+    assert engine.dependencies(1) == []
 
 
 # -- claim --------------------------------------------------------------------------------------
 
 
-def test_claim_takes_the_best_ready_job(engine):
-    engine.insert_jobs([new(priority=0), new(priority=20), new(priority=20, run_at=NOW - 5), new(run_at=NOW + 1)],
-                       NOW, "a")
+def test_claim_takes_the_best_ready_job(engine, clock):
+    at(clock, NOW - 5)
+    engine.insert_jobs([new(priority=20)], "a")  # 1: enqueued earlier, so earlier run_at
+    at(clock, NOW)
+    engine.insert_jobs([new(priority=0), new(priority=20), new(delay_ms=1)], "a")
     order = []
-    while (job := engine.claim(req(token=f"t{len(order)}"), NOW)) is not None:
+    while (job := engine.claim(req(token=f"t{len(order)}"))) is not None:
         order.append(job.id)
         assert job.status == "running" and job.attempts == 1 and job.worker == "w"
         assert job.token == f"t{len(order) - 1}" and job.claimed_at == NOW
         assert job.lease_expires_at == NOW + 60_000  # the job's timeout when no lease is asked
-    assert order == [3, 2, 1]
-    assert engine.claim(req(), NOW + 1).id == 4  # ready at its run_at
+    assert order == [1, 3, 2]
+    at(clock, NOW + 1)
+    assert engine.claim(req()).id == 4  # ready at its run_at
     assert [(e.from_status, e.to_status, e.actor) for e in engine.events(4)][-1] == ("pending", "running", "w")
 
 
 def test_claim_lease_queues_types_and_pause(engine):
-    engine.insert_jobs([new(queue="a", type="x"), new(queue="b", type="y", priority=30), new(queue="a", type="y")],
-                       NOW, "a")
-    job = engine.claim(req(queues=["a", "b"], types=["y"], lease_ms=5_000), NOW)
+    engine.insert_jobs([new(queue="a", type="x"), new(queue="b", type="y", priority=30), new(queue="a", type="y")], "a")
+    job = engine.claim(req(queues=["a", "b"], types=["y"], lease_ms=5_000))
     assert job.id == 3 and job.lease_expires_at == NOW + 5_000 and job.lease_ms == 5_000
-    engine.set_paused("b", True, NOW)
+    engine.set_paused("b", True)
     assert engine.paused_queues() == {"b"}
-    assert engine.claim(req(queues=["b"]), NOW) is None
-    assert engine.claim(req(), NOW).id == 1
-    engine.set_paused("b", False, NOW)
+    assert engine.claim(req(queues=["b"])) is None
+    assert engine.claim(req()).id == 1
+    engine.set_paused("b", False)
     assert engine.paused_queues() == set()
-    assert engine.claim(req(), NOW).id == 2
-    assert engine.claim(req(), NOW) is None
+    assert engine.claim(req()).id == 2
+    assert engine.claim(req()) is None
 
 
 def test_completing_a_dependency_unblocks(engine):
-    engine.insert_jobs([new(), new()], NOW, "a")
-    engine.insert_jobs([new(after=[1, 2], priority=99)], NOW, "a")
-    a = engine.claim(req(), NOW)
-    b = engine.claim(req(), NOW)
-    assert engine.claim(req(), NOW) is None
-    engine.update_job(a.id, lambda j: Change("completed", {}), NOW, "w")
-    assert engine.claim(req(), NOW) is None
-    engine.update_job(b.id, lambda j: Change("completed", {}), NOW, "w")
-    assert engine.claim(req(), NOW).id == 3
+    engine.insert_jobs([new(), new()], "a")
+    engine.insert_jobs([new(after=[1, 2], priority=99)], "a")
+    a = engine.claim(req())
+    b = engine.claim(req())
+    assert engine.claim(req()) is None
+    engine.update_job(a.id, set_to("completed"), "w")
+    assert engine.claim(req()) is None
+    engine.update_job(b.id, set_to("completed"), "w")
+    job = engine.claim(req())
+    assert job.id == 3 and job.after == [1, 2]
 
 
-# -- update_job ---------------------------------------------------------------------------------
+def test_two_connections_claiming_at_the_same_moment_never_share_a_job(make):
+    """Many rounds of two connections released by one barrier: each job goes to exactly one."""
+    engines = [make(), make()]
+    engines[0].insert_jobs([new() for _ in range(400)], "a")
+    got: list[list[int]] = [[], []]
+    barrier = threading.Barrier(2)
+
+    def claimer(i):
+        while True:
+            barrier.wait()
+            job = engines[i].claim(req(worker=f"w{i}"))
+            if job is None:
+                return
+            got[i].append(job.id)
+
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    barrier.abort()
+    both = got[0] + got[1]
+    assert sorted(both) == list(range(1, 401)), "a job was handed out twice or lost"
+    assert got[0] and got[1]
+    assert all(j.attempts == 1 for j in engines[0].get_jobs(both))
 
 
-def test_update_job_applies_the_decision_in_one_step(engine):
-    engine.insert_jobs([new()], NOW, "a")
-    claimed = engine.claim(req(), NOW)
+# -- update_job and update_jobs_and_claim -------------------------------------------------------
+
+
+def test_update_job_applies_the_decision_in_one_step(engine, clock):
+    engine.insert_jobs([new()], "a")
+    claimed = engine.claim(req())
     seen = []
 
-    def decide(job):
-        seen.append(job)
+    def decide(job, now):
+        seen.append((job, now))
         return Change("completed", {"token": None, "result": '{"ok":true}'}, message="done", run="completed",
                       details={"exit": 0})
 
-    job = engine.update_job(1, decide, NOW + 10, "w")
-    assert seen[0].status == "running" and seen[0].token == claimed.token
+    at(clock, NOW + 10)
+    job = engine.update_job(1, decide, "w")
+    assert seen[0][0].status == "running" and seen[0][0].token == claimed.token and seen[0][1] == NOW + 10
     assert (job.status, job.result, job.token, job.finished_at, job.updated_at) == \
         ("completed", '{"ok":true}', None, NOW + 10, NOW + 10)
     last = engine.events(1)[-1]
@@ -150,61 +249,107 @@ def test_update_job_applies_the_decision_in_one_step(engine):
 
 
 def test_update_job_refusal_changes_nothing(engine):
-    engine.insert_jobs([new()], NOW, "a")
+    engine.insert_jobs([new()], "a")
     before = (engine.get_job(1), engine.events(1))
 
-    def refuse(job):
+    def refuse(job, now):
         raise InvalidState("no")
 
     with pytest.raises(InvalidState):
-        engine.update_job(1, refuse, NOW, "x")
+        engine.update_job(1, refuse, "x")
     assert (engine.get_job(1), engine.events(1)) == before
-    assert engine.update_job(1, lambda j: None, NOW + 5, "x") == before[0]  # None: nothing to do
+    assert engine.update_job(1, lambda j, now: None, "x") == before[0]  # None: nothing to do
     assert (engine.get_job(1), engine.events(1)) == before
     with pytest.raises(NoSuchJob):
-        engine.update_job(99, lambda j: Change("completed", {}), NOW, "x")
+        engine.update_job(99, set_to("completed"), "x")
 
 
-def test_update_job_leaving_a_finished_state_clears_finished_at(engine):
-    engine.insert_jobs([new()], NOW, "a")
-    engine.claim(req(), NOW)
-    assert engine.update_job(1, lambda j: Change("buried", {}), NOW, "w").finished_at == NOW
-    assert engine.update_job(1, lambda j: Change("pending", {}), NOW + 1, "op").finished_at is None
+def test_a_change_that_keeps_the_state_writes_no_event(engine):
+    engine.insert_jobs([new()], "a")
+    engine.claim(req())
+    n = len(engine.events(1))
+    job = engine.update_job(1, lambda j, now: Change("running", {"progress": '{"message":"x","percent":5}'}), "w")
+    assert job.progress and len(engine.events(1)) == n
+
+
+def test_update_job_leaving_a_finished_state_clears_finished_at(engine, clock):
+    engine.insert_jobs([new()], "a")
+    engine.claim(req())
+    assert engine.update_job(1, set_to("buried"), "w").finished_at == NOW
+    at(clock, NOW + 1)
+    assert engine.update_job(1, set_to("pending"), "op").finished_at is None
+
+
+def test_update_jobs_and_claim_is_one_step(engine, clock):
+    engine.insert_jobs([new() for _ in range(5)], "a")
+    first = [engine.claim(req()), engine.claim(req())]
+    at(clock, NOW + 3)
+    done, claimed = engine.update_jobs_and_claim(
+        [(j.id, set_to("completed", token=None)) for j in first], [req(), req(), req(), req()], "w")
+    assert [(j.id, j.status, j.finished_at) for j in done] == [(1, "completed", NOW + 3), (2, "completed", NOW + 3)]
+    assert [j.id for j in claimed] == [3, 4, 5]  # stops at the first claim that finds nothing
+    assert all(j.claimed_at == NOW + 3 and j.status == "running" for j in claimed)
+    # a refusal anywhere changes nothing and claims nothing
+    engine.insert_jobs([new()], "a")
+    before = statuses(engine)
+
+    def refuse(job, now):
+        raise InvalidState("no")
+
+    with pytest.raises(InvalidState):
+        engine.update_jobs_and_claim([(3, set_to("completed")), (4, refuse)], [req()], "w")
+    assert statuses(engine) == before
 
 
 # -- update_expired, update_buried --------------------------------------------------------------
 
 
-def test_update_expired(engine):
-    engine.insert_jobs([new(), new(), new(), new()], NOW, "a")
-    engine.claim(req(lease_ms=1_000), NOW)            # 1: expires NOW+1000
-    engine.claim(req(lease_ms=100_000), NOW)          # 2: live, but silent since NOW
-    engine.claim(req(lease_ms=1_000), NOW)            # 3: expired, then cancel requested
-    engine.update_job(3, lambda j: Change("cancel_requested", {}), NOW, "op")
-    later = NOW + 2_000
+def test_update_expired(engine, clock):
+    engine.insert_jobs([new(), new(), new(), new()], "a")
+    engine.claim(req(lease_ms=1_000))            # 1: expires NOW+1000
+    engine.claim(req(lease_ms=100_000))          # 2: live, but silent since NOW
+    engine.claim(req(lease_ms=1_000))            # 3: expired, then cancel requested
+    engine.update_job(3, set_to("cancel_requested"), "op")
+    at(clock, NOW + 2_000)
+    seen_now = []
 
-    def decide(job):
+    def decide(job, now):
+        seen_now.append(now)
         return Change("cancelled" if job.status == "cancel_requested" else "pending", {"token": None}, run="lost")
 
-    dry = engine.update_expired(decide, later, "sweeper", dry_run=True)
+    dry = engine.update_expired(decide, "sweeper", dry_run=True)
     assert [(j.id, c.to_status) for j, c in dry] == [(1, "pending"), (3, "cancelled")]
+    assert set(seen_now) == {NOW + 2_000}
     assert statuses(engine) == {4: "pending", 3: "cancel_requested", 2: "running", 1: "running"}
-    done = engine.update_expired(decide, later, "sweeper")
+    done = engine.update_expired(decide, "sweeper")
     assert [(j.id, j.status) for j, _ in done] == [(1, "pending"), (3, "cancelled")]
-    assert engine.update_expired(decide, later, "sweeper") == []  # each acted on once
-    done = engine.update_expired(decide, later, "sweeper", heartbeat_before=NOW + 1)
+    assert engine.update_expired(decide, "sweeper") == []  # each acted on once
+    done = engine.update_expired(decide, "sweeper", silent_for_ms=1_999)
     assert [j.id for j, _ in done] == [2]
+    assert engine.get_job(1).error is None and engine.events(1)[-1].actor == "sweeper"
+
+
+def test_count_expired(engine, clock):
+    engine.insert_jobs([new(), new()], "a")
+    engine.claim(req(lease_ms=1_000))
+    engine.claim(req(lease_ms=5_000))
+    assert engine.count_expired() == 0
+    at(clock, NOW + 2_000)
+    assert engine.count_expired() == 1
 
 
 def test_update_buried(engine):
-    engine.insert_jobs([new(queue="a"), new(queue="b"), new(queue="a", type="u"), new()], NOW, "a")
+    engine.insert_jobs([new(queue="a"), new(queue="b"), new(queue="a", type="u"), new()], "a")
     for _ in range(3):
-        job = engine.claim(req(), NOW)
-        engine.update_job(job.id, lambda j: Change("buried", {}), NOW, "w")
-    retry = lambda j: Change("pending", {"attempts": 0})  # noqa: E731
-    assert [j.id for j, _ in engine.update_buried(retry, NOW, "op", queue="a", type="t", dry_run=True)] == [1]
+        job = engine.claim(req())
+        engine.update_job(job.id, set_to("buried"), "w")
+    retry = set_to("pending", attempts=0)
+    progress = []
+    assert [j.id for j, _ in engine.update_buried(retry, "op", queue="a", type="t", dry_run=True)] == [1]
     assert engine.get_job(1).status == "buried"
-    assert [j.id for j, _ in engine.update_buried(retry, NOW, "op", queue="a")] == [1, 3]
+    assert [j.id for j, _ in engine.update_buried(retry, "op", queue="a",
+                                                  on_progress=lambda d, t: progress.append((d, t)))] == [1, 3]
+    assert progress[-1] == (2, 2)
     assert statuses(engine) == {4: "pending", 3: "pending", 2: "buried", 1: "pending"}
     assert engine.get_job(1).attempts == 0
 
@@ -212,44 +357,115 @@ def test_update_buried(engine):
 # -- purge --------------------------------------------------------------------------------------
 
 
-def test_purge_deletes_finished_jobs_with_their_history(engine):
-    engine.insert_jobs([new() for _ in range(7)], NOW, "a")
+def test_purge_deletes_finished_jobs_with_their_history(engine, clock):
+    engine.insert_jobs([new() for _ in range(7)], "a")
     for i in range(1, 6):
-        engine.claim(req(), NOW)
-        engine.update_job(i, lambda j: Change("completed", {}, run="completed"), NOW + i, "w")
-    engine.insert_jobs([new(after=[1])], NOW, "a")  # 8 depends on 1
-    assert engine.purge("completed", NOW + 4, dry_run=True) == 3
+        engine.claim(req())
+        at(clock, NOW + i)
+        engine.update_job(i, set_to("completed"), "w")
+    engine.insert_jobs([new(after=[1])], "a")  # 8 depends on 1
+    at(clock, NOW + 10)
+    assert engine.purge("completed", 6, dry_run=True) == 3  # finished before NOW + 4
     assert len(statuses(engine)) == 8
-    assert engine.purge("completed", NOW + 4, batch=2) == 3  # several small batches
+    deleted = []
+    assert engine.purge("completed", 6, batch=2, on_progress=deleted.append) == 3  # several small batches
+    assert deleted == [2, 3]
     assert sorted(statuses(engine)) == [4, 5, 6, 7, 8]
     assert engine.events(1) == []
-    assert engine.purge("cancelled", NOW + 100) == 0
+    assert engine.purge("cancelled", 0) == 0
     assert engine.get_job(4).status == "completed"
     # ids are never reused, even after the newest rows are gone
-    engine.purge("completed", NOW + 100)
-    assert engine.insert_jobs([new()], NOW, "a") == [(9, True)]
+    engine.purge("completed", 0)
+    assert engine.insert_jobs([new()], "a") == [(9, True)]
+
+
+# -- reads --------------------------------------------------------------------------------------
 
 
 def test_reads(engine):
-    engine.insert_jobs([new(queue="a"), new(type="u"), new(queue="a")], NOW, "a")
-    engine.claim(req(queues=["a"]), NOW)
+    engine.insert_jobs([new(queue="a"), new(type="u"), new(queue="a")], "a")
+    engine.claim(req(queues=["a"]))
     assert [j.id for j in engine.list_jobs()] == [3, 2, 1]  # newest first
     assert [j.id for j in engine.list_jobs(statuses=["pending"], queue="a")] == [3]
     assert [j.id for j in engine.list_jobs(type="u")] == [2]
     assert [j.id for j in engine.list_jobs(limit=1)] == [3]
+    assert [j.id for j in engine.get_jobs([3, 99, 1])] == [3, 1]
+    assert engine.queue_names() == ["a", "default"]
+    assert engine.pending_types() == {"t": 1, "u": 1}
     with pytest.raises(NoSuchJob):
         engine.get_job(42)
 
 
-def test_list_filters_and_orders(engine):
-    engine.insert_jobs([new(priority=0), new(priority=20)], NOW, "a")
-    engine.insert_jobs([new(priority=10, run_at=NOW + 5_000)], NOW + 1_000, "a")
-    held = engine.claim(req(lease_ms=1_000), NOW + 1_000)  # job 2 (priority 20), lease until NOW + 2 s
+def test_list_filters_and_orders(engine, clock):
+    engine.insert_jobs([new(priority=0), new(priority=20)], "a")
+    at(clock, NOW + 1_000)
+    engine.insert_jobs([new(priority=10, delay_ms=4_000)], "a")
+    held = engine.claim(req(lease_ms=1_000))  # job 2 (priority 20), lease until NOW + 2 s
     assert held.id == 2
     ids = lambda **kw: [j.id for j in engine.list_jobs(**kw)]  # noqa: E731
     assert ids(sort="oldest") == [1, 2, 3]
     assert ids(sort="priority") == [2, 3, 1]
     assert ids(sort="run-at") == [1, 2, 3]
-    assert ids(created_before=NOW + 1_000) == [2, 1]
-    assert ids(stuck_at=NOW + 1_500) == []  # lease still good
-    assert ids(stuck_at=NOW + 2_500) == [2]  # lease expired
+    assert ids(created_older_than_ms=1) == [2, 1]
+    at(clock, NOW + 1_500)
+    assert ids(stuck=True) == []  # lease still good
+    at(clock, NOW + 2_500)
+    assert ids(stuck=True) == [2]  # lease expired
+
+
+def test_stats_snapshot(engine, clock):
+    engine.insert_jobs([new(queue="a"), new(queue="a", delay_ms=60_000), new(queue="b")], "a")
+    engine.insert_jobs([new(queue="a", after=[3])], "a")
+    engine.claim(req(queues=["b"], lease_ms=1_000))  # 3 running in b
+    at(clock, NOW + 500)
+    engine.update_job(3, set_to("completed"), "w")
+    engine.insert_jobs([new(queue="b")], "a")
+    engine.claim(req(queues=["b"], lease_ms=1_000))  # 5 running, will be stuck
+    engine.set_paused("c", True)
+    at(clock, NOW + 5_000)
+    snap = engine.stats_snapshot(limit=10)
+    assert snap["now"] == NOW + 5_000
+    assert snap["counts"]["a"] == {"pending": 3}  # 4 was unblocked when 3 completed
+    assert snap["counts"]["b"] == {"completed": 1, "running": 1}
+    assert snap["paused"] == {"c": True}
+    assert snap["scheduled"] == {"a": 1}
+    assert snap["oldest_ready"]["a"] == NOW
+    assert [j.id for j in snap["aging"]] == [1, 4]
+    assert [j.id for j in snap["stuck"]] == [5] and snap["stuck_total"] == 1
+    assert snap["buried"] == []
+    assert snap["runs_by_minute"] == [(0, "completed", 1)]
+    assert snap["run_ms"] == [500] and snap["wait_ms"] == [0]
+
+
+def test_health_checks(engine):
+    checks = engine.health_checks()
+    assert all(isinstance(c, Check) for c in checks)
+    names = {c.name: c for c in checks}
+    assert names["integrity"].ok and names["schema"].ok and names["expired leases"].ok
+
+
+# -- capabilities -------------------------------------------------------------------------------
+
+
+def test_wake_ups_see_another_connections_commit(make):
+    a, b = make(), make()
+    if getattr(a, "has_changed", None) is None:
+        pytest.skip("this engine has no wake-up capability")
+    a.has_changed()
+    assert a.has_changed() is False
+    b.insert_jobs([new()], "x")
+    assert a.has_changed() is True
+    assert a.wait_for_change(0.05) is False
+    threading.Timer(0.1, lambda: b.set_paused("q", True)).start()
+    assert a.wait_for_change(5) is True
+
+
+def test_file_capability(engine, tmp_path):
+    files = engine.files
+    if files is None:
+        pytest.skip("this engine's database is not a local file")
+    engine.insert_jobs([new()], "a")
+    dest = tmp_path / "copy.db"
+    files.backup(dest)
+    assert dest.stat().st_mode & 0o777 == 0o600
+    assert len(files.checkpoint()) == 3

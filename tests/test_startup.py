@@ -73,7 +73,7 @@ def test_plain_records_behave_like_the_dataclasses_they_replaced():
     assert repr(Event(1, 2, None, "pending", "me")) == (
         "Event(job_id=1, at=2, from_status=None, to_status='pending', actor='me', message=None, details=None)")
     new = NewJob(queue="q", type="t", payload="{}", payload_hash="h", priority=0, max_attempts=1, backoff="fixed",
-                 timeout_ms=1, run_at=0)
+                 timeout_ms=1)
     assert new.after == [] and new.unique is False and new.source is None
     assert Change("completed", {}).actor is None and ClaimRequest("w", "tok").queues is None
     assert EnqueueResult(1, True) == EnqueueResult(id=1, created=True) != EnqueueResult(1, False)

@@ -52,7 +52,7 @@ def build_known(db, t0=T0):
 def test_stats_figures_of_a_known_database(db):
     q, clock = build_known(db)
     with q:
-        s = collect(q.engine, q.now())
+        s = q.stats()[0]
     assert s["generated_at"] == "2027-01-15T08:10:00.000Z"
     zero = dict.fromkeys(("ready", "scheduled", "blocked", "running", "cancel_requested", "buried", "completed",
                           "cancelled"), 0)
@@ -93,7 +93,7 @@ def test_throughput_counts_runs_inside_each_window(db):
             else:
                 q.complete(job.id, token=job.token)
         clock.t = now
-        t = collect(q.engine, q.now())["throughput"]
+        t = q.stats()[0]["throughput"]
     assert (t["1m"]["completed"], t["1m"]["failed"]) == (1, 1)
     assert (t["15m"]["completed"], t["15m"]["failed"]) == (2, 1)
     assert (t["60m"]["completed"], t["60m"]["failed"]) == (3, 1)
@@ -162,7 +162,7 @@ def render(renderable, width=80) -> str:
 def test_rendered_tables_of_a_known_database(db):
     q, clock = build_known(db)
     with q:
-        s = collect(q.engine, q.now())
+        s = q.stats()[0]
     expected = "\n".join(line.rstrip() for line in EXPECTED_TABLES.splitlines()) + "\n"
     assert render(output.stats_view(s, q.now())) == expected
 
@@ -196,7 +196,7 @@ def test_prometheus_output_parses_and_names_the_same_counts(cli, db):
 def test_prometheus_is_a_pure_function_of_the_figures(db):
     q, _ = build_known(db)
     with q:
-        s = collect(q.engine, q.now())
+        s = q.stats()[0]
     text = prometheus(s)
     assert 'jobctl_oldest_ready_age_seconds{queue="billing"} 600.0' in text
     assert 'jobctl_run_duration_seconds{quantile="0.95"} 5.0' in text
@@ -220,7 +220,7 @@ def test_check_exits_0_or_9_on_either_side_of_each_threshold(cli, db, args, code
 def test_check_names_what_was_crossed(db):
     q, _ = build_known(db)
     with q:
-        s = collect(q.engine, q.now())
+        s = q.stats()[0]
     ok, line = check(s, max_ready_age=300, max_buried=0, max_stuck=5)
     assert not ok
     assert "10m in queue billing" in line and "1 buried (max 0: email 1)" in line and "ok: 1 stuck (max 5)" in line

@@ -12,8 +12,6 @@ from jobctl.cli.app import app, emit, emit_json, state
 from jobctl.completion import complete_queue
 from jobctl.errors import CheckFailed, InvalidInput
 
-WAL_WARN_BYTES = 64 * 1024 * 1024
-
 
 @app.command()
 def init(ctx: typer.Context):
@@ -23,12 +21,12 @@ def init(ctx: typer.Context):
     """
     st = state(ctx)
     with st.open_queue(create=True) as q:
-        integrity = q.engine.file_report()["integrity"]
-        if integrity != "ok":  # the header can be fine while pages are not: say so before anyone trusts it
+        integrity = next(c for c in q.health_checks() if c.name == "integrity")
+        if not integrity.ok:  # the header can be fine while pages are not: say so before anyone trusts it
             from jobctl.errors import DatabaseUnusable
 
-            raise DatabaseUnusable(f"the database {q.engine.path} is corrupt ({integrity}); restore it from a backup")
-        emit(q.engine.path)
+            raise DatabaseUnusable(f"the database {q.location} is corrupt ({integrity.detail}); restore it from a backup")
+        emit(q.location)
 
 
 @app.command()
@@ -45,6 +43,18 @@ def recover(
     with state(ctx).open_queue() as q:
         done = q.recover(older_than=older_than, dry_run=dry_run)
         now = q.now()
+    watching = [job for job, action in done if action == "watching"]
+    done = [(job, action) for job, action in done if action != "watching"]
+    if watching:
+        import sys
+
+        from jobctl.untrusted import safe
+
+        sys.stderr.write(
+            f"jobctl: {len(watching)} job(s) with an expired lease seen for the first time "
+            f"({safe(', '.join(str(j.id) for j in watching[:10]))}{', ...' if len(watching) > 10 else ''}): "
+            "they are recovered by the next sweep, at least 30s from now, if their worker has not renewed the "
+            "lease meanwhile (a step of the clock alone recovers nothing); workers sweep by themselves\n")
     if as_json:
         for job, action in done:
             emit_json({"id": job.id, "action": action, **({"dry_run": True} if dry_run else {})})
@@ -114,35 +124,13 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
     Exits 0 when all is well, 9 when a check found a problem, 8 when the file cannot be used.
     Example: jobctl doctor || mail -s "jobctl needs a look" ops@example.com
     """
-    from jobctl.engines.schema import SCHEMA_VERSION
-
     st = state(ctx)
-    checks: list[tuple[str, bool, str]] = []
     with st.open_queue() as q:
-        report = q.engine.file_report()
-        expired = q.engine.count_expired(q.now())
-        pending_types = q.engine.pending_types()
-    checks.append(("integrity", report["integrity"] == "ok", report["integrity"]))
-    checks.append(("schema", report["schema_version"] == SCHEMA_VERSION, f"v{report['schema_version']}"))
-    checks.append(("journal mode", report["journal_mode"] == "wal", report["journal_mode"]))
-    loose = {p: m for p, m in report["modes"].items() if m & 0o077}
-    checks.append(("permissions", not loose,
-                   "owner only (0600)" if not loose else ", ".join(f"{p} is {m:04o}; run chmod 600 {p}" for p, m in loose.items())))
-    wal = report["wal_bytes"]
-    checks.append(("wal size", wal <= WAL_WARN_BYTES,
-                   f"{wal / 1048576:.1f} MiB" + ("" if wal <= WAL_WARN_BYTES else
-                                                  "; a long-running reader may be blocking checkpoints")))
-    checks.append(("expired leases", expired == 0,
-                   "none" if expired == 0 else f"{expired} job(s); run `jobctl recover` (workers also do it)"))
-    runnable = {name for name, tc in st.settings.types.items() if tc.command}
-    orphans = {t: n for t, n in pending_types.items() if t not in runnable}
-    checks.append(("handlers", not orphans,
-                   "every pending type has a command" if not orphans else
-                   "no [types.X] command for: " + ", ".join(f"{t} ({n} pending)" for t, n in sorted(orphans.items()))
-                   + " (fine if workers use --type or scripts claim them)"))
+        checks = [(c.name, c.ok, c.detail) for c in q.health_checks()]
+        location = q.location
     ok = all(good for _, good, _ in checks)
     if as_json:
-        emit_json({"ok": ok, "path": str(q.engine.path),
+        emit_json({"ok": ok, "path": location,
                    "checks": [{"check": c, "ok": good, "detail": d} for c, good, d in checks]})
     else:
         from rich.text import Text
@@ -152,7 +140,7 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
         rows = [[c, Text("ok", style="green") if good else Text("PROBLEM", style="bold red"), d] for c, good, d in checks]
         output.print_view(output.simple_table(["CHECK", "STATUS", "DETAIL"], rows))
     if not ok:
-        raise CheckFailed(f"doctor found {sum(1 for _, g, _ in checks if not g)} problem(s) in {q.engine.path}")
+        raise CheckFailed(f"doctor found {sum(1 for _, g, _ in checks if not g)} problem(s) in {location}")
 
 
 @app.command()
@@ -175,5 +163,5 @@ def backup(
     from jobctl.cli.progress import progress_bar
 
     with state(ctx).open_queue() as q, progress_bar("backing up") as on_progress:
-        q.engine.backup(dest, on_progress=on_progress)
+        q.backup(dest, on_progress=on_progress)
     emit(str(dest))

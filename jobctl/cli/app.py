@@ -45,6 +45,8 @@ class State:
             from jobctl.config import load_settings
 
             self._settings = load_settings(self.config)
+            for note in self._settings.notes:  # a config of an older jobctl: still works, says what moved
+                sys.stderr.write(f"jobctl: note: {note}\n")
         return self._settings
 
     def db_path(self):
@@ -60,7 +62,7 @@ class State:
         return Queue.open(
             self.db_path(), self.settings, create=create,
             busy_timeout=resolve_busy_timeout(self.busy_timeout, self.settings),
-            allow_network_fs=self.allow_network_fs,
+            allow_network_fs=True if self.allow_network_fs else None,  # else the config's [sqlite] says
         )
 
 
@@ -86,7 +88,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def root(
     ctx: typer.Context,
-    db: Optional[str] = typer.Option(None, "--db", metavar="PATH", help="The database file (else JOBCTL_DB, the config's db, or ~/.local/share/jobctl/jobctl.db)."),
+    db: Optional[str] = typer.Option(None, "--db", metavar="PATH|URL", help="The database: a SQLite file path (or sqlite:///PATH), or postgresql://... (else JOBCTL_DB, the config's db, or ~/.local/share/jobctl/jobctl.db)."),
     config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="The config file (else JOBCTL_CONFIG, ./jobctl.toml, ~/.config/jobctl/config.toml)."),
     busy_timeout: Optional[str] = typer.Option(None, "--busy-timeout", metavar="DUR", help="How long to wait for another process's write lock (default 5s, JOBCTL_BUSY_TIMEOUT)."),
     allow_network_fs: bool = typer.Option(False, "--allow-network-fs", help="Use a database on NFS/SMB/sshfs anyway (SQLite locking is unsafe there)."),

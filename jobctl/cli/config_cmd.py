@@ -29,18 +29,21 @@ STARTER = '''\
 # The database file (JOBCTL_DB and --db win). `~` is expanded.
 # db = "~/.local/share/jobctl/jobctl.db"
 
-# How long to wait for another process's write lock before giving up (exit 6).
-# busy_timeout = "5s"
-
-# "full": every commit survives a power loss. "normal": faster, may lose the last commits on power
-# loss (never on a crash).
-# synchronous = "full"
-
 # The largest payload (and result) accepted, in bytes of compact JSON.
 # max_payload_bytes = 1048576
 
 # Payload keys whose values human views mask (matched as substrings, case-insensitive).
 # secret_keys = ["password", "passwd", "token", "secret", "api_key", "apikey", "authorization", "private_key", "credential", "cookie", "session"]
+
+[sqlite]
+# Settings of a SQLite database file (a PostgreSQL database ignores them).
+# How long to wait for another process's write lock before giving up (exit 6).
+# busy_timeout = "5s"
+# "full": every commit survives a power loss. "normal": faster, may lose the last commits on power
+# loss (never on a crash).
+# synchronous = "full"
+# SQLite's locking is unsafe on NFS, SMB and other network filesystems, so such a file is refused.
+# allow_network_fs = false
 
 [defaults]
 # Applied to every job at enqueue, unless its [types.NAME] table or the command line says otherwise.
@@ -135,17 +138,21 @@ def effective(st) -> list[tuple[str | None, str, object, str]]:
     rows: list[tuple[str | None, str, object, str]] = []
     db, db_source = resolve_db_path(st.db, s)
     rows.append((None, "db", str(db), {"--db": "--db", "JOBCTL_DB": "JOBCTL_DB"}.get(db_source, origin("db"))))
+    rows.append((None, "max_payload_bytes", s.max_payload_bytes, origin("max_payload_bytes")))
+    rows.append((None, "secret_keys", list(s.secret_keys), origin("secret_keys")))
+
     busy = resolve_busy_timeout(st.busy_timeout, s)
     if st.busy_timeout is not None:
         busy_source = "--busy-timeout"
     elif os.environ.get("JOBCTL_BUSY_TIMEOUT"):
         busy_source = "JOBCTL_BUSY_TIMEOUT"
     else:
-        busy_source = origin("busy_timeout")
-    rows.append((None, "busy_timeout", exact_duration(busy), busy_source))
-    rows.append((None, "synchronous", s.synchronous, origin("synchronous")))
-    rows.append((None, "max_payload_bytes", s.max_payload_bytes, origin("max_payload_bytes")))
-    rows.append((None, "secret_keys", list(s.secret_keys), origin("secret_keys")))
+        busy_source = origin("sqlite.busy_timeout")
+    rows.append(("sqlite", "busy_timeout", exact_duration(busy), busy_source))
+    rows.append(("sqlite", "synchronous", s.synchronous, origin("sqlite.synchronous")))
+    allow = st.allow_network_fs or s.allow_network_fs
+    rows.append(("sqlite", "allow_network_fs", allow,
+                 "--allow-network-fs" if st.allow_network_fs else origin("sqlite.allow_network_fs")))
 
     jitter_source = src.get("defaults.jitter") or src.get("defaults.backoff_jitter") or "default"
     for key, value, source in (

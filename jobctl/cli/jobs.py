@@ -65,7 +65,7 @@ def enqueue(
             with progress_bar("enqueueing", unit="jobs") as on_progress:
                 results = q.insert(prepared, on_progress=on_progress)
             if as_json:
-                jobs = q.engine.get_jobs([r.id for r in results])
+                jobs = q.get_many([r.id for r in results])
                 for job, r in zip(jobs, results):
                     emit_json({**job.to_dict(), "created": r.created})
                 return

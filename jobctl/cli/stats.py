@@ -68,8 +68,7 @@ def stats(
     st = state(ctx)
     with st.open_queue() as q:
         def snapshot() -> tuple[dict, int]:
-            now = q.now()
-            return collect(q.engine, now, queues=queue, limit=limit), now
+            return q.stats(queues=queue, limit=limit)
 
         if watch and sys.stdout.isatty():
             _watch(snapshot, interval_s)

@@ -68,8 +68,8 @@ def show(
             return
         from jobctl.stats import explain
 
-        why = explain(job, now, dependencies=q.engine.dependencies(job.id) if job.after else [],
-                      paused=q.engine.paused_queues() if job.status == "pending" else set())
+        why = explain(job, now, dependencies=q.dependencies(job.id) if job.after else [],
+                      paused=q.paused_queues() if job.status == "pending" else set())
     from jobctl import output
 
     output.console().print(output.job_panel(job, events, now, st.settings.secret_keys, reveal, explanation=why))

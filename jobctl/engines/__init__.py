@@ -1,1 +1,94 @@
-"""Storage engines. The queue core talks only to the Engine contract in base.py."""
+"""Storage engines behind the queue, chosen by what `--db` / JOBCTL_DB / the config's `db` says.
+
+A plain path, or `sqlite:` followed by a path (`sqlite:///var/lib/jobctl/jobs.db`), is a SQLite
+file; `postgresql://...` (or `postgres://...`) is a PostgreSQL database. Nothing above this
+module knows which engine it talks to.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING, Callable
+
+from jobctl.errors import DatabaseUnusable, InvalidInput
+
+if TYPE_CHECKING:
+    from jobctl.engines.base import Engine
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+
+
+def scheme_of(db: str) -> str | None:
+    """The URL scheme of a database string, or None for a plain path."""
+    m = _SCHEME.match(db)
+    if m is None or (len(m.group(1)) == 1 and os.name == "nt"):  # C:\... is a path
+        return None
+    name = m.group(1).lower()
+    if name == "sqlite" or db[m.end():].startswith("//"):
+        return name
+    return None  # "a:b.db" is a file name with a colon, not a URL
+
+
+def sqlite_path(db: str) -> str:
+    """The file path of a SQLite location: a plain path, or sqlite: + path (sqlite:///abs/path)."""
+    if scheme_of(db) != "sqlite":
+        return os.path.expanduser(db)
+    rest = db[len("sqlite:"):]
+    if rest.startswith("//"):
+        rest = rest[2:]  # sqlite:///abs -> /abs; sqlite:////abs -> //abs (the same file)
+        if not rest:
+            raise InvalidInput(f"invalid database URL {db!r}: give a file path, as in sqlite:///var/lib/jobctl/jobs.db")
+    return os.path.expanduser(rest)
+
+
+def display(db: str) -> str:
+    """A database string fit to print: any password in a URL is replaced by ***."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/@]*:)[^@/]*@", r"\1***@", db)
+
+
+def open(db: str | os.PathLike, *, create: bool = False, read_only: bool = False, settings=None,
+         busy_timeout: float | None = None, allow_network_fs: bool | None = None,
+         clock: Callable[[], float] | None = None) -> "Engine":
+    """Open the database `db` names (creating a SQLite file when `create`), ready for the queue.
+
+    settings: a config.Settings for the engine's own options ([sqlite] synchronous, busy timeout,
+    network filesystems); busy_timeout and allow_network_fs given here win over it. clock: seconds
+    since the epoch, for tests; by default the engine keeps its own clock (SQLite: this host's)."""
+    text = os.fspath(db)
+    scheme = scheme_of(text)
+    if scheme in POSTGRES_SCHEMES:
+        return _open_postgres(text)
+    if scheme not in (None, "sqlite"):
+        raise InvalidInput(
+            f"unknown kind of database {display(text)!r}: give a file path (or sqlite:///PATH) for SQLite, "
+            "or postgresql://user@host/dbname"
+        )
+    from jobctl.engines.sqlite import SQLiteEngine
+
+    if settings is None:
+        from jobctl.config import Settings
+
+        settings = Settings()
+    return SQLiteEngine.open(
+        sqlite_path(text), create=create, read_only=read_only,
+        busy_timeout=settings.busy_timeout if busy_timeout is None else busy_timeout,
+        synchronous=settings.synchronous,
+        allow_network_fs=settings.allow_network_fs if allow_network_fs is None else allow_network_fs,
+        clock=clock,
+    )
+
+
+def _open_postgres(url: str) -> "Engine":
+    try:
+        import psycopg  # noqa: F401  (only to tell a missing driver from a missing engine)
+    except ImportError:
+        raise DatabaseUnusable(
+            f"cannot open {display(url)}: PostgreSQL support is not installed; install it with "
+            "pip install 'jobctl[postgres]'"
+        ) from None
+    raise DatabaseUnusable(
+        f"cannot open {display(url)}: PostgreSQL support is not installed in this version of jobctl; "
+        "use a SQLite file path for --db"
+    )

@@ -1,33 +1,47 @@
 """The Engine contract: the mechanism under the queue's policy.
 
 Every method that changes jobs is one atomic step (on SQLite: one short BEGIN IMMEDIATE
-transaction). The engine never decides policy — how long a backoff is, whether a failure buries
-a job, which transitions are allowed. The queue decides; where a decision needs the job's current
-row, the engine reads the row and calls the queue's `decide` function *inside* the transaction,
-then applies what it returns. A second engine (PostgreSQL: SELECT ... FOR UPDATE, and
-FOR UPDATE SKIP LOCKED for the claim) implements the same methods; the contract tests in
-tests/test_engine_contract.py run against every engine.
+transaction; on a server engine: one transaction that takes its row locks up front). The engine
+never decides policy — how long a backoff is, whether a failure buries a job, which transitions
+are allowed. The rules live in jobctl/transitions.py as pure functions; where a decision needs the
+job's current row, the engine reads the row and calls `decide(job, now)` *inside* the transaction,
+then applies the Change it returns (or nothing, for None). A decide function may be called more
+than once for one job (a server engine retrying a serialization failure) and must not do I/O.
 
-Times are integers, milliseconds since the epoch, supplied by the caller (so the clock is
-the queue's, never the engine's).
+Time is the database's: each transaction reads "now" once (SQLite: this host's clock; a server
+engine: the server's), as integer milliseconds since the epoch, and passes it to decide. So leases
+stay right when the hosts of several workers disagree about the time. `now()` outside a transaction
+gives the same clock's reading, for views that show ages.
+
+Errors are raised by cause (jobctl.errors): DatabaseBusy only for lock contention (nothing changed,
+safe to retry); DatabaseUnusable for a database that cannot be used (missing, read-only, full,
+damaged, not jobctl's, too old an SQLite); NoSuchJob; InvalidState/StaleToken from decide.
+
+Optional capabilities, checked with getattr/isinstance by the few commands that need them:
+- `files` (FileStore or None): the database is a local file that jobctl can back up and checkpoint;
+- `has_changed()` / `wait_for_change(timeout)`: wake-ups for wait loops (else: poll the claim).
+The contract suite in tests/test_engine_contract.py runs against every engine.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable, Iterable, Protocol
 
 from jobctl.models import Event, Job, Record
 
 
 class NewJob(Record):
-    """A validated job to insert."""
+    """A validated job to insert. Its earliest start is now + delay_ms, or not_before if later
+    (`--at`); the engine reads "now" inside the insert's transaction."""
 
     __slots__ = ("queue", "type", "payload", "payload_hash", "priority", "max_attempts", "backoff", "timeout_ms",
-                 "run_at", "idempotency_key", "unique", "after", "source")
+                 "delay_ms", "not_before", "idempotency_key", "unique", "after", "source")
 
     def __init__(self, queue: str, type: str, payload: str, payload_hash: str, priority: int, max_attempts: int,
-                 backoff: str, timeout_ms: int, run_at: int, idempotency_key: str | None = None,
-                 unique: bool = False, after: list[int] | None = None,  # None: a new empty list
+                 backoff: str, timeout_ms: int, delay_ms: int = 0, not_before: int | None = None,
+                 idempotency_key: str | None = None, unique: bool = False,
+                 after: list[int] | None = None,  # None: a new empty list
                  source: str | None = None):  # where it came from, for errors ("line 7" of a batch)
         self.queue = queue
         self.type = type
@@ -37,19 +51,23 @@ class NewJob(Record):
         self.max_attempts = max_attempts
         self.backoff = backoff
         self.timeout_ms = timeout_ms
-        self.run_at = run_at
+        self.delay_ms = delay_ms
+        self.not_before = not_before
         self.idempotency_key = idempotency_key
         self.unique = unique
         self.after = [] if after is None else after
         self.source = source
+
+    def run_at(self, now: int) -> int:
+        return max(now + self.delay_ms, self.not_before or 0)
 
 
 class Change(Record):
     """What a decision does to one job: new column values and the event that records it.
 
     `run` ends the current run with that outcome in the run log (completed, failed, lost,
-    cancelled, released), which feeds throughput and duration figures.
-    """
+    cancelled, released), which feeds throughput and duration figures. A Change that keeps the
+    status and has no message writes no event (a heartbeat, a progress report)."""
 
     __slots__ = ("to_status", "fields", "message", "details", "run", "actor")
 
@@ -64,7 +82,7 @@ class Change(Record):
         self.actor = actor
 
 
-Decide = Callable[[Job], Change]
+Decide = Callable[[Job, int], "Change | None"]
 
 
 class ClaimRequest(Record):
@@ -81,11 +99,40 @@ class ClaimRequest(Record):
         self.lease_ms = lease_ms
 
 
-class Engine(Protocol):
+class Check(Record):
+    """One line of `jobctl doctor`: what was checked, whether it is fine, and the detail."""
+
+    __slots__ = ("name", "ok", "detail")
+
+    def __init__(self, name: str, ok: bool, detail: str):
+        self.name = name
+        self.ok = ok
+        self.detail = detail
+
+
+class FileStore(Protocol):
+    """The capability of an engine whose database is one local file."""
+
     path: str
 
+    def backup(self, dest: Path, *, on_progress: Callable[[int, int], None] | None = None) -> None:
+        """A consistent copy of the live file at `dest` (mode 0600), safe while workers run."""
+
+    def checkpoint(self) -> tuple[int, int, int]:
+        """Fold the write-ahead log back into the file and truncate it."""
+
+
+class Engine(Protocol):
+    url: str  # what reopens this database from another process (a handler's JOBCTL_DB)
+    location: str  # fit to print: never a password
+    identity: str  # stable across processes and hosts, e.g. for a registry of running handlers
+    files: FileStore | None
+
+    def now(self) -> int:
+        """The database's clock, ms since the epoch."""
+
     # -- writes: one transaction each ------------------------------------------------------
-    def insert_jobs(self, jobs: list[NewJob], now: int, actor: str, *,
+    def insert_jobs(self, jobs: list[NewJob], actor: str, *,
                     on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
         """Insert all jobs or none; return (id, created) per job, in order. A job whose idempotency
         key exists returns the existing job (created=False) when type and payload hash match, else
@@ -93,72 +140,77 @@ class Engine(Protocol):
         queue, type and payload. An `after` id that does not exist raises NoSuchJob.
         on_progress(done, total) is called between chunks, inside the one transaction."""
 
-    def claim(self, request: ClaimRequest, now: int) -> Job | None:
-        """Atomically move the best ready job (in claim order) to running and return it."""
+    def claim(self, request: ClaimRequest) -> Job | None:
+        """Atomically move the best ready job to running and return it. Ready: pending, run_at
+        <= now, every `after` job completed, queue not paused; best: of the first listed queue that
+        has one, highest priority, then earliest run_at, then lowest id."""
 
-    def update_job(self, job_id: int, decide: Decide, now: int, actor: str) -> Job:
-        """Read the job, call decide(job) -> Change (which may raise to refuse), apply it,
+    def update_job(self, job_id: int, decide: Decide, actor: str) -> Job:
+        """Read the job, call decide(job, now) -> Change (which may raise to refuse), apply it,
         write the event; all in one transaction. Raises NoSuchJob."""
 
-    def update_jobs_and_claim(self, updates: list[tuple[int, Decide]], requests: list[ClaimRequest], now: int,
+    def update_jobs_and_claim(self, updates: list[tuple[int, Decide]], requests: list[ClaimRequest],
                               actor: str) -> tuple[list[Job], list[Job]]:
         """update_job for each (job id, decide), then a claim per request (stopping at the first
         that finds nothing), in one transaction: a worker finishing jobs and taking the next ones
         pays for one commit. If any decide refuses, nothing changes and nothing is claimed."""
 
-    def update_expired(self, decide: Decide, now: int, actor: str, *, heartbeat_before: int | None = None,
+    def update_expired(self, decide: Decide, actor: str, *, silent_for_ms: int | None = None,
                        dry_run: bool = False) -> list[tuple[Job, Change]]:
-        """Apply decide to every running or cancel_requested job whose lease expired before `now`
-        (or, with heartbeat_before, that was claimed or heartbeated before it), one transaction.
-        Concurrent sweeps act on each job exactly once."""
+        """Call decide on every running or cancel_requested job whose lease expired (or, with
+        silent_for_ms, that was claimed or heartbeated longer ago), one transaction; apply what it
+        returns. Concurrent sweeps act on each job exactly once."""
 
-    def update_buried(self, decide: Decide, now: int, actor: str, *, queue: str | None = None,
+    def update_buried(self, decide: Decide, actor: str, *, queue: str | None = None,
                       type: str | None = None, dry_run: bool = False,
                       on_progress: Callable[[int, int], None] | None = None) -> list[tuple[Job, Change]]:
         """Apply decide to every buried job (optionally of one queue and type), one transaction;
         on_progress(done, total) as it goes."""
 
-    def purge(self, status: str, finished_before: int, *, dry_run: bool = False, batch: int = 500,
+    def purge(self, status: str, older_than_ms: int, *, dry_run: bool = False, batch: int = 500,
               on_progress: Callable[[int], None] | None = None) -> int:
-        """Delete finished jobs of `status` that finished before the time, with their history, in
-        short transactions of `batch` jobs so workers are never held up long; on_progress(deleted
-        so far) after each batch. Returns how many (would be, with dry_run) deleted."""
+        """Delete jobs of a finished `status` that finished more than older_than_ms ago, with their
+        history, in short transactions of `batch` jobs so workers are never held up long;
+        on_progress(deleted so far) after each batch. Returns how many (would be, with dry_run)."""
 
-    def set_paused(self, queue: str, paused: bool, now: int) -> None: ...
+    def set_paused(self, queue: str, paused: bool) -> None: ...
 
     # -- reads: one consistent snapshot each ----------------------------------------------
     def get_job(self, job_id: int) -> Job: ...
-    def get_jobs(self, job_ids: list[int]) -> list[Job]: ...
+    def get_jobs(self, job_ids: list[int]) -> list[Job]:
+        """The jobs that exist among job_ids, in that order."""
     def events(self, job_id: int) -> list[Event]: ...
     def dependencies(self, job_id: int) -> list[tuple[int, str | None]]:
         """The `after` ids of a job with their states (None when that job was purged)."""
     def queue_names(self) -> list[str]:
         """Queues that hold jobs or were ever paused (for shell completion)."""
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
-                  limit: int = 50, stuck_at: int | None = None, created_before: int | None = None,
+                  limit: int = 50, stuck: bool = False, created_older_than_ms: int | None = None,
                   sort: str = "newest") -> list[Job]:
-        """Jobs matching every filter, in a models.LIST_SORTS order. stuck_at: only held jobs whose
-        lease expired or that ran past their timeout at that time. created_before: created earlier."""
+        """Jobs matching every filter, in a models.LIST_SORTS order. stuck: only held jobs whose
+        lease expired or that ran past their timeout. created_older_than_ms: created longer ago."""
     def paused_queues(self) -> set[str]: ...
 
-    def stats_snapshot(self, now: int, *, limit: int = 10, sample: int = 10_000) -> dict:
+    def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000) -> dict:
         """The raw figures of `jobctl stats`, all from ONE consistent read, as a dict:
-        counts {queue: {state: n}} (the job states, but a pending job waiting on `after` jobs
-        counts as "blocked", not "pending"); paused {queue: bool} (every row of the queues table);
-        scheduled {queue: n} (pending, not blocked, run_at > now); oldest_ready {queue: run_at ms}
-        (of the oldest pending, unblocked job with run_at <= now); aging [Job] (those jobs, oldest
-        run_at first, at most `limit`); stuck [Job] (running or cancel_requested whose lease expired
-        or that ran past claimed_at + timeout; oldest claim first, at most `limit`); stuck_total;
-        buried [Job] (latest finished_at first, at most `limit`); runs_by_minute [(minute, outcome,
-        n)] for runs that ended in (now - 60 min, now], minute 0 being the last 60 s; run_ms and
-        wait_ms (ended - started of completed/failed runs, started - ready_at of all runs) of the
-        latest `sample` runs of that hour. Cost must not grow with the number of finished jobs."""
+        now (the snapshot's time, ms); counts {queue: {state: n}} (a pending job waiting on
+        `after` jobs counts as "blocked", not "pending"); paused {queue: bool} (every row of the
+        queues table); scheduled {queue: n} (pending, not blocked, run_at > now); oldest_ready
+        {queue: run_at ms} (of the oldest pending, unblocked job with run_at <= now); aging [Job]
+        (those jobs, oldest run_at first, at most `limit`); stuck [Job] (running or
+        cancel_requested whose lease expired or that ran past claimed_at + timeout; oldest claim
+        first, at most `limit`); stuck_total; buried [Job] (latest finished_at first, at most
+        `limit`); runs_by_minute [(minute, outcome, n)] for runs that ended in (now - 60 min,
+        now], minute 0 being the last 60 s; run_ms and wait_ms (ended - started of
+        completed/failed runs, started - ready_at of all runs) of the latest `sample` runs of that
+        hour. Cost must not grow with the number of finished jobs."""
 
-    # -- the file -------------------------------------------------------------------------
-    def backup(self, dest, *, on_progress: Callable[[int, int], None] | None = None) -> None:
-        """A consistent copy of the live store at `dest` (private mode), safe while workers run."""
-    def file_report(self) -> dict:
-        """For `doctor`: integrity, schema_version, journal_mode, modes {path: mode}, wal_bytes."""
-    def count_expired(self, now: int) -> int: ...
+    def count_expired(self) -> int:
+        """Held jobs whose lease has expired."""
     def pending_types(self) -> dict[str, int]: ...
+
+    def health_checks(self) -> list[Check]:
+        """The engine's own checks for `doctor`: integrity, schema version, file modes, WAL size
+        (SQLite); connection, vacuum, dead rows (a server engine)."""
+
     def close(self) -> None: ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 APPLICATION_ID = 0x6A6F6263  # "jobc"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def _v1(db) -> None:
@@ -142,7 +142,14 @@ def _v1(db) -> None:
     )
 
 
-MIGRATIONS = {1: _v1}
+def _v2(db) -> None:
+    """A lease is judged lost only when two sweeps, some time apart, saw it expired with the same
+    heartbeat (transitions.recover): the first sighting is kept on the job."""
+    db.execute("ALTER TABLE jobs ADD COLUMN expiry_seen_at INTEGER")
+    db.execute("ALTER TABLE jobs ADD COLUMN expiry_seen_hb INTEGER")
+
+
+MIGRATIONS = {1: _v1, 2: _v2}
 
 
 def migrate(conn: sqlite3.Connection, from_version: int) -> None:

@@ -13,20 +13,35 @@ import json
 import os
 import sqlite3
 import stat
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
-from jobctl.engines.base import ClaimRequest, Change, Decide, NewJob
+from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob
 from jobctl.engines.schema import APPLICATION_ID, SCHEMA_VERSION  # sqlite-utils loads only on migrate
-from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidState, NoSuchJob, TransientDatabaseError
+from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidState, NoSuchJob
 from jobctl.models import FINISHED, Event, Job
 from jobctl.payloads import sha256
 
 HELD = ("running", "cancel_requested")
 DEPENDS, DEPENDED_ON = 1, 2  # bits of jobs.dep_flags (schema.py)
 UNIQUE_LIVE = ("pending", "running", "cancel_requested")
+WAL_WARN_BYTES = 64 * 1024 * 1024  # doctor: a WAL this big means something holds back checkpoints
+
+# RETURNING (the one-statement claim) came in SQLite 3.35; Debian 11 and Ubuntu 20.04 ship 3.31-3.34.
+MIN_SQLITE = (3, 35, 0)
+
+
+def check_sqlite_version(found: tuple[int, int, int] | None = None) -> None:
+    found = sqlite3.sqlite_version_info if found is None else found
+    if tuple(found) < MIN_SQLITE:
+        raise DatabaseUnusable(
+            f"this Python is built with SQLite {'.'.join(map(str, found))}, and jobctl needs SQLite "
+            f"{'.'.join(map(str, MIN_SQLITE))} or newer; run jobctl with a Python built against a newer SQLite "
+            "(a python.org or pyenv build, or the python3 of Debian 12 / Ubuntu 22.04 and later)"
+        )
 
 # Filesystems on which SQLite's locks cannot be trusted.
 NETWORK_FS = {
@@ -63,18 +78,32 @@ def _check_filesystem(path: Path) -> None:
         )
 
 
+def _disk_is_full(path: str) -> bool:
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(path)) or ".")
+    except OSError:
+        return False
+    return st.f_bavail == 0 or st.f_favail == 0
+
+
 def translate(exc: sqlite3.Error, path: str, busy_timeout: float) -> Exception:
-    """Turn a sqlite3 error into the user-facing error with its exit code (by error name)."""
+    """Turn a sqlite3 error into the user-facing error of its cause (by SQLite's error name).
+
+    Only lock contention is "busy, safe to retry" (exit 6). A full disk, an I/O error, a read-only
+    file and a schema jobctl did not write make the database unusable (exit 8), so that a worker
+    stops instead of retrying for ever; anything else is returned as it is (a bug: exit 1)."""
     name = getattr(exc, "sqlite_errorname", "") or ""
     if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
         return DatabaseBusy(
             f"the database {path} is locked by another process (waited {busy_timeout:g}s); nothing "
             "changed, safe to retry, or wait longer with --busy-timeout"
         )
-    if name.startswith("SQLITE_FULL"):
+    if name.startswith("SQLITE_FULL") or (name.startswith("SQLITE_IOERR") and _disk_is_full(path)):
         return DiskFull(f"the disk holding {path} is full; nothing changed; free some space and retry")
     if name.startswith("SQLITE_READONLY"):
-        return DatabaseUnusable(f"the database {path} is read-only; check the permissions of the file and its folder")
+        return DatabaseUnusable(
+            f"the database {path} is read-only ({name}); check the permissions of the file and its folder, "
+            "and that its filesystem is mounted read-write")
     if name.startswith("SQLITE_NOTADB"):
         return DatabaseUnusable(f"{path} is not a SQLite database; point --db at a jobctl database file")
     if name.startswith("SQLITE_CORRUPT"):
@@ -83,8 +112,10 @@ def translate(exc: sqlite3.Error, path: str, busy_timeout: float) -> Exception:
         return DatabaseUnusable(f"cannot open the database {path}; check the permissions of the file and its folder")
     if name.startswith("SQLITE_IOERR"):
         return DatabaseUnusable(f"I/O error on the database {path} ({name}); check the disk")
-    if isinstance(exc, sqlite3.OperationalError):  # rolled back, so nothing changed
-        return TransientDatabaseError(f"database error on {path} ({name or exc}); nothing changed, safe to retry")
+    if name == "SQLITE_ERROR" and isinstance(exc, sqlite3.OperationalError):
+        # A missing table or column, or SQL this SQLite cannot parse: not the schema jobctl wrote.
+        return DatabaseUnusable(
+            f"{path} is not a usable jobctl database: {exc}; `jobctl doctor` says more")
     return exc
 
 
@@ -171,11 +202,23 @@ def _check_file(path: Path) -> None:
 class SQLiteEngine:
     """The Engine contract (engines/base.py) on one SQLite file."""
 
-    def __init__(self, conn: sqlite3.Connection, path: str, busy_timeout: float):
+    def __init__(self, conn: sqlite3.Connection, path: str, busy_timeout: float, clock=None):
         self.conn = conn
         self.path = path
         self.busy_timeout = busy_timeout
+        self.clock = clock  # seconds since the epoch, for tests; None: this host's clock
         self._data_version: int | None = None
+
+    def now(self) -> int:
+        """This host's clock in ms: on SQLite every process of the database shares one host."""
+        if self.clock is not None:
+            return int(self.clock() * 1000)
+        return time.time_ns() // 1_000_000
+
+    @property
+    def files(self) -> "SQLiteEngine":
+        """The file capability (backup, checkpoint): this engine has it."""
+        return self
 
     @property
     def url(self) -> str:
@@ -221,10 +264,12 @@ class SQLiteEngine:
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, create: bool = False, busy_timeout: float = 5.0,
-             synchronous: str = "full", allow_network_fs: bool = False, read_only: bool = False) -> "SQLiteEngine":
+             synchronous: str = "full", allow_network_fs: bool = False, read_only: bool = False,
+             clock=None) -> "SQLiteEngine":
         """Open (or with `create`, make) a jobctl file; an older schema is migrated first.
         `read_only` opens it for looking only (shell completion): nothing is written, not even a
         migration or the journal mode; a file that would need migrating is refused."""
+        check_sqlite_version()
         p = Path(path)
         if not allow_network_fs:
             _check_filesystem(p)
@@ -249,7 +294,7 @@ class SQLiteEngine:
             )
         except sqlite3.Error as e:
             raise translate(e, str(p), busy_timeout) from e
-        engine = cls(conn, str(p), busy_timeout)
+        engine = cls(conn, str(p), busy_timeout, clock)
         try:
             with engine._errors():
                 conn.row_factory = sqlite3.Row
@@ -286,8 +331,8 @@ class SQLiteEngine:
         if version < SCHEMA_VERSION:
             from jobctl.engines import schema
 
-            with self._write():
-                current = self.conn.execute("PRAGMA user_version").fetchone()[0]
+            with self._write() as (c, _now):
+                current = c.execute("PRAGMA user_version").fetchone()[0]
                 if current < SCHEMA_VERSION:  # another process may have migrated meanwhile
                     schema.migrate(self.conn, current)
 
@@ -308,17 +353,30 @@ class SQLiteEngine:
 
     @contextmanager
     def _write(self, *, rollback: bool = False):
-        """One short write transaction that holds the write lock from its first statement.
+        """One short write transaction that holds the write lock from its first statement; yields
+        (connection, now), "now" read once, after the lock was granted.
 
-        With rollback=True it is a dry run: the same reads and decisions, nothing kept."""
+        With rollback=True it is a dry run: the same reads and decisions, nothing kept. A COMMIT
+        that fails (disk full, I/O error) is rolled back, so the write lock is never kept."""
         with self._errors():
             self.conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self.conn
+                yield self.conn, self.now()
             except BaseException:
-                self.conn.execute("ROLLBACK")
+                self._rollback()
                 raise
-            self.conn.execute("ROLLBACK" if rollback else "COMMIT")
+            try:
+                self.conn.execute("ROLLBACK" if rollback else "COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+
+    def _rollback(self) -> None:
+        if self.conn.in_transaction:
+            try:
+                self.conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # SQLite may have rolled back already (a full disk, say); the first error is the news
 
     @contextmanager
     def _read(self):
@@ -328,7 +386,7 @@ class SQLiteEngine:
             try:
                 yield self.conn
             finally:
-                self.conn.execute("COMMIT")
+                self._rollback()  # nothing to keep: a read ends without writing anything
 
     def _event(self, job_id: int, now: int, from_status, to_status: str, actor: str, message=None, details=None):
         self.conn.execute(
@@ -347,9 +405,9 @@ class SQLiteEngine:
 
     PROGRESS_STEP = 1000  # jobs between two on_progress calls (all inside the one transaction)
 
-    def insert_jobs(self, jobs: list[NewJob], now: int, actor: str, *,
+    def insert_jobs(self, jobs: list[NewJob], actor: str, *,
                     on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
-        with self._write() as c:
+        with self._write() as (c, now):
             if all(not (j.idempotency_key or j.unique or j.after) for j in jobs):
                 return self._insert_plain(c, jobs, now, actor, on_progress)
             done = []
@@ -369,7 +427,7 @@ class SQLiteEngine:
             c.executemany(
                 self._INSERT,
                 ((j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff,
-                  j.timeout_ms, j.run_at, 0, None, None, now, now) for j in jobs[start:start + step]),
+                  j.timeout_ms, j.run_at(now), 0, None, None, now, now) for j in jobs[start:start + step]),
             )
             if on_progress is not None:
                 on_progress(min(start + step, len(jobs)), len(jobs))
@@ -417,7 +475,7 @@ class SQLiteEngine:
         cur = c.execute(
             self._INSERT,
             (j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff, j.timeout_ms,
-             j.run_at, waiting, unique_key, j.idempotency_key, now, now),
+             j.run_at(now), waiting, unique_key, j.idempotency_key, now, now),
         )
         job_id = cur.lastrowid
         if after:
@@ -430,8 +488,8 @@ class SQLiteEngine:
 
     # -- claim -----------------------------------------------------------------------------
 
-    def claim(self, request: ClaimRequest, now: int) -> Job | None:
-        with self._write() as c:
+    def claim(self, request: ClaimRequest) -> Job | None:
+        with self._write() as (c, now):
             return self._claim(c, request, now)
 
     def _claim(self, c, request: ClaimRequest, now: int) -> Job | None:
@@ -451,7 +509,8 @@ class SQLiteEngine:
                 f"""
                 UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = ?,
                     heartbeat_at = ?, lease_ms = COALESCE(?, timeout_ms),
-                    lease_expires_at = ? + COALESCE(?, timeout_ms), token = ?, progress = NULL, updated_at = ?
+                    lease_expires_at = ? + COALESCE(?, timeout_ms), token = ?, progress = NULL, updated_at = ?,
+                    expiry_seen_at = NULL, expiry_seen_hb = NULL
                 WHERE status = 'pending' AND id = (
                     SELECT id FROM jobs INDEXED BY {index}
                     WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?{queue_filter}{type_filter}
@@ -473,15 +532,15 @@ class SQLiteEngine:
 
     # -- transitions -----------------------------------------------------------------------
 
-    def update_job(self, job_id: int, decide: Decide, now: int, actor: str) -> Job:
-        with self._write() as c:
+    def update_job(self, job_id: int, decide: Decide, actor: str) -> Job:
+        with self._write() as (c, now):
             return self._decide_and_apply(c, job_id, decide, now, actor)
 
-    def update_jobs_and_claim(self, updates: list[tuple[int, Decide]], requests: list[ClaimRequest], now: int,
+    def update_jobs_and_claim(self, updates: list[tuple[int, Decide]], requests: list[ClaimRequest],
                               actor: str) -> tuple[list[Job], list[Job]]:
         """Every update, then up to len(requests) claims, in one transaction: a worker finishing
         jobs and taking the next ones pays for one commit (one fsync). All or nothing."""
-        with self._write() as c:
+        with self._write() as (c, now):
             done = [self._decide_and_apply(c, job_id, decide, now, actor) for job_id, decide in updates]
             claimed = []
             for request in requests:
@@ -497,7 +556,7 @@ class SQLiteEngine:
         if row is None:
             raise NoSuchJob(job_id)
         job = Job.from_row(row)
-        change = decide(job)
+        change = decide(job, now)
         return job if change is None else self._apply(c, job, change, now, actor)
 
     def _apply(self, c, job: Job, change: Change, now: int, actor: str) -> Job:
@@ -536,32 +595,35 @@ class SQLiteEngine:
                         change.details)
         return Job.from_row(rows[0])
 
-    def _update_selected(self, sql: str, params: list, decide: Decide, now: int, actor: str,
+    def _update_selected(self, select: Callable[[int], tuple[str, list]], decide: Decide, actor: str,
                          dry_run: bool, on_progress: Callable[[int, int], None] | None = None
                          ) -> list[tuple[Job, Change]]:
-        with self._write(rollback=dry_run) as c:
+        """select(now) -> (sql, params) of the rows to decide on, inside the one transaction."""
+        with self._write(rollback=dry_run) as (c, now):
             done = []
-            rows = c.execute(sql, params).fetchall()
+            rows = c.execute(*select(now)).fetchall()
             for n, row in enumerate(rows, 1):
                 job = Job.from_row(row)
-                change = decide(job)
+                change = decide(job, now)
                 if change is not None:
                     done.append((job if dry_run else self._apply(c, job, change, now, actor), change))
                 if on_progress is not None and (n % 100 == 0 or n == len(rows)):
                     on_progress(n, len(rows))
             return done
 
-    def update_expired(self, decide: Decide, now: int, actor: str, *, heartbeat_before: int | None = None,
+    def update_expired(self, decide: Decide, actor: str, *, silent_for_ms: int | None = None,
                        dry_run: bool = False) -> list[tuple[Job, Change]]:
-        sql = "SELECT * FROM jobs WHERE status IN (?, ?) AND (lease_expires_at < ?"
-        params: list = [*HELD, now]
-        if heartbeat_before is not None:
-            sql += " OR COALESCE(heartbeat_at, claimed_at) < ?"
-            params.append(heartbeat_before)
-        sql += ") ORDER BY id"
-        return self._update_selected(sql, params, decide, now, actor, dry_run)
+        def select(now: int) -> tuple[str, list]:
+            sql = "SELECT * FROM jobs WHERE status IN (?, ?) AND (lease_expires_at < ?"
+            params: list = [*HELD, now]
+            if silent_for_ms is not None:
+                sql += " OR COALESCE(heartbeat_at, claimed_at) < ?"
+                params.append(now - silent_for_ms)
+            return sql + ") ORDER BY id", params
 
-    def update_buried(self, decide: Decide, now: int, actor: str, *, queue: str | None = None,
+        return self._update_selected(select, decide, actor, dry_run)
+
+    def update_buried(self, decide: Decide, actor: str, *, queue: str | None = None,
                       type: str | None = None, dry_run: bool = False,
                       on_progress: Callable[[int, int], None] | None = None) -> list[tuple[Job, Change]]:
         sql, params = "SELECT * FROM jobs WHERE status = 'buried'", []
@@ -571,19 +633,20 @@ class SQLiteEngine:
         if type is not None:
             sql += " AND type = ?"
             params.append(type)
-        return self._update_selected(sql + " ORDER BY id", params, decide, now, actor, dry_run, on_progress)
+        return self._update_selected(lambda now: (sql + " ORDER BY id", params), decide, actor, dry_run, on_progress)
 
-    def purge(self, status: str, finished_before: int, *, dry_run: bool = False, batch: int = 500,
+    def purge(self, status: str, older_than_ms: int, *, dry_run: bool = False, batch: int = 500,
               on_progress: Callable[[int], None] | None = None) -> int:
         """on_progress(deleted so far) is called after each batch's commit."""
         where = "status = ? AND finished_at < ?"
+        finished_before = self.now() - older_than_ms  # one cut-off for every batch
         if dry_run:
             with self._read() as c:
                 return c.execute(f"SELECT count(*) FROM jobs WHERE {where}", (status, finished_before)).fetchone()[0]
         total = 0
         while True:
             # Small batches, each its own short transaction, so workers are never held up long.
-            with self._write() as c:
+            with self._write() as (c, _now):
                 ids = [r[0] for r in c.execute(
                     f"SELECT id FROM jobs WHERE {where} LIMIT ?", (status, finished_before, batch))]
                 if ids:
@@ -597,8 +660,8 @@ class SQLiteEngine:
             if len(ids) < batch:
                 return total
 
-    def set_paused(self, queue: str, paused: bool, now: int) -> None:
-        with self._write() as c:
+    def set_paused(self, queue: str, paused: bool) -> None:
+        with self._write() as (c, now):
             c.execute(
                 "INSERT INTO queues (name, paused, updated_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at",
@@ -650,7 +713,7 @@ class SQLiteEngine:
                     "run-at": "run_at, id", "updated": "updated_at DESC, id DESC"}  # keys: models.LIST_SORTS
 
     def list_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None, limit: int = 50,
-                  stuck_at: int | None = None, created_before: int | None = None, sort: str = "newest") -> list[Job]:
+                  stuck: bool = False, created_older_than_ms: int | None = None, sort: str = "newest") -> list[Job]:
         clauses, args = [], []
         statuses = list(statuses)
         if statuses:
@@ -662,12 +725,13 @@ class SQLiteEngine:
         if type is not None:
             clauses.append("type = ?")
             args.append(type)
-        if stuck_at is not None:  # held, and its lease expired or it ran past its timeout
+        now = self.now()
+        if stuck:  # held, and its lease expired or it ran past its timeout
             clauses.append("status IN ('running', 'cancel_requested') AND (lease_expires_at < ? OR claimed_at + timeout_ms < ?)")
-            args += [stuck_at, stuck_at]
-        if created_before is not None:
+            args += [now, now]
+        if created_older_than_ms is not None:
             clauses.append("created_at < ?")
-            args.append(created_before)
+            args.append(now - created_older_than_ms)
         sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(clauses) if clauses else "")
         sql += f" ORDER BY {self._LIST_ORDERS[sort]} LIMIT ?"
         with self._read() as c:
@@ -691,13 +755,14 @@ class SQLiteEngine:
             ).fetchall()
             return [r[0] for r in rows]
 
-    def stats_snapshot(self, now: int, *, limit: int = 10, sample: int = 10_000) -> dict:
+    def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000) -> dict:
         """The raw figures of `jobctl stats`, from one read transaction (one consistent snapshot).
 
         Every figure is a short index walk or a read of job_counts (kept by triggers), so the cost
         does not grow with the number of finished jobs. Run times and waits are taken from the
         latest `sample` runs of the last hour."""
         with self._read() as c:
+            now = self.now()
             counts: dict[str, dict[str, int]] = {}
             for queue, state_, n in c.execute("SELECT queue, state, n FROM job_counts WHERE n != 0"):
                 counts.setdefault(queue, {})[state_] = n
@@ -739,7 +804,7 @@ class SQLiteEngine:
             ).fetchall()
             self._with_after(c, stuck + buried + aging)
         return {
-            "counts": counts, "paused": paused, "scheduled": scheduled, "oldest_ready": oldest_ready,
+            "now": now, "counts": counts, "paused": paused, "scheduled": scheduled, "oldest_ready": oldest_ready,
             "stuck": stuck, "stuck_total": stuck_total, "buried": buried, "aging": aging,
             "runs_by_minute": [(m, outcome, n) for m, outcome, n in by_minute],
             "run_ms": [r[0] for r in recent if r[2] in ("completed", "failed")],
@@ -779,37 +844,48 @@ class SQLiteEngine:
                 pass
             raise
 
-    def file_report(self) -> dict:
-        """Facts about the file for `doctor`."""
+    def health_checks(self) -> list[Check]:
+        """doctor's checks of the file: integrity, schema version, journal mode, modes, WAL size,
+        expired leases."""
         with self._errors():
             c = self.conn
             integrity = [r[0] for r in c.execute("PRAGMA quick_check").fetchall()]
-            report = {
-                "integrity": "ok" if integrity == ["ok"] else "; ".join(integrity[:5]),
-                "schema_version": c.execute("PRAGMA user_version").fetchone()[0],
-                "journal_mode": c.execute("PRAGMA journal_mode").fetchone()[0],
-            }
-        modes = {}
+            version = c.execute("PRAGMA user_version").fetchone()[0]
+            journal = c.execute("PRAGMA journal_mode").fetchone()[0]
+        checks = [
+            Check("integrity", integrity == ["ok"], "ok" if integrity == ["ok"] else "; ".join(integrity[:5])),
+            Check("schema", version == SCHEMA_VERSION, f"v{version}"),
+            Check("journal mode", journal == "wal", journal),
+        ]
+        loose = {}
         for suffix in ("", "-wal", "-shm"):
             try:
-                modes[self.path + suffix] = stat.S_IMODE(os.stat(self.path + suffix).st_mode)
+                mode = stat.S_IMODE(os.stat(self.path + suffix).st_mode)
             except FileNotFoundError:
-                pass
-        report["modes"] = modes
+                continue
+            if mode & 0o077:
+                loose[self.path + suffix] = mode
+        checks.append(Check("permissions", not loose, "owner only (0600)" if not loose else
+                            ", ".join(f"{p} is {m:04o}; run chmod 600 {p}" for p, m in loose.items())))
         try:
-            report["wal_bytes"] = os.stat(self.path + "-wal").st_size
+            wal = os.stat(self.path + "-wal").st_size
         except FileNotFoundError:
-            report["wal_bytes"] = 0
-        return report
+            wal = 0
+        checks.append(Check("wal size", wal <= WAL_WARN_BYTES, f"{wal / 1048576:.1f} MiB" + (
+            "" if wal <= WAL_WARN_BYTES else "; a long-running reader may be blocking checkpoints")))
+        expired = self.count_expired()
+        checks.append(Check("expired leases", expired == 0, "none" if expired == 0 else
+                            f"{expired} job(s); run `jobctl recover` (workers also do it)"))
+        return checks
 
     def checkpoint(self) -> tuple[int, int, int]:
         with self._errors():
             return tuple(self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
 
-    def count_expired(self, now: int) -> int:
+    def count_expired(self) -> int:
         with self._errors():
             return self.conn.execute(
-                "SELECT count(*) FROM jobs WHERE status IN (?, ?) AND lease_expires_at < ?", (*HELD, now)
+                "SELECT count(*) FROM jobs WHERE status IN (?, ?) AND lease_expires_at < ?", (*HELD, self.now())
             ).fetchone()[0]
 
     def pending_types(self) -> dict[str, int]:

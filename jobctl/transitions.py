@@ -1,0 +1,197 @@
+"""The rules of every state change, as pure functions of (job, now, inputs) -> Change.
+
+Nothing here reads a clock, draws a random number or does I/O: `now` is the database's time,
+read once by the engine inside the transaction that applies the change, and any random draw
+(backoff jitter) is made by the caller beforehand. So an engine may call a rule twice (a server
+engine retrying a serialization failure) and get the same answer. A rule refuses by raising
+InvalidState (exit 4), or StaleToken when a report carries the token of an older claim; it may
+return None for "nothing to change".
+"""
+
+from __future__ import annotations
+
+from jobctl.durations import format_duration, to_rfc3339
+from jobctl.engines.base import Change
+from jobctl.errors import InvalidState, StaleToken
+from jobctl.models import Job
+
+HELD = ("running", "cancel_requested")
+
+# What a finished claim leaves behind: no worker, lease or token.
+CLEAR_CLAIM = {"worker": None, "lease_expires_at": None, "lease_ms": None, "token": None, "heartbeat_at": None,
+               "expiry_seen_at": None, "expiry_seen_hb": None}
+
+# A lease that looks expired is recovered only when a second sweep, at least this long after the
+# first one saw it expired, finds its heartbeat unchanged: a step of the wall clock makes every
+# lease look expired at once, but a live worker renews within its heartbeat interval (at most 20 s).
+LOST_AFTER_MS_MAX = 30_000
+
+
+def refuse(job: Job, action: str, hint: str = "") -> InvalidState:
+    return InvalidState(f"job {job.id} is {job.status}; cannot {action}{hint}")
+
+
+def check_token(job: Job, token: str | None, action: str) -> None:
+    if token is not None and token != job.token:
+        raise StaleToken(
+            f"job {job.id}: the token is not that of its current claim (it was recovered or claimed "
+            f"again; now {job.status}, run {job.attempts}); {action} refused, nothing changed"
+        )
+
+
+def backoff_delay(strategy: str, run: int) -> float:
+    """Seconds to wait after run number `run` (1-based) failed."""
+    if strategy == "exponential":
+        return float(min(2**min(run, 32) * 30, 3600))
+    if strategy == "linear":
+        return float(run * 60)
+    if strategy == "fixed":
+        return 60.0
+    steps = [int(x) for x in strategy.split(",")]
+    return float(steps[min(run, len(steps)) - 1])
+
+
+def by_holder(change: Change | None, job: Job, token: str | None, actor: str | None) -> Change | None:
+    """A report that carries the claim's token is the worker's change: its event names the worker,
+    unless the caller named an actor itself."""
+    if change is not None and token is not None and actor is None and change.actor is None:
+        change.actor = job.worker
+    return change
+
+
+# -- a running job's reports ------------------------------------------------------------------
+
+
+def complete(job: Job, now: int, *, token: str | None, result_text: str | None) -> Change:
+    if job.status not in HELD:
+        raise refuse(job, "complete it (only a running job can be completed)")
+    check_token(job, token, "complete")
+    return Change("completed", {**CLEAR_CLAIM, "result": result_text, "progress": None},
+                  message="completed", run="completed")
+
+
+def fail(job: Job, now: int, *, token: str | None, error: str, bury: bool = False, bury_reason: str | None = None,
+         retry_in: float | None = None, jitter: float = 1.0, details: dict | None = None) -> Change:
+    """retry_in: seconds, overriding the backoff; jitter: the factor a jittered backoff is scaled by
+    (drawn by the caller, 1.0 for none)."""
+    if job.status not in HELD:
+        raise refuse(job, "fail it (only a running job can fail)")
+    check_token(job, token, "fail")
+    fields: dict = {**CLEAR_CLAIM, "error": error}
+    if job.status == "cancel_requested":
+        return Change("buried", fields, message=f"{error} (cancellation was requested: not retried)",
+                      details=details, run="failed")
+    if bury or job.attempts >= job.max_attempts:
+        why = (bury_reason or "--bury") if bury else f"no runs left ({job.attempts} of {job.max_attempts})"
+        return Change("buried", fields, message=f"{error}; buried: {why}", details=details, run="failed")
+    delay = retry_in if retry_in is not None else backoff_delay(job.backoff, job.attempts) * jitter
+    fields["run_at"] = now + int(delay * 1000)
+    return Change("pending", fields, details=details, run="failed",
+                  message=f"{error}; retry in {format_duration(delay)} (run {job.attempts} of {job.max_attempts})")
+
+
+def heartbeat(job: Job, now: int, *, token: str | None, extend_ms: int | None) -> Change:
+    if job.status not in HELD:
+        raise refuse(job, "heartbeat it (only a running job holds a lease)")
+    check_token(job, token, "heartbeat")
+    ms = extend_ms if extend_ms is not None else (job.lease_ms or job.timeout_ms)
+    return Change(job.status, {"lease_expires_at": now + ms, "heartbeat_at": now,
+                               "expiry_seen_at": None, "expiry_seen_hb": None})
+
+
+def progress(job: Job, now: int, *, token: str | None, progress_text: str) -> Change:
+    if job.status not in HELD:
+        raise refuse(job, "record progress (only a running job has progress)")
+    check_token(job, token, "progress")
+    return Change(job.status, {"progress": progress_text})
+
+
+def release(job: Job, now: int, *, token: str, reason: str) -> Change:
+    """A worker gives back a job it could not finish: that run does not count."""
+    if job.status not in HELD:
+        raise refuse(job, "release it")
+    check_token(job, token, "release")
+    if job.status == "cancel_requested":
+        return Change("cancelled", {**CLEAR_CLAIM}, message=f"stopped ({reason}); cancellation completed",
+                      run="cancelled")
+    return Change("pending", {**CLEAR_CLAIM, "attempts": max(job.attempts - 1, 0), "run_at": now},
+                  message=f"released: {reason}; this run does not count", run="released")
+
+
+# -- operators --------------------------------------------------------------------------------
+
+
+def cancel(job: Job, now: int, *, token: str | None, reason: str | None) -> Change | None:
+    note = f": {reason}" if reason else ""
+    if token is not None:
+        check_token(job, token, "cancel")
+    if job.status in ("pending", "buried"):
+        return Change("cancelled", {}, message=f"cancelled{note}")
+    if job.status in HELD and token is not None:
+        return Change("cancelled", {**CLEAR_CLAIM}, message=f"stopped and cancelled{note}", run="cancelled")
+    if job.status == "running":
+        return Change("cancel_requested", {}, message=f"cancellation requested{note}")
+    if job.status == "cancel_requested":
+        return None  # asked again: nothing changes
+    raise refuse(job, "cancel it (it has finished)")
+
+
+def retry(job: Job, now: int, *, reset_attempts: bool) -> Change:
+    if job.status != "buried":
+        raise refuse(job, "retry it (only a buried job can be retried)")
+    fields: dict = {"run_at": now}
+    if reset_attempts:
+        fields["attempts"] = 0
+    return Change("pending", fields, message="retried" + (" with attempts reset" if reset_attempts else ""))
+
+
+def lost_after_ms(job: Job) -> int:
+    """How long after a first sighting of an expired lease a second sweep may judge it lost."""
+    return min(job.lease_ms or job.timeout_ms, LOST_AFTER_MS_MAX)
+
+
+def recover(job: Job, now: int, *, silent_before: int | None = None, confirm: bool = True) -> Change | None:
+    """A held job whose lease expired (or that was silent since before `silent_before`): requeue it,
+    bury it when it has no runs left, or finish its cancellation.
+
+    With `confirm`, the job is judged lost only when an earlier sweep, at least lost_after_ms ago,
+    saw the same heartbeat: the first sweep only notes what it saw (a Change that keeps the state
+    and writes no event), so a step of the wall clock alone expires nothing."""
+    if job.status not in HELD:
+        return None
+    beat = job.heartbeat_at if job.heartbeat_at is not None else job.claimed_at
+    expired = job.lease_expires_at is not None and job.lease_expires_at < now
+    silent = silent_before is not None and beat is not None and beat < silent_before
+    if not (expired or silent):
+        return None
+    if confirm:
+        seen_at, seen_hb = job.expiry_seen_at, job.expiry_seen_hb
+        if seen_at is None or seen_hb != beat or now < seen_at:
+            return Change(job.status, {"expiry_seen_at": now, "expiry_seen_hb": beat})
+        if now - seen_at < lost_after_ms(job):
+            return None
+    lost = f"worker {job.worker} lost: lease expired at {to_rfc3339(job.lease_expires_at)}"
+    if not expired:
+        lost = f"worker {job.worker} silent since {to_rfc3339(beat)}"
+    if job.status == "cancel_requested":
+        return Change("cancelled", {**CLEAR_CLAIM}, message=f"{lost}; cancellation completed", run="lost")
+    if job.attempts >= job.max_attempts:
+        return Change("buried", {**CLEAR_CLAIM, "error": one_line(f"{lost} (no runs left)")},
+                      message=f"{lost}; no runs left", run="lost")
+    return Change("pending", {**CLEAR_CLAIM, "run_at": now, "error": one_line(lost)},
+                  message=f"{lost}; requeued", run="lost")
+
+
+def is_watch(change: Change, job: Job) -> bool:
+    """Whether a recover Change only notes a first sighting (the job stays held)."""
+    return change.to_status == job.status and change.run is None
+
+
+ERROR_MAX_CHARS = 500
+
+
+def one_line(text: str | None, limit: int = ERROR_MAX_CHARS) -> str | None:
+    if text is None:
+        return None
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -1,4 +1,4 @@
-"""Every error a user can meet, each carrying its exit code from SPEC §7.
+"""Every error a user can meet, each carrying its documented exit code.
 
 The CLI turns them into one `jobctl: error: ...` line in exactly one place (jobctl.cli.main).
 A class's docstring is its default message.

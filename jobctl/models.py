@@ -9,7 +9,7 @@ from jobctl.durations import to_rfc3339
 
 
 class JobStatus(str, Enum):
-    """The six states of SPEC §3.
+    """The six states of a job.
 
     pending -> running (claim) -> completed | pending (fail with runs left, recover, release)
     running -> buried (no runs left, --bury) | cancel_requested (operator cancel)
@@ -142,7 +142,7 @@ class Job(Record):
         return [int(x) for x in self.backoff.split(",")]
 
     def to_dict(self, *, claim: bool = False) -> dict:
-        """The job object of SPEC §2 / §4 `--json`."""
+        """The job object that `--json` prints."""
         d = {
             "id": self.id,
             "queue": self.queue,

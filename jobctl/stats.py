@@ -1,4 +1,4 @@
-"""The figures of `jobctl stats` (SPEC §6), the --check probe, the Prometheus text, and the
+"""The figures of `jobctl stats`, the --check probe, the Prometheus text, and the
 explanation `jobctl show` gives for a job that is not running.
 
 Pure functions over one engine snapshot (engine.stats_snapshot): no typer, no rich here, so

@@ -39,7 +39,7 @@ def recover(
 ):
     """Requeue (or bury) running jobs whose lease expired: their worker is gone.
 
-    Example: */5 * * * * jobctl recover --json >> /var/log/jobctl-recover.log
+    Example: jobctl --db /var/lib/jobctl/jobs.db recover --dry-run
     """
     with state(ctx).open_queue() as q:
         done = q.recover(older_than=older_than, dry_run=dry_run)

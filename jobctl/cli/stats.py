@@ -1,4 +1,4 @@
-"""`jobctl stats`: the queue at a glance (SPEC §6), live with --watch, as JSON, as Prometheus
+"""`jobctl stats`: the queue at a glance, live with --watch, as JSON, as Prometheus
 text, or as a probe with --check. The figures come from jobctl.stats (one consistent read); the
 drawing from jobctl.output (pure renderers); this module only wires options to them and runs the
 refresh loop."""
@@ -25,7 +25,7 @@ def stats(
                                               help="Only this queue (repeatable); --check then looks at it alone."),
     watch: bool = typer.Option(False, "--watch", "-w", help="Redraw in place every --interval until Ctrl-C (on a terminal)."),
     interval: str = typer.Option("2s", "--interval", "-i", metavar="DUR", help="Time between redraws of --watch (default 2s)."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object (SPEC §6); same as --format json."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object; same as --format json."),
     fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table, json or prometheus (text format for node_exporter's textfile collector)."),
     limit: int = typer.Option(10, "--limit", "-n", min=1, max=1000, help="Rows in the stuck, buried and aging lists (default 10)."),
     check: bool = typer.Option(False, "--check", help="Probe: print one summary line; exit 9 when a --max-* threshold is crossed."),

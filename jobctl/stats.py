@@ -1,4 +1,4 @@
-"""The figures of `jobctl stats` (SPEC §6), the --check probe, the Prometheus text, and the
+"""The figures of `jobctl stats`, the --check probe, the Prometheus text, and the
 explanation `jobctl show` gives for a job that is not running.
 
 Pure functions over one engine snapshot (engine.stats_snapshot): no typer, no rich here, so
@@ -29,14 +29,25 @@ def _percentile(sorted_values: list, q: float):
     return sorted_values[max(math.ceil(q * len(sorted_values)) - 1, 0)]
 
 
-def collect(engine, now: int, *, queues: list[str] | None = None, limit: int = 10) -> dict:
-    """The `stats --json` object of SPEC §6 from one consistent read of the engine.
+def collect(engine, now: int, *, queues: list[str] | None = None, limit: int = 10,
+            also_known: frozenset[str] | set[str] = frozenset()) -> dict:
+    """The `stats --json` object (see the README) from one consistent read of the engine.
 
-    With `queues`, only those queues (and their stuck, buried and aging jobs) are reported."""
-    snap = engine.stats_snapshot(now, limit=limit if not queues else max(limit, 1000))
+    With `queues`, only those queues (their counts, stuck, buried and aging jobs, and runs) are
+    reported, and a name that no job, pause or `also_known` (the config's queues) has ever used is
+    refused: a typo must not report an empty, healthy queue."""
+    snap = engine.stats_snapshot(now, limit=limit, queues=queues or None)
     wanted = set(queues) if queues else None
     names = sorted(set(snap["counts"]) | set(snap["paused"]))
     if wanted is not None:
+        known = set(snap["known"]) | set(also_known)
+        unknown = sorted(wanted - known)
+        if unknown:
+            from jobctl.errors import InvalidInput
+
+            raise InvalidInput(
+                f"no queue named {', '.join(unknown)} in {getattr(engine, 'location', 'the database')} "
+                f"or the config; known queues: {', '.join(sorted(known)) or 'none'}")
         names = sorted(wanted)
     per_queue = {}
     for name in names:
@@ -64,7 +75,7 @@ def collect(engine, now: int, *, queues: list[str] | None = None, limit: int = 1
         expired = j.lease_expires_at is not None and j.lease_expires_at < now
         stuck.append({**j.to_dict(), "stuck_reason": "lease expired" if expired else "over its timeout",
                       "running_for": _seconds(now - (j.claimed_at or now))})
-    stuck_total = snap["stuck_total"] if wanted is None else len([j for j in snap["stuck"] if j.queue in wanted])
+    stuck_total = snap["stuck_total"]
     aging = [{**j.to_dict(), "waiting_for": _seconds(now - j.run_at)} for j in keep(snap["aging"])]
     ages = [q["oldest_ready_age"] for q in per_queue.values() if q["oldest_ready_age"] is not None]
     totals = {k: sum(q[k] for q in per_queue.values()) for k in COUNT_KEYS}

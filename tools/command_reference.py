@@ -38,7 +38,7 @@ def options(cmd):
         yield p
 
 
-FALLBACK_HELP = {"--json": "Print JSON instead of a table (SPEC §4).",
+FALLBACK_HELP = {"--json": "Print JSON instead of a table.",
                  "--type": "Only jobs of this type.", "-t": "Only jobs of this type."}
 
 

@@ -37,10 +37,11 @@ def recover(
     older_than: Optional[str] = typer.Option(None, "--older-than", metavar="DUR", help="Also treat jobs silent this long as lost."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be done; change nothing."),
     as_json: bool = typer.Option(False, "--json", help="One {\"id\", \"action\"} per line."),
+    quiet: bool = typer.Option(False, "--quiet", help="Print nothing when no lease expired (for cron: mail only when it acted)."),
 ):
     """Requeue (or bury) running jobs whose lease expired: their worker is gone.
 
-    Example: */5 * * * * jobctl recover --json >> /var/log/jobctl-recover.log
+    Example: */5 * * * * jobctl recover --quiet
     """
     with state(ctx).open_queue() as q:
         done = q.recover(older_than=older_than, dry_run=dry_run)
@@ -53,7 +54,8 @@ def recover(
 
     out = output.console()
     if not done:
-        out.print("no expired leases")
+        if not quiet:
+            out.print("no expired leases")
         return
     rows = [[str(j.id), j.queue, j.type, j.worker or "-", f"{j.attempts}/{j.max_attempts}",
              output.ago(j.lease_expires_at, now), ("would be " if dry_run else "") + action] for j, action in done]
@@ -88,12 +90,18 @@ def purge(
 @app.command()
 def pause(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE", autocompletion=complete_queue,
                                                           help="The queue to pause.")):
-    """Stop claims from a queue (enqueue still works).
+    """Stop claims from a queue (enqueue still works); a queue with no jobs yet can be paused ahead.
 
     Example: jobctl pause billing
     """
+    import sys
+
     with state(ctx).open_queue() as q:
+        known = q.engine.queue_names()
         q.pause(queue)
+    if queue not in known:  # legitimate ahead of time, but a typo would leave the real queue running
+        sys.stderr.write(f"jobctl: note: queue {queue} has no jobs yet; paused ahead of time "
+                         f"(known queues: {', '.join(known) or 'none'})\n")
 
 
 @app.command()

@@ -53,7 +53,7 @@ class State:
         return resolve_db_path(self.db, self.settings)[0]
 
     def open_queue(self, *, create: bool = False):
-        """Open the queue; only init, enqueue and work pass create=True (SPEC §1)."""
+        """Open the queue; only init, enqueue and work pass create=True (the others never create a file)."""
         from jobctl.config import resolve_busy_timeout
         from jobctl.queue import Queue
 

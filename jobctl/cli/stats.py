@@ -1,4 +1,4 @@
-"""`jobctl stats`: the queue at a glance (SPEC §6), live with --watch, as JSON, as Prometheus
+"""`jobctl stats`: the queue at a glance, live with --watch, as JSON, as Prometheus
 text, or as a probe with --check. The figures come from jobctl.stats (one consistent read); the
 drawing from jobctl.output (pure renderers); this module only wires options to them and runs the
 refresh loop."""
@@ -25,13 +25,14 @@ def stats(
                                               help="Only this queue (repeatable); --check then looks at it alone."),
     watch: bool = typer.Option(False, "--watch", "-w", help="Redraw in place every --interval until Ctrl-C (on a terminal)."),
     interval: str = typer.Option("2s", "--interval", "-i", metavar="DUR", help="Time between redraws of --watch (default 2s)."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object (SPEC §6); same as --format json."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object; same as --format json."),
     fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table, json or prometheus (text format for node_exporter's textfile collector)."),
     limit: int = typer.Option(10, "--limit", "-n", min=1, max=1000, help="Rows in the stuck, buried and aging lists (default 10)."),
     check: bool = typer.Option(False, "--check", help="Probe: print one summary line; exit 9 when a --max-* threshold is crossed."),
     max_ready_age: Optional[str] = typer.Option(None, "--max-ready-age", metavar="DUR", help="--check: the oldest ready job may wait at most this long."),
     max_buried: Optional[int] = typer.Option(None, "--max-buried", metavar="N", min=0, help="--check: at most N buried jobs."),
     max_stuck: Optional[int] = typer.Option(None, "--max-stuck", metavar="N", min=0, help="--check: at most N stuck jobs."),
+    quiet: bool = typer.Option(False, "--quiet", help="--check: print nothing when all thresholds hold (a crossing still prints its line)."),
 ):
     """Show the queue at a glance: counts per queue, stuck, buried and aging jobs, throughput.
 
@@ -55,6 +56,8 @@ def stats(
         raise InvalidInput("--check needs at least one threshold: --max-ready-age DUR, --max-buried N, --max-stuck N")
     if thresholds and not check:
         raise InvalidInput("--max-ready-age, --max-buried and --max-stuck are thresholds of --check; add --check")
+    if quiet and not check:
+        raise InvalidInput("--quiet belongs to --check (print nothing when all thresholds hold); add --check")
     if check and (watch or fmt != "table"):
         raise InvalidInput("--check prints one summary line; leave out --watch, --json and --format")
     if watch and fmt != "table":
@@ -66,10 +69,12 @@ def stats(
             validate_name(name, "queue")
 
     st = state(ctx)
+    # Queues that exist before their first job: the config's, and the default one.
+    configured = {tc.queue for tc in st.settings.types.values() if tc.queue} | {"default"}
     with st.open_queue() as q:
         def snapshot() -> tuple[dict, int]:
             now = q.now()
-            return collect(q.engine, now, queues=queue, limit=limit), now
+            return collect(q.engine, now, queues=queue, limit=limit, also_known=configured), now
 
         if watch and sys.stdout.isatty():
             _watch(snapshot, interval_s)
@@ -78,7 +83,8 @@ def stats(
 
     if check:
         ok, line = run_check(figures, max_ready_age=age_s, max_buried=max_buried, max_stuck=max_stuck)
-        emit(line)
+        if not (ok and quiet):
+            emit(line)
         if not ok:
             raise typer.Exit(CheckFailed.exit_code)
         return

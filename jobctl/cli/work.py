@@ -1,4 +1,4 @@
-"""`jobctl work`: run jobs with the handler commands of the config file (SPEC §5).
+"""`jobctl work`: run jobs with the handler commands of the config file.
 
 Imported at every start-up of the CLI, so only typer is imported here; the worker loop is
 imported inside the command."""

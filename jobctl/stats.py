@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from jobctl.durations import format_duration, to_rfc3339
+from jobctl.durations import format_duration, parse_time, to_rfc3339
 from jobctl.models import Job
 
 COUNT_KEYS = ("ready", "scheduled", "blocked", "running", "cancel_requested", "buried", "completed", "cancelled")
@@ -189,10 +189,19 @@ def prometheus(stats: dict) -> str:
     family("jobctl_runs_per_minute", "Runs per minute over the window, by outcome.",
            [({"outcome": o, "window": w}, float(t[w][f"{o}_per_minute"])) for w, _ in WINDOWS
             for o in ("completed", "failed")])
-    family("jobctl_run_duration_seconds", "Run time of the runs of the last hour (0: no runs).",
-           [({"quantile": "0.5"}, t["run_time"]["median"] or 0.0), ({"quantile": "0.95"}, t["run_time"]["p95"] or 0.0)])
-    family("jobctl_wait_seconds", "Median wait from ready to start over the runs of the last hour (0: no runs).",
-           [({"quantile": "0.5"}, t["wait"]["median"] or 0.0)])
+    # Precomputed over a sliding hour, so gauges with their own names: a `quantile` label belongs
+    # to a summary, whose _sum and _count would have to be counters (promtool refuses it on gauges).
+    family("jobctl_run_duration_median_seconds", "Median run time of the runs of the last hour (0: no runs).",
+           [({}, t["run_time"]["median"] or 0.0)])
+    family("jobctl_run_duration_p95_seconds", "95th percentile run time of the runs of the last hour (0: no runs).",
+           [({}, t["run_time"]["p95"] or 0.0)])
+    family("jobctl_run_duration_runs", "How many runs of the last hour the run time figures are taken from.",
+           [({}, t["run_time"]["runs"])])
+    family("jobctl_wait_median_seconds", "Median wait from ready to start over the runs of the last hour (0: no runs).",
+           [({}, t["wait"]["median"] or 0.0)])
+    family("jobctl_stats_generated_timestamp_seconds",
+           "When these figures were read (Unix time): a stale textfile shows as an old timestamp.",
+           [({}, parse_time(stats["generated_at"]) / 1000)])
     return "\n".join(lines) + "\n"
 
 

@@ -199,7 +199,7 @@ def test_prometheus_is_a_pure_function_of_the_figures(db):
         s = collect(q.engine, q.now())
     text = prometheus(s)
     assert 'jobctl_oldest_ready_age_seconds{queue="billing"} 600.0' in text
-    assert 'jobctl_run_duration_seconds{quantile="0.95"} 5.0' in text
+    assert "jobctl_run_duration_p95_seconds 5.0" in text
     assert text.endswith("\n")
 
 

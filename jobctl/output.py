@@ -185,7 +185,7 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
     grid.add_column()
     rows = [
         ("status", status_text(job, now)),
-        ("queue", text(job.queue)), ("type", text(job.type)), ("priority", str(job.priority)),
+        ("queue", text(job.queue)), ("type", text(job.type)), ("priority", priority_label(job.priority)),
         ("attempts", f"{job.attempts} of {job.max_attempts}"),
         ("backoff", job.backoff), ("timeout", format_duration(job.timeout)),
         ("run at", f"{to_rfc3339(job.run_at)} ({ago(job.run_at, now)})"),
@@ -203,6 +203,10 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
     ]
     if explanation:
         rows.insert(1, ("why", text(explanation, "yellow")))
+    runs = failed_runs(events)
+    if runs:  # the latest failed run's exit, next to the error it explains
+        at = next(i for i, (label, _) in enumerate(rows) if label == "error") + 1
+        rows.insert(at, ("last failure", runs[-1][1]))
     for label, value in rows:
         if value is not None:
             grid.add_row(label, value if isinstance(value, Text) else Text(str(value)))
@@ -210,8 +214,66 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
     for name in ("AT", "FROM", "TO", "ACTOR", "MESSAGE"):
         history.add_column(name, overflow="fold" if name == "MESSAGE" else None)
     for e in events:
-        history.add_row(to_rfc3339(e.at), e.from_status or "-", e.to_status, text(e.actor), text(e.message or ""))
-    return Group(Panel(grid, title=f"job {job.id}", title_align="left", expand=False), history)
+        how = exit_summary(_details(e))
+        message = text(e.message or "")
+        if how:
+            message.append(f"{' ' if e.message else ''}({how})", style="dim")
+        history.add_row(to_rfc3339(e.at), e.from_status or "-", e.to_status, text(e.actor), message)
+    parts = [Panel(grid, title=f"job {job.id}", title_align="left", expand=False), history]
+    for run, how, tail in runs:
+        if tail:
+            parts += [Text(""), Text(f"stderr of run {run} ({how}), its last lines:", style="bold")]
+            parts += [text(line, "red") for line in tail.rstrip("\n").split("\n")]
+    return Group(*parts)
+
+
+PRIORITY_NAMES = {0: "low", 10: "normal", 20: "high", 30: "critical"}
+
+
+def priority_label(priority: int) -> str:
+    """`normal (10)` for a priority that has a label, else the number."""
+    name = PRIORITY_NAMES.get(priority)
+    return f"{name} ({priority})" if name else str(priority)
+
+
+def _details(event: Event) -> dict:
+    if not event.details:
+        return {}
+    try:
+        d = json.loads(event.details)
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def exit_summary(details: dict) -> str | None:
+    """`exit code 65 after 12ms`, `killed by SIGKILL after 10m` from a failed run's details."""
+    if "exit_code" not in details and "signal" not in details:
+        return None
+    if details.get("signal"):
+        how = f"killed by {safe(details['signal'])}"
+    elif details.get("exit_code") is not None:
+        how = f"exit code {safe(details['exit_code'])}"
+    else:
+        how = "no exit code"
+    duration = details.get("duration")
+    if isinstance(duration, (int, float)) and not isinstance(duration, bool):
+        how += f" after {format_duration(duration)}"
+    return how
+
+
+def failed_runs(events: list[Event]) -> list[tuple[int, str, str | None]]:
+    """(run number, how it ended, stderr tail) of each run whose end the history details, oldest first."""
+    runs, run = [], 0
+    for e in events:
+        if e.to_status == "running" and e.from_status == "pending":
+            run += 1
+        d = _details(e)
+        how = exit_summary(d)
+        if how:
+            tail = d.get("stderr_tail")
+            runs.append((run, how, tail if isinstance(tail, str) and tail.strip() else None))
+    return runs
 
 
 def _progress(progress_text: str) -> str:

@@ -12,7 +12,7 @@ from typing import List, Optional
 import typer
 
 from jobctl.cli.app import app, emit, emit_json, state
-from jobctl.completion import complete_queue
+from jobctl.completion import complete_queue, complete_stats_format
 from jobctl.errors import CheckFailed, InvalidInput
 
 FORMATS = ("table", "json", "prometheus")
@@ -26,7 +26,7 @@ def stats(
     watch: bool = typer.Option(False, "--watch", "-w", help="Redraw in place every --interval until Ctrl-C (on a terminal)."),
     interval: str = typer.Option("2s", "--interval", "-i", metavar="DUR", help="Time between redraws of --watch (default 2s)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object; same as --format json."),
-    fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table, json or prometheus (text format for node_exporter's textfile collector)."),
+    fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", autocompletion=complete_stats_format, help="table, json or prometheus (text format for node_exporter's textfile collector)."),
     limit: int = typer.Option(10, "--limit", "-n", min=1, max=1000, help="Rows in the stuck, buried and aging lists (default 10)."),
     check: bool = typer.Option(False, "--check", help="Probe: print one summary line; exit 9 when a --max-* threshold is crossed."),
     max_ready_age: Optional[str] = typer.Option(None, "--max-ready-age", metavar="DUR", help="--check: the oldest ready job may wait at most this long."),

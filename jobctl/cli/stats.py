@@ -77,7 +77,7 @@ def stats(
             return collect(q.engine, now, queues=queue, limit=limit, also_known=configured), now
 
         if watch and sys.stdout.isatty():
-            _watch(snapshot, interval_s)
+            _watch(snapshot, interval_s, q.engine.location)
             return
         figures, now = snapshot()
 
@@ -96,19 +96,28 @@ def stats(
         return
     from jobctl import output
 
-    output.print_view(output.stats_view(figures, now))
+    out = output.console()
+    if out.is_terminal:  # fitted to the screen's width: one line per row, nothing folded
+        from rich.console import Group
+
+        out.print(Group(*output.screen_lines(figures, now, width=out.width)), crop=False)
+        return
+    output.print_view(output.stats_view(figures, now))  # in a pipe: every line whole, for grep
 
 
-def _watch(snapshot, interval: float) -> None:
+def _watch(snapshot, interval: float, location: str) -> None:
     """Redraw until Ctrl-C (exit 0). Each snapshot is its own short read, so checkpoints go on."""
+    from rich.console import Group
     from rich.live import Live
 
     from jobctl import output
 
     out = output.console()
 
-    def frame(figures, now, previous):  # fitted to the screen's width of the moment
-        return output.fit(output.watch_view(figures, now, previous=previous, interval=interval), out.width)
+    def frame(figures, now, previous):  # fitted to the screen's size of the moment
+        width, height = out.size
+        return Group(*output.screen_lines(figures, now, width=width, height=height, previous=previous,
+                                          title=output.watch_title(now, interval, location), highlight=True))
 
     previous = None
     try:

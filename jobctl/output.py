@@ -447,13 +447,15 @@ def watch_view(stats: dict, now: int, *, previous: dict | None, interval: float)
 
 
 class Col:
-    """A column of a screen grid. cut: may be cut to `least` cells with "…" (a name, an error);
-    drop: leaves the grid when the screen is too narrow (higher first)."""
+    """A column of a screen grid. cut: may be cut with "…", first down to `soft` cells (before any
+    column is dropped), then down to `least`; drop: leaves the grid when the screen is too narrow
+    (higher first)."""
 
-    __slots__ = ("header", "right", "cut", "least", "drop")
+    __slots__ = ("header", "right", "cut", "least", "soft", "drop")
 
-    def __init__(self, header: str, right: bool = False, cut: bool = False, least: int = 6, drop: int = 0):
-        self.header, self.right, self.cut, self.least, self.drop = header, right, cut, least, drop
+    def __init__(self, header: str, right: bool = False, cut: bool = False, least: int = 6, soft: int = 16,
+                 drop: int = 0):
+        self.header, self.right, self.cut, self.least, self.soft, self.drop = header, right, cut, least, soft, drop
 
 
 class Cell:
@@ -496,17 +498,23 @@ def grid_lines(cols: list[Col], rows: list[list], width: int, *, gap: int = 2, h
     def total(idx):
         return sum(widths[i] for i in idx) + gap * (len(idx) - 1)
 
+    def shrink(floor_of) -> None:
+        while total(keep) > width:
+            cuttable = [i for i in keep if cols[i].cut and widths[i] > floor_of(i)]
+            if not cuttable:
+                return
+            widest = max(cuttable, key=lambda i: widths[i])
+            widths[widest] = max(floor_of(widest), widths[widest] - (total(keep) - width))
+
+    def floor(i) -> int:
+        return max(cols[i].least, cell_len(cols[i].header))
+
+    shrink(lambda i: max(floor(i), cols[i].soft))
     for i in sorted((i for i, c in enumerate(cols) if c.drop), key=lambda i: -cols[i].drop):
         if total(keep) <= width:
             break
         keep.remove(i)
-    while total(keep) > width:
-        cuttable = [i for i in keep if cols[i].cut and widths[i] > max(cols[i].least, cell_len(cols[i].header))]
-        if not cuttable:
-            break
-        widest = max(cuttable, key=lambda i: widths[i])
-        floor = max(cols[widest].least, cell_len(cols[widest].header))
-        widths[widest] = max(floor, widths[widest] - (total(keep) - width))
+    shrink(floor)
     lines = []
     for row in [[Cell(Text(c.header, style=header_style)) for c in cols]] + cells:
         line = Text("")
@@ -563,7 +571,8 @@ def queue_lines(stats: dict, width: int, previous: dict | None = None, max_rows:
     compact = width < 120
     fmts = {key: _count_format([r[key] for _, r in records], compact) for key, _, _ in QUEUE_COLUMNS
             if key != "oldest_ready_age"}
-    cols = [Col("QUEUE", cut=True, least=8)] + [Col(h, right=True, drop=d) for _, h, d in QUEUE_COLUMNS]
+    # A queue name is cut only when dropping the minor counts was not enough ("billing-…" could be another queue).
+    cols = [Col("QUEUE", cut=True, least=8, soft=64)] + [Col(h, right=True, drop=d) for _, h, d in QUEUE_COLUMNS]
     rows = []
     for name, r in records:
         if name is None:

@@ -57,8 +57,19 @@ def recover(
         if not quiet:
             out.print("no expired leases")
         return
-    rows = [[str(j.id), j.queue, j.type, j.worker or "-", f"{j.attempts}/{j.max_attempts}",
-             output.ago(j.lease_expires_at, now), ("would be " if dry_run else "") + action] for j, action in done]
+    rows = [[str(j.id), output.text(j.queue), output.text(j.type), output.text(j.worker or "-"),
+             f"{j.attempts}/{j.max_attempts}", output.ago(j.lease_expires_at, now),
+             ("would be " if dry_run else "") + action] for j, action in done]
+    if out.is_terminal:  # one line per job at the screen's width: names and workers are cut, not folded
+        from rich.console import Group
+
+        from jobctl.output import Col
+
+        cols = [Col("ID", right=True), Col("QUEUE", cut=True), Col("TYPE", cut=True, drop=2),
+                Col("WORKER", cut=True, least=8), Col("RUNS", right=True, drop=1), Col("LEASE EXPIRED", right=True),
+                Col("ACTION")]
+        out.print(Group(*output.grid_lines(cols, rows, out.width)), crop=False)
+        return
     output.print_view(output.simple_table(["ID", "QUEUE", "TYPE", "WORKER", "RUNS", "LEASE EXPIRED", "ACTION"], rows), out)
 
 

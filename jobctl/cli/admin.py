@@ -118,7 +118,7 @@ def pause(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE", 
 @app.command()
 def resume(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE", autocompletion=complete_queue,
                                                            help="The paused queue.")):
-    """Let workers claim from a paused queue again.
+    """Let workers claim from a paused queue again (a queue that is not paused is refused, exit 2).
 
     Example: jobctl resume billing
     """

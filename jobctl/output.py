@@ -620,13 +620,13 @@ def _list_rows(stats: dict, now: int, which: str, highlight: bool):
     from jobctl.durations import parse_time
 
     if which == "stuck":
-        cols = [Col("STUCK", right=True), Col("QUEUE", cut=True), Col("TYPE", cut=True, drop=2),
+        cols = [Col("STUCK", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True, drop=2),
                 Col("WORKER", cut=True, least=8), Col("FOR", right=True), Col("WHY", cut=True, least=8, drop=1)]
         style = "bold red" if highlight else ""
         rows = [[Text(str(j["id"]), style=style), text(j["queue"]), text(j["type"]), text(j["worker"] or "-"),
                  _age(j["running_for"]), text(j["stuck_reason"])] for j in stats["stuck"]]
     elif which == "buried":
-        cols = [Col("BURIED", right=True), Col("QUEUE", cut=True), Col("TYPE", cut=True, drop=2),
+        cols = [Col("BURIED", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True, drop=2),
                 Col("RUNS", right=True, drop=1), Col("AGO", right=True), Col("ERROR", cut=True, least=12)]
         rows = []
         for j in stats["buried"]:
@@ -634,7 +634,7 @@ def _list_rows(stats: dict, now: int, which: str, highlight: bool):
             rows.append([str(j["id"]), text(j["queue"]), text(j["type"]), f"{j['attempts']}/{j['max_attempts']}",
                          ago(finished, now).removesuffix(" ago"), text(j["error"] or "", "red")])
     else:
-        cols = [Col("AGING", right=True), Col("QUEUE", cut=True), Col("TYPE", cut=True),
+        cols = [Col("AGING", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True),
                 Col("PRI", right=True, drop=1), Col("WAITING", right=True)]
         rows = [[str(j["id"]), text(j["queue"]), text(j["type"]), str(j["priority"]), _age(j["waiting_for"])]
                 for j in stats["aging"]]

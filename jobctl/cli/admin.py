@@ -65,7 +65,7 @@ def recover(
 
         from jobctl.output import Col
 
-        cols = [Col("ID", right=True), Col("QUEUE", cut=True), Col("TYPE", cut=True, drop=2),
+        cols = [Col("ID", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True, drop=2),
                 Col("WORKER", cut=True, least=8), Col("RUNS", right=True, drop=1), Col("LEASE EXPIRED", right=True),
                 Col("ACTION")]
         out.print(Group(*output.grid_lines(cols, rows, out.width)), crop=False)

@@ -430,11 +430,24 @@ class Queue:
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                   limit: int = 50, stuck: bool = False, older_than=None, sort: str = "newest") -> list[Job]:
         """Jobs matching all filters. stuck: running or cancel_requested with an expired lease or past
-        their timeout (as in stats). older_than: created longer ago than this duration."""
-        from jobctl.models import LIST_SORTS, STATES
+        their timeout (as in stats). older_than: created longer ago than this duration. limit 0: all."""
+        from jobctl.models import LIST_SORTS
 
         if sort not in LIST_SORTS:
             raise InvalidInput(f"invalid sort {sort!r}: use one of {', '.join(LIST_SORTS)}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= 1_000_000:
+            raise InvalidInput(f"invalid limit {limit!r}: must be from 1 to 1000000, or 0 for all")
+        return self.engine.list_jobs(**self._list_filters(statuses, queue, type, stuck, older_than),
+                                     limit=limit, sort=sort)
+
+    def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
+                   stuck: bool = False, older_than=None) -> int:
+        """How many jobs list_jobs would return without a limit."""
+        return self.engine.count_jobs(**self._list_filters(statuses, queue, type, stuck, older_than))
+
+    def _list_filters(self, statuses, queue, type, stuck, older_than) -> dict:
+        from jobctl.models import STATES
+
         statuses = list(statuses)
         for s in statuses:
             if s not in STATES:
@@ -443,13 +456,11 @@ class Queue:
             validate_name(queue, "queue")
         if type is not None:
             validate_name(type, "type")
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1_000_000:
-            raise InvalidInput(f"invalid limit {limit!r}: must be from 1 to 1000000")
         created_older_than_ms = None
         if older_than is not None:
             created_older_than_ms = int(parse_duration(older_than, what="--older-than") * 1000)
-        return self.engine.list_jobs(statuses=statuses, queue=queue, type=type, limit=limit, stuck=stuck,
-                                     created_older_than_ms=created_older_than_ms, sort=sort)
+        return dict(statuses=statuses, queue=queue, type=type, stuck=stuck,
+                    created_older_than_ms=created_older_than_ms)
 
     def purge(self, *, completed_older_than=None, cancelled_older_than=None, buried_older_than=None,
               dry_run: bool = False, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
@@ -487,12 +498,14 @@ class Queue:
     def queue_names(self) -> list[str]:
         return self.engine.queue_names()
 
-    def stats(self, *, queues: list[str] | None = None, limit: int = 10) -> tuple[dict, int]:
-        """The `stats --json` object from one consistent read, and the database time it was read at."""
+    def stats(self, *, queues: list[str] | None = None, limit: int = 10,
+              also_known: frozenset[str] | set[str] = frozenset()) -> tuple[dict, int]:
+        """The `stats --json` object from one consistent read, and the database time it was read at.
+        also_known: queue names the config knows (a check of one of them is not a typo)."""
         from jobctl.stats import collect
 
-        snap = self.engine.stats_snapshot(limit=limit if not queues else max(limit, 1000))
-        return collect(snap, queues=queues, limit=limit), snap["now"]
+        snap = self.engine.stats_snapshot(limit=limit, queues=queues or None)
+        return collect(snap, queues=queues, limit=limit, also_known=also_known), snap["now"]
 
     @property
     def location(self) -> str:
@@ -526,4 +539,12 @@ class Queue:
         self.engine.set_paused(validate_name(queue, "queue"), True)
 
     def resume(self, queue: str) -> None:
-        self.engine.set_paused(validate_name(queue, "queue"), False)
+        """Refused (InvalidInput) for a queue that is not paused: a typo must not pass for done."""
+        name = validate_name(queue, "queue")
+        paused = self.engine.paused_queues()
+        if name not in paused:
+            known = self.engine.queue_names()
+            what = f"queue {name} is not paused" if name in known else f"there is no queue named {name!r}"
+            raise InvalidInput(f"{what}; paused queues: {', '.join(sorted(paused)) or 'none'}"
+                               + (f"; known queues: {', '.join(known)}" if name not in known else ""))
+        self.engine.set_paused(name, False)

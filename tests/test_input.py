@@ -158,7 +158,7 @@ def test_good_names(cli, db, running, name):
     ["retry", "0"],
     ["progress", "1", "--percent", "101"],
     ["progress", "1", "--percent", "-1"],
-    ["list", "--limit", "0"],
+    ["list", "--limit", "-1"],
     ["list", "--status", "done"],
     ["enqueue", "t", "--backoff", "sometimes"],
     ["enqueue", "t", "--backoff", "10,-5"],

@@ -36,39 +36,53 @@ def recover(
     older_than: Optional[str] = typer.Option(None, "--older-than", metavar="DUR", help="Also treat jobs silent this long as lost."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be done; change nothing."),
     as_json: bool = typer.Option(False, "--json", help="One {\"id\", \"action\"} per line."),
+    quiet: bool = typer.Option(False, "--quiet", help="Print nothing when no lease expired (for cron: mail only when it acted)."),
 ):
     """Requeue (or bury) running jobs whose lease expired: their worker is gone.
+
+    A lease is judged lost by the second sweep that finds it expired with its heartbeat unchanged,
+    30s or more after the first (which lists it as "watching"): a step of the clock alone
+    recovers nothing. Workers sweep by themselves every 30s.
 
     Example: jobctl --db /var/lib/jobctl/jobs.db recover --dry-run
     """
     with state(ctx).open_queue() as q:
         done = q.recover(older_than=older_than, dry_run=dry_run)
         now = q.now()
-    watching = [job for job, action in done if action == "watching"]
-    done = [(job, action) for job, action in done if action != "watching"]
-    if watching:
-        import sys
-
-        from jobctl.untrusted import safe
-
-        sys.stderr.write(
-            f"jobctl: {len(watching)} job(s) with an expired lease seen for the first time "
-            f"({safe(', '.join(str(j.id) for j in watching[:10]))}{', ...' if len(watching) > 10 else ''}): "
-            "they are recovered by the next sweep, at least 30s from now, if their worker has not renewed the "
-            "lease meanwhile (a step of the clock alone recovers nothing); workers sweep by themselves\n")
-    if as_json:
-        for job, action in done:
+    acted = [(job, action) for job, action in done if action != "watching"]
+    if as_json:  # only what was (or would be) done: a job being watched is still running
+        for job, action in acted:
             emit_json({"id": job.id, "action": action, **({"dry_run": True} if dry_run else {})})
         return
+    if quiet:  # cron: a sweep that only noted leases for the next one has nothing to report
+        done = acted
     from jobctl import output
 
     out = output.console()
     if not done:
-        out.print("no expired leases")
+        if not quiet:
+            out.print("no expired leases")
         return
-    rows = [[str(j.id), j.queue, j.type, j.worker or "-", f"{j.attempts}/{j.max_attempts}",
-             output.ago(j.lease_expires_at, now), ("would be " if dry_run else "") + action] for j, action in done]
-    output.print_view(output.simple_table(["ID", "QUEUE", "TYPE", "WORKER", "RUNS", "LEASE EXPIRED", "ACTION"], rows), out)
+    rows = [[str(j.id), output.text(j.queue), output.text(j.type), output.text(j.worker or "-"),
+             f"{j.attempts}/{j.max_attempts}", output.ago(j.lease_expires_at, now),
+             action if action == "watching" else ("would be " if dry_run else "") + action] for j, action in done]
+    if out.is_terminal:  # one line per job at the screen's width: names and workers are cut, not folded
+        from rich.console import Group
+
+        from jobctl.output import Col
+
+        cols = [Col("ID", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True, drop=2),
+                Col("WORKER", cut=True, least=8), Col("RUNS", right=True, drop=1), Col("LEASE EXPIRED", right=True),
+                Col("ACTION")]
+        out.print(Group(*output.grid_lines(cols, rows, out.width)), crop=False)
+    else:
+        output.print_view(output.simple_table(["ID", "QUEUE", "TYPE", "WORKER", "RUNS", "LEASE EXPIRED", "ACTION"], rows), out)
+    if len(acted) < len(done):
+        import sys
+
+        sys.stderr.write("watching: a lease that looks expired is recovered only by a later sweep, 30s or more "
+                         "after this one, that finds its heartbeat unchanged (a step of the clock alone recovers "
+                         "nothing); workers sweep by themselves\n")
 
 
 @app.command()
@@ -99,18 +113,24 @@ def purge(
 @app.command()
 def pause(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE", autocompletion=complete_queue,
                                                           help="The queue to pause.")):
-    """Stop claims from a queue (enqueue still works).
+    """Stop claims from a queue (enqueue still works); a queue with no jobs yet can be paused ahead.
 
     Example: jobctl pause billing
     """
+    import sys
+
     with state(ctx).open_queue() as q:
+        known = q.engine.queue_names()
         q.pause(queue)
+    if queue not in known:  # legitimate ahead of time, but a typo would leave the real queue running
+        sys.stderr.write(f"jobctl: note: queue {queue} has no jobs yet; paused ahead of time "
+                         f"(known queues: {', '.join(known) or 'none'})\n")
 
 
 @app.command()
 def resume(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE", autocompletion=complete_queue,
                                                            help="The paused queue.")):
-    """Let workers claim from a paused queue again.
+    """Let workers claim from a paused queue again (a queue that is not paused is refused, exit 2).
 
     Example: jobctl resume billing
     """

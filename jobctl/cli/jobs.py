@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from jobctl.cli.app import app, emit, emit_json, state
-from jobctl.completion import complete_queue
+from jobctl.completion import complete_backoff, complete_priority, complete_queue, complete_type
 from jobctl.errors import InvalidInput, NothingToClaim
 
 
@@ -83,16 +83,16 @@ def _read_batch_lines(path: str, payload_limit: int) -> list[str]:
 @app.command()
 def enqueue(
     ctx: typer.Context,
-    type: Optional[str] = typer.Argument(None, metavar="TYPE", help="The job type (its handler's name)."),
+    type: Optional[str] = typer.Argument(None, metavar="TYPE", autocompletion=complete_type, help="The job type (its handler's name)."),
     payload: Optional[str] = typer.Argument(None, metavar="[PAYLOAD]", help="The payload as JSON (default {})."),
     payload_file: Optional[str] = typer.Option(None, "--payload-file", metavar="PATH|-", help="Read the payload from a file, or - for stdin."),
     batch: Optional[str] = typer.Option(None, "--batch", metavar="PATH|-", help="Enqueue many jobs from NDJSON (all or nothing)."),
     queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="The queue (default: the type's, else 'default')."),
-    priority: Optional[str] = typer.Option(None, "--priority", "-p", help="low, normal, high, critical, or -1000..1000."),
+    priority: Optional[str] = typer.Option(None, "--priority", "-p", autocompletion=complete_priority, help="low, normal, high, critical, or -1000..1000."),
     delay: Optional[str] = typer.Option(None, "--delay", metavar="DUR", help="Run no earlier than this from now (90s, 5m, 2h)."),
     at: Optional[str] = typer.Option(None, "--at", metavar="TIME", help="Run no earlier than this time (ISO 8601)."),
     max_attempts: Optional[int] = typer.Option(None, "--max-attempts", min=1, max=1000, help="Total runs allowed (default 3)."),
-    backoff: Optional[str] = typer.Option(None, "--backoff", help="exponential, linear, fixed, or seconds like 10,30,60."),
+    backoff: Optional[str] = typer.Option(None, "--backoff", autocompletion=complete_backoff, help="exponential, linear, fixed, or seconds like 10,30,60."),
     timeout: Optional[str] = typer.Option(None, "--timeout", metavar="DUR", help="Longest a run may take (default 10m)."),
     key: Optional[str] = typer.Option(None, "--key", metavar="K", help="Idempotency key: the same key returns the same job."),
     unique: bool = typer.Option(False, "--unique", help="Return a pending or running twin instead of adding a job."),
@@ -146,7 +146,7 @@ def enqueue(
 def claim(
     ctx: typer.Context,
     queue: Optional[List[str]] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Only this queue (repeatable; earlier first)."),
-    type: Optional[List[str]] = typer.Option(None, "--type", "-t", help="Only this type (repeatable)."),
+    type: Optional[List[str]] = typer.Option(None, "--type", "-t", autocompletion=complete_type, help="Only this type (repeatable)."),
     worker: Optional[str] = typer.Option(None, "--worker", metavar="ID", help="Who claims (default JOBCTL_WORKER_ID, else host:pid of the shell)."),
     lease: Optional[str] = typer.Option(None, "--lease", metavar="DUR", help="Lease length (default: the job's timeout)."),
     wait: Optional[str] = typer.Option(None, "--wait", metavar="DUR", help="Poll up to this long for a ready job."),
@@ -163,7 +163,10 @@ def claim(
         options = dict(worker=worker, queues=queue, types=type, lease=lease)
         job = q.claim_wait(wait_s, **options) if wait_s else q.claim(**options)
         if job is None:
-            raise NothingToClaim("no job is ready" + (f" after waiting {wait}" if wait else ""))
+            paused = sorted(set(queue or ()) & q.engine.paused_queues())
+            why = (f"; queue {', '.join(paused)} is paused (`jobctl resume {paused[0]}`)" if len(paused) == 1 else
+                   f"; queues {', '.join(paused)} are paused (`jobctl resume QUEUE`)" if paused else "")
+            raise NothingToClaim("no job is ready" + (f" after waiting {wait}" if wait else "") + why)
         emit_json(job.to_dict(claim=True))
 
 
@@ -298,7 +301,7 @@ def retry(
 def retry_buried(
     ctx: typer.Context,
     queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Only buried jobs of this queue."),
-    type: Optional[str] = typer.Option(None, "--type", "-t", help="Only buried jobs of this type."),
+    type: Optional[str] = typer.Option(None, "--type", "-t", autocompletion=complete_type, help="Only buried jobs of this type."),
     reset_attempts: bool = typer.Option(False, "--reset-attempts", help="Start counting runs from zero again."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only count them."),
     as_json: bool = typer.Option(False, "--json", help="Print {\"count\", \"ids\", \"dry_run\"} as JSON."),

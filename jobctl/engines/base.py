@@ -190,10 +190,14 @@ class Engine(Protocol):
                   limit: int = 50, stuck: bool = False, created_older_than_ms: int | None = None,
                   sort: str = "newest") -> list[Job]:
         """Jobs matching every filter, in a models.LIST_SORTS order. stuck: only held jobs whose
-        lease expired or that ran past their timeout. created_older_than_ms: created longer ago."""
+        lease expired or that ran past their timeout. created_older_than_ms: created longer ago.
+        limit 0: every matching job."""
+    def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
+                   stuck: bool = False, created_older_than_ms: int | None = None) -> int:
+        """How many jobs list_jobs would return without a limit."""
     def paused_queues(self) -> set[str]: ...
 
-    def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000) -> dict:
+    def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000, queues: list[str] | None = None) -> dict:
         """The raw figures of `jobctl stats`, all from ONE consistent read, as a dict:
         now (the snapshot's time, ms); counts {queue: {state: n}} (a pending job waiting on
         `after` jobs counts as "blocked", not "pending"); paused {queue: bool} (every row of the
@@ -205,7 +209,9 @@ class Engine(Protocol):
         `limit`); runs_by_minute [(minute, outcome, n)] for runs that ended in (now - 60 min,
         now], minute 0 being the last 60 s; run_ms and wait_ms (ended - started of
         completed/failed runs, started - ready_at of all runs) of the latest `sample` runs of that
-        hour. Cost must not grow with the number of finished jobs."""
+        hour; known [queue names] (every queue with a row in the counts or a pause, even with no
+        jobs left). With `queues`, every figure is of those queues only. Cost must not grow with
+        the number of finished jobs."""
 
     def count_expired(self) -> int:
         """Held jobs whose lease has expired."""

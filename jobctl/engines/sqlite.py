@@ -663,6 +663,20 @@ class SQLiteEngine:
 
     def list_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None, limit: int = 50,
                   stuck: bool = False, created_older_than_ms: int | None = None, sort: str = "newest") -> list[Job]:
+        """limit 0: every matching job."""
+        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms)
+        sql = f"SELECT * FROM jobs{where} ORDER BY {self._LIST_ORDERS[sort]} LIMIT ?"
+        with self._read() as c:
+            return self._with_after(c, [Job.from_row(r) for r in c.execute(sql, [*args, limit or -1])])
+
+    def count_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None,
+                   stuck: bool = False, created_older_than_ms: int | None = None) -> int:
+        """How many jobs list_jobs would return without a limit."""
+        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms)
+        with self._read() as c:
+            return c.execute(f"SELECT count(*) FROM jobs{where}", args).fetchone()[0]
+
+    def _job_filter(self, statuses, queue, type, stuck, created_older_than_ms) -> tuple[str, list]:
         clauses, args = [], []
         statuses = list(statuses)
         if statuses:
@@ -681,10 +695,7 @@ class SQLiteEngine:
         if created_older_than_ms is not None:
             clauses.append("created_at < ?")
             args.append(now - created_older_than_ms)
-        sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(clauses) if clauses else "")
-        sql += f" ORDER BY {self._LIST_ORDERS[sort]} LIMIT ?"
-        with self._read() as c:
-            return self._with_after(c, [Job.from_row(r) for r in c.execute(sql, [*args, limit])])
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
 
     def dependencies(self, job_id: int) -> list[tuple[int, str | None]]:
         """The `after` jobs of a job and their states (None when the row is gone)."""
@@ -704,18 +715,26 @@ class SQLiteEngine:
             ).fetchall()
             return [r[0] for r in rows]
 
-    def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000) -> dict:
+    def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000, queues: list[str] | None = None) -> dict:
         """The raw figures of `jobctl stats`, from one read transaction (one consistent snapshot).
 
         Every figure is a short index walk or a read of job_counts (kept by triggers), so the cost
         does not grow with the number of finished jobs. Run times and waits are taken from the
-        latest `sample` runs of the last hour."""
+        latest `sample` runs of the last hour. With `queues`, the stuck, buried and aging jobs and
+        the runs are those of these queues only. `known`: every queue that ever had a job or a pause."""
+        only, only_args = "", []
+        if queues:
+            only, only_args = f" AND queue IN ({','.join('?' * len(queues))})", list(queues)
         with self._read() as c:
             now = self.now()
             counts: dict[str, dict[str, int]] = {}
-            for queue, state_, n in c.execute("SELECT queue, state, n FROM job_counts WHERE n != 0"):
-                counts.setdefault(queue, {})[state_] = n
+            known = set()
+            for queue, state_, n in c.execute("SELECT queue, state, n FROM job_counts"):
+                known.add(queue)
+                if n and (not queues or queue in queues):
+                    counts.setdefault(queue, {})[state_] = n
             paused = {r[0]: bool(r[1]) for r in c.execute("SELECT name, paused FROM queues")}
+            known |= set(paused)
             scheduled, oldest_ready, aging = {}, {}, []
             for queue, by_state in counts.items():
                 if not by_state.get("pending"):
@@ -734,26 +753,28 @@ class SQLiteEngine:
                 aging += [Job.from_row(r) for r in rows]
             aging = sorted(aging, key=lambda j: (j.run_at, j.id))[:limit]
             held = ("SELECT {} FROM jobs WHERE status IN (?, ?) "
-                    "AND (lease_expires_at < ? OR claimed_at + timeout_ms < ?)")
-            stuck_total = c.execute(held.format("count(*)"), (*HELD, now, now)).fetchone()[0]
+                    "AND (lease_expires_at < ? OR claimed_at + timeout_ms < ?)" + only)
+            stuck_total = c.execute(held.format("count(*)"), (*HELD, now, now, *only_args)).fetchone()[0]
             stuck = [Job.from_row(r) for r in c.execute(
-                held.format("*") + " ORDER BY claimed_at, id LIMIT ?", (*HELD, now, now, limit))]
+                held.format("*") + " ORDER BY claimed_at, id LIMIT ?", (*HELD, now, now, *only_args, limit))]
             buried = [Job.from_row(r) for r in c.execute(
-                "SELECT * FROM jobs WHERE status = 'buried' ORDER BY finished_at DESC, id DESC LIMIT ?", (limit,))]
+                "SELECT * FROM jobs WHERE status = 'buried'" + only + " ORDER BY finished_at DESC, id DESC LIMIT ?",
+                (*only_args, limit))]
             # Runs that ended in (now - 60 min, now], per minute back from now (bucket 0 = the last minute).
             by_minute = c.execute(
                 "SELECT (? - ended_at) / 60000 AS minute, outcome, count(*) FROM runs "
-                "WHERE ended_at > ? AND ended_at <= ? GROUP BY minute, outcome",
-                (now, now - 3_600_000, now),
+                "WHERE ended_at > ? AND ended_at <= ?" + only + " GROUP BY minute, outcome",
+                (now, now - 3_600_000, now, *only_args),
             ).fetchall()
             recent = c.execute(
                 "SELECT ended_at - started_at, started_at - ready_at, outcome FROM runs "
-                "WHERE ended_at > ? AND ended_at <= ? ORDER BY ended_at DESC LIMIT ?",
-                (now - 3_600_000, now, sample),
+                "WHERE ended_at > ? AND ended_at <= ?" + only + " ORDER BY ended_at DESC LIMIT ?",
+                (now - 3_600_000, now, *only_args, sample),
             ).fetchall()
             self._with_after(c, stuck + buried + aging)
         return {
-            "now": now, "counts": counts, "paused": paused, "scheduled": scheduled, "oldest_ready": oldest_ready,
+            "now": now, "counts": counts, "paused": paused, "known": sorted(known), "scheduled": scheduled,
+            "oldest_ready": oldest_ready,
             "stuck": stuck, "stuck_total": stuck_total, "buried": buried, "aging": aging,
             "runs_by_minute": [(m, outcome, n) for m, outcome, n in by_minute],
             "run_ms": [r[0] for r in recent if r[2] in ("completed", "failed")],

@@ -301,7 +301,7 @@ BOUNDARIES = [
     (["progress", "1", "--percent", "101"], 2, "0 to 100"),
     (["progress", "1", "--percent=-1"], 2, "0 to 100"),
     (["progress", "1", "--percent", BIG_INT], 2, "0 to 100"),
-    (["list", "--limit", "0"], 2, "1000000"),
+    (["list", "--limit", "-1"], 2, "1000000"),
     (["list", "--limit", "1000001"], 2, "1000000"),
     (["list", "--limit", BIG_INT], 2, "1000000"),
     (["recover", "--older-than", BIG_INT], 2, "10 years"),

@@ -183,6 +183,7 @@ def backup(
         problem = files.copy_target_problem(dest, q.engine.identity)
         if problem:
             raise InvalidInput(f"{problem}; nothing was written")
+        files.clean_stale_temps(dest)  # what a killed backup to this name left
         with progress_bar("backing up") as on_progress:
             q.engine.backup(dest, on_progress=on_progress)
     emit(str(dest))

@@ -179,7 +179,7 @@ class Worker:
         self.db_delay = 0.0
         self.db_busy_logged = False
         self.heartbeat_every = max(min(options.lease / 3, HEARTBEAT_MAX_INTERVAL), 0.05)
-        self.registry = handlers.Registry(queue.engine.path)
+        self.registry = handlers.Registry(queue.engine.path, warn=lambda m: self.log("registry", m))
         env = dict(os.environ)
         env["JOBCTL_DB"] = os.path.abspath(queue.engine.path)
         if options.config_path:

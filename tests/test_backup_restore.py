@@ -213,6 +213,16 @@ def test_restore_refuses_a_backup_another_user_could_have_written(db, tmp_path):
     assert "belongs to" in line
 
 
+def test_a_killed_backup_leaves_nothing_behind_at_the_next_backup(db, tmp_path):
+    enqueue(db, "t")
+    p = subprocess.Popen(["true"])
+    p.wait()
+    stale = tmp_path / f".b.db.backup-{p.pid}-00000000"
+    stale.write_bytes(b"partial")
+    assert run_cli("backup", tmp_path / "b.db", db=db).exit_code == 0
+    assert not stale.exists()
+
+
 def test_a_killed_restore_leaves_nothing_behind_at_the_next_restore(db, tmp_path):
     enqueue(db, "t")
     backup = tmp_path / "b.db"

@@ -503,3 +503,18 @@ def test_a_wal_of_another_page_size_is_not_the_databases(tmp_path):
     c.close()
     shutil.copyfile(other, old)
     assert "8192" in files.stale_wal(str(old), os.stat(old))
+
+
+def test_the_registry_warning_is_a_worker_log_line_in_json_too(tmp_path, db, victim):
+    (tmp_path / "jobctl.toml").write_text(CONFIG)
+    make_db(db)
+    folder = Path(f"{db}-handlers")
+    folder.mkdir(mode=0o700)
+    os.chown(plant(folder, 1, victim.pid), NOBODY, NOBODY)
+    assert run_cli("enqueue", "t", "{}", db=db).exit_code == 0
+    r = run_cli("work", "--stop-when-empty", "--log-format", "json", db=db)
+    assert r.exit_code == 0, r.output
+    events = [json.loads(line) for line in r.stderr.splitlines()]
+    warned = [e for e in events if e["event"] == "registry"]
+    assert len(warned) == 1 and "ignoring the handler record" in warned[0]["message"]
+    assert victim.poll() is None

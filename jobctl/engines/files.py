@@ -126,17 +126,17 @@ def resolve(path: str | os.PathLike) -> str:
     path = os.fspath(path)
     pending = (path if path.startswith("/") else os.getcwd() + "/" + path).split("/")
     pending.reverse()
-    cur, checked, links = "/", set(), 0
+    cur, cur_st, checked, links = "/", None, set(), 0
     while pending:
         name = pending.pop()
         if name in ("", "."):
             continue
         if name == "..":
-            cur = os.path.dirname(cur)
+            cur, cur_st = os.path.dirname(cur), None
             continue
         if cur not in checked:
             try:
-                check_folder(cur)
+                check_folder(cur, cur_st)
             except NotADirectoryError:
                 raise DatabaseUnusable(f"{cur} is not a folder; check the path {path}") from None
             except OSError as e:
@@ -161,10 +161,10 @@ def resolve(path: str | os.PathLike) -> str:
                 raise DatabaseUnusable(_not_yours(nxt, st, "the symbolic link"))
             target = os.readlink(nxt)
             if target.startswith("/"):
-                cur = "/"
+                cur, cur_st = "/", None
             pending.extend(reversed(target.split("/")))
             continue
-        cur = nxt
+        cur, cur_st = nxt, st
     return cur
 
 
@@ -298,8 +298,8 @@ def _open_here(st: os.stat_result) -> bool:
         return True  # cannot tell: do not touch the file
     for fd in fds:
         try:
-            fst = os.stat(f"/proc/self/fd/{fd}")
-        except OSError:
+            fst = os.fstat(int(fd))
+        except (OSError, ValueError):
             continue
         if (fst.st_dev, fst.st_ino) == (st.st_dev, st.st_ino):
             return True

@@ -791,6 +791,7 @@ class SQLiteEngine:
         problem = files.copy_target_problem(dest, self.identity)
         if problem:
             raise InvalidInput(f"{problem}; nothing was written")
+        files.clean_stale_temps(dest)  # what a killed backup to this name left
         tmp = files.temp_name(dest, "backup")
         files.create_private_file(tmp)
         try:

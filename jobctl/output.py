@@ -428,15 +428,6 @@ def stats_view(stats: dict, now: int, *, previous: dict | None = None, watch: bo
     return Group(*parts)
 
 
-def watch_view(stats: dict, now: int, *, previous: dict | None, interval: float) -> Group:
-    """The --watch frame: the stats view with highlights and sparklines, and a footer."""
-    from datetime import datetime
-
-    stamp = datetime.fromtimestamp(now / 1000).strftime("%H:%M:%S")
-    footer = Text(f"refreshed {stamp} · every {format_duration(interval)} · Ctrl-C to quit", style="dim")
-    return Group(stats_view(stats, now, previous=previous, watch=True), Text(""), footer)
-
-
 # -- the stats screen: fitted to a terminal's width and height ------------------------------------
 #
 # `stats --watch` redraws in place, so a frame must fit the terminal: one line per row (nothing

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from enum import Enum
 
+from jobctl import payloads
 from jobctl.durations import to_rfc3339
+from jobctl.errors import DamagedJob
 
 
 class JobStatus(str, Enum):
@@ -118,8 +120,6 @@ class Job(Record):
         """A job from a stored row; a row that cannot be decoded raises DamagedJob (exit 8)."""
         reason = row_damage(row)
         if reason is not None:
-            from jobctl.errors import DamagedJob
-
             raise DamagedJob(row["id"] if "id" in row.keys() else "?", reason)
         return cls.from_checked_row(row, after)
 
@@ -206,8 +206,6 @@ def row_damage(row, *, check_hash: bool = False) -> str | None:
     """Why a stored job row cannot be decoded (None when it can): a column of the wrong type, a
     time out of range, an unknown state, JSON that does not parse; with check_hash, also a payload
     whose canonical form no longer matches the hash stored at enqueue."""
-    from jobctl import payloads
-
     if not isinstance(row, dict):  # a sqlite3.Row: one dict, so each look-up below is a hash
         row = dict(zip(row.keys(), row))
     keys = row
@@ -220,7 +218,7 @@ def row_damage(row, *, check_hash: bool = False) -> str | None:
             if v is None and k not in _TIMES:
                 continue
             if type(v) is not int or not 0 <= v <= _MAX_MS:
-                return f"{k} holds {_shown(v)}, not a time in milliseconds"
+                return f"{k} holds {_shown(v)}, not {'milliseconds' if k == 'lease_ms' else 'a time'}"
     if "status" in keys and row["status"] not in STATES:
         return f"status holds {_shown(row['status'])}, not a state"
     for k in _TEXTS:
@@ -276,7 +274,5 @@ class Event(Record):
             try:
                 d["details"] = json.loads(self.details)
             except (ValueError, RecursionError):
-                from jobctl.errors import DamagedJob
-
                 raise DamagedJob(self.job_id, f"an event's details are not valid JSON ({_shown(self.details)})") from None
         return d

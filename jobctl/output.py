@@ -208,7 +208,7 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
             grid.add_row(label, value if isinstance(value, Text) else Text(str(value)))
     history = Table(title="history", box=None, header_style="bold", title_justify="left", pad_edge=False)
     for name in ("AT", "FROM", "TO", "ACTOR", "MESSAGE"):
-        history.add_column(name, overflow="fold" if name == "MESSAGE" else None)
+        history.add_column(name, overflow="fold" if name == "MESSAGE" else None)  # type: ignore[arg-type]
     for e in events:
         history.add_row(to_rfc3339(e.at), e.from_status or "-", e.to_status, text(e.actor), text(e.message or ""))
     return Group(Panel(grid, title=f"job {job.id}", title_align="left", expand=False), history)
@@ -325,7 +325,7 @@ def throughput_table(stats: dict, spark: bool = False) -> Table:
     table = _grid_table([("RUNS/MIN", {}), ("1m", {"justify": "right"}), ("15m", {"justify": "right"}),
                          ("60m", {"justify": "right"})] + ([("LAST HOUR", {"no_wrap": True})] if spark else []))
     for outcome, style in (("completed", "green"), ("failed", "red")):
-        row = [outcome] + [f"{t[w][outcome + '_per_minute']:g}" for w in ("1m", "15m", "60m")]
+        row: list[str | Text] = [outcome, *(f"{t[w][outcome + '_per_minute']:g}" for w in ("1m", "15m", "60m"))]
         if spark:
             row.append(Text(sparkline(t[f"{outcome}_by_minute"]), style=style))
         table.add_row(*row)

@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 from jobctl import payloads
 from jobctl.config import Settings, parse_backoff
 from jobctl.durations import format_duration, parse_duration, parse_priority, parse_time, to_rfc3339, validate_name
-from jobctl.engines.base import ClaimRequest, Change, NewJob
+from jobctl.engines.base import ClaimRequest, Change, Engine, NewJob
 from jobctl.errors import CancelRequested, InvalidInput, InvalidState, NoSuchJob, StaleToken
 from jobctl.models import Event, Job, Record
 
@@ -130,8 +130,9 @@ def _by_holder(decide, token: str | None, actor: str | None):
 class Queue:
     """The job queue over one engine. Times come from `clock` (seconds, like time.time)."""
 
-    def __init__(self, engine, settings: Settings | None = None, clock=time.time):
-        self.engine = engine
+    def __init__(self, engine: Engine | None, settings: Settings | None = None, clock=time.time):
+        # None only for Queue(None, settings).prepare...(): checking input before a file exists.
+        self.engine: Engine = engine  # type: ignore[assignment]
         self.settings = settings or Settings()
         self.clock = clock
 
@@ -284,7 +285,7 @@ class Queue:
                 on_progress(n, len(lines))
         return jobs
 
-    def enqueue_batch(self, lines: Iterable[str], *, actor: str | None = None) -> list[EnqueueResult]:
+    def enqueue_batch(self, lines: list[str], *, actor: str | None = None) -> list[EnqueueResult]:
         """All or nothing: every line is validated before one transaction inserts them all."""
         return self.insert(self.prepare_batch(lines), actor=actor)
 
@@ -371,7 +372,7 @@ class Queue:
             if job.status not in HELD:
                 raise _refuse(job, "fail it (only a running job can fail)")
             _check_token(job, token, "fail")
-            fields = {**_CLEAR_CLAIM, "error": error}
+            fields: dict[str, object] = {**_CLEAR_CLAIM, "error": error}
             if job.status == "cancel_requested":
                 return Change("buried", fields, message=f"{error} (cancellation was requested: not retried)",
                               details=details, run="failed")
@@ -581,7 +582,7 @@ class Queue:
         for status, cutoff in cutoffs.items():
             before = sum(counts.values())
             counts[status] = self.engine.purge(
-                status, cutoff, on_progress=lambda n, before=before: on_progress(before + n, max(total, before + n)))
+                status, cutoff, on_progress=lambda n, before=before: on_progress(before + n, max(total, before + n)))  # type: ignore[misc]
         return counts
 
     def pause(self, queue: str) -> None:

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import TYPE_CHECKING, Any, Sequence
 
 from jobctl.durations import format_duration, to_rfc3339
 from jobctl.models import Job
+
+if TYPE_CHECKING:
+    from jobctl.engines.base import Engine
 
 COUNT_KEYS = ("ready", "scheduled", "blocked", "running", "cancel_requested", "buried", "completed", "cancelled")
 WINDOWS = (("1m", 1), ("15m", 15), ("60m", 60))
@@ -29,7 +33,7 @@ def _percentile(sorted_values: list, q: float):
     return sorted_values[max(math.ceil(q * len(sorted_values)) - 1, 0)]
 
 
-def collect(engine, now: int, *, queues: list[str] | None = None, limit: int = 10) -> dict:
+def collect(engine: Engine, now: int, *, queues: list[str] | None = None, limit: int = 10) -> dict:
     """The `stats --json` object of SPEC §6 from one consistent read of the engine.
 
     With `queues`, only those queues (and their stuck, buried and aging jobs) are reported."""
@@ -89,7 +93,7 @@ def _throughput(snap: dict) -> dict:
                 completed[minute] += n
             elif outcome in FAILED_OUTCOMES:
                 failed[minute] += n
-    out = {}
+    out: dict[str, Any] = {}
     for key, minutes in WINDOWS:
         c, f = sum(completed[:minutes]), sum(failed[:minutes])
         out[key] = {"completed": c, "failed": f, "completed_per_minute": round(c / minutes, 2),
@@ -187,7 +191,7 @@ def prometheus(stats: dict) -> str:
 
 # -- why a job is not running (jobctl show) ----------------------------------------------------
 
-def explain(job: Job, now: int, *, dependencies: list[tuple[int, str | None]] = (),
+def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]] = (),
             paused: set[str] | frozenset = frozenset()) -> str | None:
     """One or two sentences saying why this job is where it is and what would move it; None for a
     running job that is fine, or a finished job."""

@@ -86,9 +86,9 @@ def work(db, *args, timeout=60):
 
 
 def test_success_with_result_and_failure_retried_then_buried(tmp_path, cli, db):
-    write_config(tmp_path, f"""
+    write_config(tmp_path, """
         [types.ok]
-        command = ["sh", "-c", "echo working; echo '{{\\"sent\\": 2}}'"]
+        command = ["sh", "-c", "echo working; echo '{\\"sent\\": 2}'"]
 
         [types.boom]
         command = ["sh", "-c", "echo first >&2; echo 'smtp said no' >&2; exit 3"]
@@ -190,7 +190,7 @@ def test_payload_arrives_byte_exact_and_is_never_executed(tmp_path, cli, db):
     assert (tmp_path / f"payload-{job_id}.bin").read_bytes() == payload.encode("utf-8")
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
     env = json.loads((tmp_path / f"env-{job_id}.json").read_text())
-    job = show(db, job_id)
+    show(db, job_id)
     assert env["JOBCTL_JOB_ID"] == str(job_id)
     assert env["JOBCTL_JOB_TYPE"] == "capture"
     assert env["JOBCTL_QUEUE"] == "mail"

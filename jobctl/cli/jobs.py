@@ -78,11 +78,11 @@ def enqueue(
     text = _read_source(payload_file) if payload_file is not None else payload
     from jobctl.queue import Queue
 
-    prepared = Queue(None, st.settings).prepare(  # bad input is refused before the file is created
+    new_job = Queue(None, st.settings).prepare(  # bad input is refused before the file is created
         type, payload_text=text, queue=queue, priority=priority, delay=delay, at=at, max_attempts=max_attempts,
         backoff=backoff, timeout=timeout, key=key, unique=unique, after=after or [])
     with st.open_queue(create=True) as q:
-        r = q.insert([prepared])[0]
+        r = q.insert([new_job])[0]
         if as_json:
             emit_json({**q.get(r.id).to_dict(), "created": r.created})
         else:

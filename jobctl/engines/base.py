@@ -106,7 +106,7 @@ class Engine(Protocol):
         that finds nothing), in one transaction: a worker finishing jobs and taking the next ones
         pays for one commit. If any decide refuses, nothing changes and nothing is claimed."""
 
-    def update_expired(self, decide: Decide, now: int, actor: str, *, heartbeat_before: int | None = None,
+    def update_expired(self, decide: Callable[[Job], Change | None], now: int, actor: str, *, heartbeat_before: int | None = None,
                        dry_run: bool = False) -> list[tuple[Job, Change]]:
         """Apply decide to every running or cancel_requested job whose lease expired before `now`
         (or, with heartbeat_before, that was claimed or heartbeated before it), one transaction.

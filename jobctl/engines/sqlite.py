@@ -439,7 +439,7 @@ class SQLiteEngine:
         if request.types:
             type_filter = f" AND type IN ({','.join('?' * len(request.types))})"
             type_params = list(request.types)
-        for queue in request.queues or [None]:
+        for queue in request.queues or [None]:  # type: ignore[list-item]  # None: any queue
             queue_filter = " AND queue = ?" if queue is not None else ""
             queue_params = [queue] if queue is not None else []
             # Pin the partial index that matches the claim order, so the planner never falls back
@@ -536,7 +536,7 @@ class SQLiteEngine:
                         change.details)
         return Job.from_row(rows[0])
 
-    def _update_selected(self, sql: str, params: list, decide: Decide, now: int, actor: str,
+    def _update_selected(self, sql: str, params: list, decide: Callable[[Job], Change | None], now: int, actor: str,
                          dry_run: bool, on_progress: Callable[[int, int], None] | None = None
                          ) -> list[tuple[Job, Change]]:
         with self._write(rollback=dry_run) as c:
@@ -551,7 +551,7 @@ class SQLiteEngine:
                     on_progress(n, len(rows))
             return done
 
-    def update_expired(self, decide: Decide, now: int, actor: str, *, heartbeat_before: int | None = None,
+    def update_expired(self, decide: Callable[[Job], Change | None], now: int, actor: str, *, heartbeat_before: int | None = None,
                        dry_run: bool = False) -> list[tuple[Job, Change]]:
         sql = "SELECT * FROM jobs WHERE status IN (?, ?) AND (lease_expires_at < ?"
         params: list = [*HELD, now]

@@ -45,8 +45,6 @@ def compact(value) -> str:
 
 
 def render(renderable) -> str:
-    from rich.console import Console
-
     from jobctl import output
 
     con = output.console(width=100)

@@ -10,12 +10,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from jobctl.config import Settings
-from jobctl.errors import InvalidState, NothingToClaim, StaleToken
+from jobctl.errors import InvalidState, StaleToken
 from jobctl.queue import Queue
 
 from .util import connect_ro

@@ -7,12 +7,9 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shutil
 import sqlite3
 import stat
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +17,7 @@ import pytest
 from jobctl.config import Settings
 from jobctl.queue import Queue
 
-from .util import files_state, hold, integrity, jobctl, jobs, release, rows, schema
+from .util import files_state, hold, integrity, jobctl, jobs, release, rows
 
 
 def init_db(db: Path, n_jobs: int = 0) -> None:

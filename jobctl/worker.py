@@ -320,7 +320,8 @@ class Worker:
             stdin = handlers.stdin_for(job.payload.encode("utf-8"))  # exactly as stored; never on a command line
             self._stop_orphans(job)
             before = handlers.boot_ticks()
-            proc = subprocess.Popen(tc.command, stdin=stdin,  # type: ignore[union-attr,arg-type]  # no tc: AttributeError stdout=out, stderr=err, env=env,
+            # (no command for the type: the AttributeError is caught below)
+            proc = subprocess.Popen(tc.command, stdin=stdin, stdout=out, stderr=err, env=env,  # type: ignore[union-attr,arg-type]
                                     start_new_session=True, close_fds=True, shell=False)
             self.registry.record(job.id, job.token, self.o.worker_id, proc.pid, before, handlers.boot_ticks())
         except (OSError, ValueError, AttributeError) as e:

@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -200,7 +201,7 @@ class QueueMachine(RuleBasedStateMachine):
 
 
 QueueMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
-test_queue_state_machine = QueueMachine.TestCase
+test_queue_state_machine = pytest.mark.slow(QueueMachine.TestCase)  # 60 runs of 40 steps, each on a new file
 
 
 # -- 17. the clock jumps ------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import JOBCTL, run_cli
+from conftest import JOBCTL, run_cli, run_inproc
 
 PY = sys.executable
 
@@ -35,7 +35,7 @@ def toml_argv(*argv) -> str:
 
 
 def show(db, job_id) -> dict:
-    r = run_cli("show", job_id, "--json", db=db)
+    r = run_inproc("show", job_id, "--json", db=db)
     assert r.exit_code == 0, r.output
     return json.loads(r.stdout)
 

@@ -5,6 +5,7 @@ the same exit code, the same output and the same one error line, so the binary s
 in-process runner stays honest."""
 
 import json
+import os
 import re
 import sqlite3
 
@@ -111,3 +112,27 @@ def test_the_binary_prints_json_and_reads_stdin_as_bytes(tmp_path):
     assert job["payload"] == {"s": "é\u2028\x00"} and r.stdout.endswith(b"\n")
     again = run_inproc("show", "1", "--json", db=db, binary=True)
     assert json.loads(again.stdout)["payload"] == job["payload"]
+
+
+def test_the_in_process_runner_leaves_the_process_as_it_was(db):
+    """env= is set for the call only (TZ included: local times are read in it), and stdin, stdout
+    and stderr are given back."""
+    import sys
+    import time
+
+    env, streams, zone = dict(os.environ), (sys.stdin, sys.stdout, sys.stderr), time.tzname
+    r = run_inproc("enqueue", "t", "--at", "2031-05-06 10:08:09", "--json", db=db, env={"TZ": "Etc/GMT-3"})
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["run_at"] == "2031-05-06T07:08:09.000Z"
+    assert dict(os.environ) == env and (sys.stdin, sys.stdout, sys.stderr) == streams and time.tzname == zone
+
+
+def test_the_in_process_runner_runs_work_as_a_real_process(db, tmp_path):
+    """`work` installs signal handlers and starts handler processes: run_inproc hands it to run_cli."""
+    command = json.dumps(["sh", "-c", 'printf \'{"worker": %s}\\n\' "$PPID"'])
+    (tmp_path / "jobctl.toml").write_text(f"[types.t]\ncommand = {command}\n")
+    assert run_inproc("enqueue", "t", db=db).exit_code == 0
+    r = run_inproc("work", "--stop-when-empty", db=db)
+    assert r.exit_code == 0, r.output
+    show = json.loads(run_inproc("show", "1", "--json", db=db).stdout)
+    assert show["status"] == "completed" and show["result"]["worker"] != os.getpid(), show

@@ -250,7 +250,7 @@ def proc_start(pid: int):
 def environ_holders(entry: str) -> list[int]:
     """Pids of live processes whose environment holds `entry` (Linux /proc; empty elsewhere)."""
     needle = b"\0" + entry.encode() + b"\0"
-    found = []
+    found: list[int] = []
     try:
         names = os.listdir("/proc")
     except OSError:

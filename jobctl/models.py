@@ -46,8 +46,8 @@ class Record:
     and compiling methods at import (the hot commands import ten of them). A subclass lists its
     fields in __slots__, in constructor order, and writes its own __init__."""
 
-    __slots__ = ()
-    __hash__ = None  # mutable, compared by value: unhashable, like an eq=True dataclass
+    __slots__: tuple[str, ...] = ()
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value: unhashable, like an eq=True dataclass
 
     def _values(self) -> tuple:
         return tuple(getattr(self, name) for name in self.__slots__)

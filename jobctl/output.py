@@ -11,7 +11,7 @@ import json
 import sys
 
 from rich.cells import cell_len
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -212,14 +212,14 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
             grid.add_row(label, value if isinstance(value, Text) else Text(str(value)))
     history = Table(title="history", box=None, header_style="bold", title_justify="left", pad_edge=False)
     for name in ("AT", "FROM", "TO", "ACTOR", "MESSAGE"):
-        history.add_column(name, overflow="fold" if name == "MESSAGE" else None)
+        history.add_column(name, overflow="fold" if name == "MESSAGE" else None)  # type: ignore[arg-type]
     for e in events:
         how = exit_summary(_details(e))
         message = text(e.message or "")
         if how:
             message.append(f"{' ' if e.message else ''}({how})", style="dim")
         history.add_row(to_rfc3339(e.at), e.from_status or "-", e.to_status, text(e.actor), message)
-    parts = [Panel(grid, title=f"job {job.id}", title_align="left", expand=False), history]
+    parts: list[RenderableType] = [Panel(grid, title=f"job {job.id}", title_align="left", expand=False), history]
     for run, how, tail in runs:
         if tail:
             parts += [Text(""), Text(f"stderr of run {run} ({how}), its last lines:", style="bold")]
@@ -387,7 +387,7 @@ def throughput_table(stats: dict, spark: bool = False) -> Table:
     table = _grid_table([("RUNS/MIN", {}), ("1m", {"justify": "right"}), ("15m", {"justify": "right"}),
                          ("60m", {"justify": "right"})] + ([("LAST HOUR", {"no_wrap": True})] if spark else []))
     for outcome, style in (("completed", "green"), ("failed", "red")):
-        row = [outcome] + [f"{t[w][outcome + '_per_minute']:.2f}" for w in ("1m", "15m", "60m")]  # one format per column
+        row: list[str | Text] = [outcome, *(f"{t[w][outcome + '_per_minute']:.2f}" for w in ("1m", "15m", "60m"))]  # one format per column
         if spark:
             row.append(Text(sparkline(t[f"{outcome}_by_minute"]), style=style))
         table.add_row(*row)
@@ -570,7 +570,7 @@ def queue_lines(stats: dict, width: int, previous: dict | None = None, max_rows:
             label = Cell(Text("(all)", style="bold"))
         else:
             label = Cell(text(name), Text(" (paused)", style="magenta") if r.get("paused") else None)
-        row = [label]
+        row: list[Cell | Text | str] = [label]
         for key, _, _ in QUEUE_COLUMNS:
             if key == "oldest_ready_age":
                 row.append(_age(r[key]))
@@ -695,6 +695,7 @@ def screen_lines(stats: dict, now: int, *, width: int, height: int | None = None
         queues = queue_lines(stats, width, previous, max_rows=spare)
     throughput_full = throughput_lines(stats, width, full=True)
     throughput_short = throughput_lines(stats, width, full=False)
+    rates: list[Text]
     if height is None:
         take = {w: len(lists[w][1]) for w in present}
         rates = throughput_full
@@ -702,7 +703,7 @@ def screen_lines(stats: dict, now: int, *, width: int, height: int | None = None
     else:
         left = height - fixed - len(queues)
         take = {w: 0 for w in present}
-        rates: list[Text] = []
+        rates = []
         for w in present:  # each list: its header and one row, as long as there is room
             if left >= 2:
                 take[w], left = 1, left - 2

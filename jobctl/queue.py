@@ -264,7 +264,7 @@ class Queue:
                 on_progress(n, len(lines))
         return jobs
 
-    def enqueue_batch(self, lines: Iterable[str], *, actor: str | None = None) -> list[EnqueueResult]:
+    def enqueue_batch(self, lines: list[str], *, actor: str | None = None) -> list[EnqueueResult]:
         """All or nothing: every line is validated before one transaction inserts them all."""
         return self.insert(self.prepare_batch(lines), actor=actor)
 
@@ -481,7 +481,7 @@ class Queue:
         for status, cutoff in cutoffs.items():
             before = sum(counts.values())
             counts[status] = self.engine.purge(
-                status, cutoff, on_progress=lambda n, before=before: on_progress(before + n, max(total, before + n)))
+                status, cutoff, on_progress=lambda n, before=before: on_progress(before + n, max(total, before + n)))  # type: ignore[misc]
         return counts
 
     def get_many(self, job_ids: list[int]) -> list[Job]:

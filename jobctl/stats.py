@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import TYPE_CHECKING, Any, Sequence
 
 from jobctl.durations import format_duration, parse_time, to_rfc3339
 from jobctl.models import Job
+
+if TYPE_CHECKING:
+    pass
 
 COUNT_KEYS = ("ready", "scheduled", "blocked", "running", "cancel_requested", "buried", "completed", "cancelled")
 WINDOWS = (("1m", 1), ("15m", 15), ("60m", 60))
@@ -101,7 +105,7 @@ def _throughput(snap: dict) -> dict:
                 completed[minute] += n
             elif outcome in FAILED_OUTCOMES:
                 failed[minute] += n
-    out = {}
+    out: dict[str, Any] = {}
     for key, minutes in WINDOWS:
         c, f = sum(completed[:minutes]), sum(failed[:minutes])
         out[key] = {"completed": c, "failed": f, "completed_per_minute": round(c / minutes, 2),
@@ -208,7 +212,7 @@ def prometheus(stats: dict) -> str:
 
 # -- why a job is not running (jobctl show) ----------------------------------------------------
 
-def explain(job: Job, now: int, *, dependencies: list[tuple[int, str | None]] = (),
+def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]] = (),
             paused: set[str] | frozenset = frozenset()) -> str | None:
     """One or two sentences saying why this job is where it is and what would move it; None for a
     running job that is fine, or a finished job."""

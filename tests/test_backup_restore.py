@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import JOBCTL, run_cli
-from jobctl.engines import files
+from conftest import run_cli
 
 HOLDER = """
 import sys, time

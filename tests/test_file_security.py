@@ -8,16 +8,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import sqlite3
-import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import JOBCTL, run_cli
+from conftest import run_cli
 from jobctl.engines import files
 from jobctl.engines.sqlite import SQLiteEngine
 from jobctl.errors import DatabaseUnusable
@@ -410,7 +408,7 @@ def test_forget_checks_and_removes_under_the_folder_lock(db):
     import threading
 
     make_db(db)
-    frozen, rescuer = handlers.Registry(str(db)), handlers.Registry(str(db))
+    frozen = handlers.Registry(str(db))
     frozen.record(5, "t1", "frozen", 111, None, None)
     fd = os.open(frozen.folder, os.O_RDONLY)
     fcntl.flock(fd, fcntl.LOCK_EX)

@@ -2,7 +2,6 @@
 payloads, bad names, out-of-range numbers, bad durations: exit 2, one line, nothing changed."""
 
 import json
-import sqlite3
 
 import pytest
 

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import Clock
 from jobctl.queue import Queue
-from jobctl.stats import collect, prometheus
+from jobctl.stats import prometheus
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(

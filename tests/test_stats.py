@@ -8,7 +8,7 @@ import pytest
 from conftest import JOBCTL, Clock, run_on_pty
 from jobctl import output
 from jobctl.queue import Queue
-from jobctl.stats import check, collect, prometheus
+from jobctl.stats import check, prometheus
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 

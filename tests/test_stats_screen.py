@@ -18,7 +18,6 @@ import pytest
 from conftest import note_expired_leases, JOBCTL, Clock, run_on_pty
 from jobctl import output
 from jobctl.queue import Queue
-from jobctl.stats import collect
 
 QUEUES = ["billing-invoices-eu", "email", "media.transcode:high", "reports", "default"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

@@ -40,7 +40,8 @@ def _only_the_command_run(argv: list[str]):
         if arg in _GLOBAL_OPTIONS_WITH_VALUE:
             next(args, None)
         elif not arg.startswith("-"):
-            found = [c for c in app.registered_commands if get_command_name(c.name or c.callback.__name__) == arg]
+            found = [c for c in app.registered_commands
+                     if get_command_name(c.name or c.callback.__name__) == arg]  # type: ignore[union-attr]
             return found or None
     return None
 

@@ -59,7 +59,7 @@ def _read_batch_lines(path: str, payload_limit: int) -> list[str]:
     the other keys' room is refused without reading the rest of it."""
     most = payload_limit + BATCH_LINE_ROOM
     f = _open_source(path)
-    lines = []
+    lines: list[str] = []
     try:
         while True:
             raw = f.readline(most + 1)
@@ -131,11 +131,11 @@ def enqueue(
     text = _read_payload_file(payload_file, st.settings.max_payload_bytes) if payload_file is not None else payload
     from jobctl.queue import Queue
 
-    prepared = Queue(None, st.settings).prepare(  # bad input is refused before the file is created
+    new_job = Queue(None, st.settings).prepare(  # bad input is refused before the file is created
         type, payload_text=text, queue=queue, priority=priority, delay=delay, at=at, max_attempts=max_attempts,
         backoff=backoff, timeout=timeout, key=key, unique=unique, after=after or [])
     with st.open_queue(create=True) as q:
-        r = q.insert([prepared])[0]
+        r = q.insert([new_job])[0]
         if as_json:
             emit_json({**q.get(r.id).to_dict(), "created": r.created})
         else:

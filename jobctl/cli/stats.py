@@ -39,7 +39,7 @@ def stats(
     Example: jobctl stats --check --max-ready-age 10m --max-buried 0 --max-stuck 0
     """
     from jobctl.durations import parse_duration
-    from jobctl.stats import check as run_check, collect, prometheus
+    from jobctl.stats import check as run_check, prometheus
 
     if fmt not in FORMATS:
         raise InvalidInput(f"invalid --format {fmt!r}: use one of {', '.join(FORMATS)}")

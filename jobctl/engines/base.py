@@ -125,10 +125,18 @@ class FileStore(Protocol):
 
 
 class Engine(Protocol):
-    url: str  # what reopens this database from another process (a handler's JOBCTL_DB)
-    location: str  # fit to print: never a password
-    identity: str  # stable across processes and hosts, e.g. for a registry of running handlers
-    files: FileStore | None
+    @property
+    def url(self) -> str:
+        """What reopens this database from another process (a handler's JOBCTL_DB)."""
+    @property
+    def location(self) -> str:
+        """The database, fit to print: never a password."""
+    @property
+    def identity(self) -> str:
+        """Stable across processes and hosts, e.g. for a registry of running handlers."""
+    @property
+    def files(self) -> FileStore | None:
+        """The file capability (backup, checkpoint), or None for a server database."""
 
     def now(self) -> int:
         """The database's clock, ms since the epoch."""

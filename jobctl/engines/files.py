@@ -373,7 +373,7 @@ def clean_stale_temps(path: str | os.PathLike) -> list[str]:
     path = os.fspath(path)
     folder, name = os.path.split(path)
     prefix = f".{name}."
-    removed = []
+    removed: list[str] = []
     try:
         entries = os.scandir(folder or ".")
     except OSError:

@@ -427,7 +427,7 @@ class SQLiteEngine:
         if request.types:
             type_filter = f" AND type IN ({','.join('?' * len(request.types))})"
             type_params = list(request.types)
-        queues = list(request.queues or [None])
+        queues: list[str | None] = [*request.queues] if request.queues else [None]
         while queues:
             queue = queues[0]
             queue_filter = " AND queue = ?" if queue is not None else ""
@@ -552,10 +552,11 @@ class SQLiteEngine:
             rows = c.execute(*select(now)).fetchall()
             for n, row in enumerate(rows, 1):
                 # A damaged row is left as it is (doctor names it): it must not stop the others.
-                job = None if row_damage(row) is not None else Job.from_checked_row(row)
-                change = None if job is None else decide(job, now)
-                if change is not None:
-                    done.append((job if dry_run else self._apply(c, job, change, now, actor), change))
+                if row_damage(row) is None:
+                    job = Job.from_checked_row(row)
+                    change = decide(job, now)
+                    if change is not None:
+                        done.append((job if dry_run else self._apply(c, job, change, now, actor), change))
                 if on_progress is not None and (n % 100 == 0 or n == len(rows)):
                     on_progress(n, len(rows))
             return done

@@ -45,8 +45,6 @@ def compact(value) -> str:
 
 
 def render(renderable) -> str:
-    from rich.console import Console
-
     from jobctl import output
 
     con = output.console(width=100)
@@ -57,6 +55,7 @@ def render(renderable) -> str:
 
 # -- 12. payloads: byte-exact in JSON, inert in tables ------------------------------------------
 
+@pytest.mark.slow  # 60 generated cases, each on a new file
 @settings(max_examples=60, deadline=None)
 @given(payloads=st.lists(json_values, min_size=1, max_size=6))
 def test_any_payload_is_stored_byte_exact_and_rendered_inert(payloads):

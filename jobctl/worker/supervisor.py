@@ -1,0 +1,349 @@
+"""Handler processes: start one, watch its clock, stop it, reap it.
+
+Handlers run with shell=False in their own session (so their process group is theirs alone and a
+Ctrl-C on the worker's terminal does not reach them). The payload is given on stdin from a pipe
+filled before the handler starts (a temporary file when it exceeds one pipe page), and
+stdout/stderr go to unnamed temporary files, so no pipe can fill up and deadlock the worker. A
+handler's exit is first observed with waitid(WNOWAIT): while the leader is an unreaped zombie its
+pid (= the group id) cannot be reused, so killing what it left behind in its group cannot hit a
+stranger.
+
+Stopping a handler (its timeout, a cancellation, the worker's shutdown) is SIGTERM to the whole
+group, then SIGKILL after kill_grace. A process that left the group with setsid() is still found by
+the claim's JOBCTL_TOKEN in its environment, and stopped too, so that it cannot overlap the next
+run of its job.
+
+Everything that touches the operating system goes through a Launcher, and every time is read from
+an injected monotonic clock: the rules here are unit-tested with fake processes and a fake clock,
+beside the real-process tests.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from jobctl import handlers
+from jobctl.models import Job
+
+# errno values of a spawn that failed on the worker's side: the job is not to blame.
+RESOURCE_ERRORS = {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOSPC, errno.EINTR}
+COMMAND_ERRORS = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR, errno.EISDIR, errno.ELOOP,
+                  errno.ENAMETOOLONG, errno.ETXTBSY, errno.EPERM}
+
+
+class SpawnError(Exception):
+    """A handler could not be started. `command` is true when the command itself is the problem
+    (missing, not executable), false for a resource of the worker (file descriptors, processes)."""
+
+    def __init__(self, reason: str, command: bool = False):
+        super().__init__(reason)
+        self.reason = reason
+        self.command = command
+
+
+class Proc:
+    """A started handler: its pid (= its process group) and, once reaped, its returncode."""
+
+    __slots__ = ("pid", "returncode")
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+
+def _scratch_fd() -> int:
+    """An unnamed read/write temporary file (O_TMPFILE where the filesystem has it)."""
+    folder = tempfile.gettempdir()
+    flag = getattr(os, "O_TMPFILE", 0)
+    if flag:
+        try:
+            return os.open(folder, os.O_RDWR | flag | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            if e.errno in (errno.EMFILE, errno.ENFILE):
+                raise
+    fd, name = tempfile.mkstemp(dir=folder)
+    os.unlink(name)
+    return fd
+
+
+def _stdin_fd(data: bytes) -> int:
+    """The handler's stdin holding `data`: a pipe already filled and closed when the payload fits
+    in one pipe page (any pipe holds that much, so the write never blocks), else a temporary file."""
+    if len(data) <= 4096:
+        r, w = os.pipe()
+        try:
+            if data:
+                os.write(w, data)
+        finally:
+            os.close(w)
+        return r
+    fd = _scratch_fd()
+    try:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def close_inherited_fds() -> None:
+    """Mark every descriptor above stderr close-on-exec, so a handler gets only 0, 1 and 2 (what
+    close_fds does, once for the worker's life instead of at each spawn)."""
+    try:
+        fds = [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass
+
+
+class PosixLauncher:
+    """The real processes: posix_spawn of a command resolved once on PATH, waitid, killpg."""
+
+    def __init__(self):
+        self._paths: dict[str, str] = {}
+
+    def resolve(self, program: str, env: dict) -> str | None:
+        if os.sep in program:
+            return program
+        path = self._paths.get(program)
+        if path is None:
+            path = shutil.which(program, path=env.get("PATH", os.defpath))
+            if path is None:
+                return None
+            self._paths[program] = path
+        return path
+
+    def spawn(self, argv: list[str], stdin: int, stdout: int, stderr: int, env: dict) -> Proc:
+        path = self.resolve(argv[0], env)
+        if path is None:
+            raise OSError(errno.ENOENT, "not found on PATH", argv[0])
+        try:
+            pid = os.posix_spawn(
+                path, argv, env,
+                file_actions=[(os.POSIX_SPAWN_DUP2, stdin, 0), (os.POSIX_SPAWN_DUP2, stdout, 1),
+                              (os.POSIX_SPAWN_DUP2, stderr, 2)],
+                setsid=True, setsigmask=(), setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+            )
+        except OSError:
+            self._paths.pop(argv[0], None)  # looked up again next time (reinstalled elsewhere?)
+            raise
+        return Proc(pid)
+
+    def exited(self, proc: Proc) -> bool:
+        try:
+            return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+
+    def reap(self, proc: Proc, timeout: float | None = None) -> int | None:
+        """The returncode (-N for a signal); with a timeout, None if it has not exited by then."""
+        if proc.returncode is not None:
+            return proc.returncode
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                pid, status = os.waitpid(proc.pid, 0 if deadline is None else os.WNOHANG)
+            except ChildProcessError:
+                proc.returncode = -signal.SIGKILL
+                return proc.returncode
+            if pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                return proc.returncode
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.01)
+
+    def signal_group(self, proc: Proc, sig: int) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def token_holders(self, token: str) -> set[int]:
+        """Processes of this user that carry the claim's token (escaped from the group or not)."""
+        return handlers.token_holders(token)
+
+    def stop_pids(self, pids: set[int], grace: float) -> None:
+        handlers.stop_processes(pids, grace)
+
+
+@dataclass
+class Running:
+    """One handler process and the claim it works for."""
+
+    job: Job
+    proc: Proc
+    out: int  # fd of its stdout file
+    err: int  # fd of its stderr file
+    started: float
+    deadline: float
+    next_heartbeat: float
+    stop_reason: str | None = None  # timeout | cancel | shutdown | lost
+    kill_at: float | None = None
+    killed: bool = False
+
+    def close(self) -> None:
+        for fd in (self.out, self.err):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.out = self.err = -1
+
+
+class Supervisor:
+    """The running handlers of one worker and the rules of their lives: timeout, grace, kill."""
+
+    def __init__(self, launcher, clock: Callable[[], float], *, kill_grace: float, registry=None,
+                 worker_id: str = "", log=None):
+        self.launcher = launcher
+        self.clock = clock
+        self.kill_grace = kill_grace
+        self.registry = registry
+        self.worker_id = worker_id
+        self.log = log
+        self.running: list[Running] = []
+
+    # -- starting ------------------------------------------------------------------------------
+
+    def start(self, job: Job, command: list[str], env: dict, heartbeat_every: float) -> Running:
+        """Start a handler for a claimed job; SpawnError when it cannot be started."""
+        fds: list[int] = []
+        try:
+            out = _scratch_fd()
+            fds.append(out)
+            err = _scratch_fd()
+            fds.append(err)
+            stdin = _stdin_fd(job.payload.encode("utf-8"))  # exactly as stored; never on a command line
+            fds.append(stdin)
+            self._stop_orphans(job)
+            before = handlers.boot_ticks()
+            proc = self.launcher.spawn(command, stdin, out, err, env)
+        except OSError as e:
+            for fd in fds:
+                os.close(fd)
+            reason = e.strerror or str(e)
+            if e.errno in COMMAND_ERRORS:
+                raise SpawnError(f"cannot run {command[0]}: {reason}", command=True) from None
+            raise SpawnError(f"cannot start a handler ({reason})") from None
+        except (ValueError, TypeError) as e:  # an argument with a NUL byte, say
+            for fd in fds:
+                os.close(fd)
+            raise SpawnError(f"cannot run {command[0]}: {e}", command=True) from None
+        os.close(stdin)
+        now = self.clock()
+        r = Running(job, proc, out, err, now, now + job.timeout_ms / 1000, now + heartbeat_every)
+        self.running.append(r)
+        if self.registry is not None:
+            self.registry.record(job.id, job.token, self.worker_id, proc.pid, before, handlers.boot_ticks())
+        return r
+
+    def _stop_orphans(self, job: Job) -> None:
+        """Before running a job: stop what an earlier run of it left running on this host (its
+        worker was killed), so that two runs never overlap."""
+        if self.registry is None:
+            return
+        pids, worker = self.registry.strays(job.id, job.token)
+        if pids:
+            if self.log is not None:
+                self.log("orphan", f"a handler of an earlier run (worker {worker}, pid(s) "
+                                   f"{', '.join(map(str, sorted(pids)))}) is still running on this host; stopping "
+                                   "it before this run", job)
+            self.launcher.stop_pids(pids, self.kill_grace)
+            self.registry.forget(job.id)
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    def stop(self, r: Running, reason: str, now: float) -> None:
+        """SIGTERM to the handler's whole process group (and what escaped it); SIGKILL after kill_grace."""
+        if r.stop_reason is None:
+            r.stop_reason = reason
+        if r.kill_at is None:
+            self.launcher.signal_group(r.proc, signal.SIGTERM)
+            self._signal_escaped(r, signal.SIGTERM)
+            r.kill_at = now + self.kill_grace
+
+    def kill(self, r: Running, sig: int = signal.SIGKILL) -> None:
+        if r.stop_reason is None:
+            r.stop_reason = "shutdown"
+        self.launcher.signal_group(r.proc, sig)
+        self._signal_escaped(r, sig)
+        r.killed = True
+
+    def _signal_escaped(self, r: Running, sig: int) -> None:
+        if not r.job.token:
+            return
+        for pid in self.launcher.token_holders(r.job.token):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
+    def supervise(self, now: float, stop_at: float | None) -> None:
+        """Apply the clock: a timeout, the end of the shutdown grace, the end of a kill grace."""
+        for r in self.running:
+            if r.stop_reason is None and now >= r.deadline:
+                self.stop(r, "timeout", now)
+            if stop_at is not None and now >= stop_at and r.stop_reason is None:
+                self.stop(r, "shutdown", now)
+            if r.kill_at is not None and now >= r.kill_at and not r.killed:
+                self.kill(r)
+
+    def next_deadline(self, times: list[float]) -> None:
+        for r in self.running:
+            if r.stop_reason is None:
+                times.append(r.deadline)
+            if r.kill_at is not None and not r.killed:
+                times.append(r.kill_at)
+
+    # -- reaping -------------------------------------------------------------------------------
+
+    def reap(self) -> list[tuple[Running, int]]:
+        """The handlers that exited, each with its returncode, taken off the running list."""
+        done = []
+        for r in self.running:
+            if self.launcher.exited(r.proc):
+                done.append(r)
+        if not done:
+            return []
+        finished = []
+        for r in done:
+            self.running.remove(r)
+            # The leader is a zombie: its group id is still ours. Kill what it left behind.
+            self.launcher.signal_group(r.proc, signal.SIGKILL)
+            rc = self.launcher.reap(r.proc)
+            if r.stop_reason is not None and r.job.token:
+                # Stopped by us: nothing of this run may outlive it, not even what left the group.
+                left = self.launcher.token_holders(r.job.token)
+                if left:
+                    self.launcher.stop_pids(left, self.kill_grace)
+            finished.append((r, rc))
+        return finished
+
+    def forget(self, r: Running) -> None:
+        if self.registry is not None:
+            self.registry.forget(r.job.id)
+
+    def abandon(self, r: Running, wait: float = 5.0) -> int:
+        """Kill a handler at once and reap it (the worker is leaving); its returncode."""
+        self.kill(r)
+        rc = self.launcher.reap(r.proc, timeout=wait)
+        if r in self.running:
+            self.running.remove(r)
+        self.forget(r)
+        r.close()
+        return rc if rc is not None else -signal.SIGKILL

@@ -83,6 +83,10 @@ def translate(exc: sqlite3.Error, path: str, busy_timeout: float) -> Exception:
         return DatabaseUnusable(f"cannot open the database {path}; check the permissions of the file and its folder")
     if name.startswith("SQLITE_IOERR"):
         return DatabaseUnusable(f"I/O error on the database {path} ({name}); check the disk")
+    if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(("no such column", "no such table")):
+        # SQLITE_ERROR like many others: only the message says that the schema lost a part of it
+        return DatabaseUnusable(f"the database {path} is damaged ({exc}); restore it from a backup "
+                                "(`jobctl backup` makes one)")
     if isinstance(exc, sqlite3.OperationalError):  # rolled back, so nothing changed
         return TransientDatabaseError(f"database error on {path} ({name or exc}); nothing changed, safe to retry")
     return exc

@@ -176,7 +176,15 @@ class PosixLauncher:
         """Processes of this user that carry the claim's token (escaped from the group or not)."""
         return handlers.token_holders(token)
 
+    def signal_pids(self, pids: set[int], sig: int) -> None:
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
     def stop_pids(self, pids: set[int], grace: float) -> None:
+        """SIGTERM, then SIGKILL to what is left after `grace` (blocks up to twice `grace`)."""
         handlers.stop_processes(pids, grace)
 
 
@@ -285,13 +293,10 @@ class Supervisor:
         r.killed = True
 
     def _signal_escaped(self, r: Running, sig: int) -> None:
-        if not r.job.token:
-            return
-        for pid in self.launcher.token_holders(r.job.token):
-            try:
-                os.kill(pid, sig)
-            except OSError:
-                pass
+        if r.job.token:
+            pids = self.launcher.token_holders(r.job.token)
+            if pids:
+                self.launcher.signal_pids(pids, sig)
 
     def supervise(self, now: float, stop_at: float | None) -> None:
         """Apply the clock: a timeout, the end of the shutdown grace, the end of a kill grace."""

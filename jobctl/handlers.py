@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import tempfile
 import time
 
 from jobctl import payloads
@@ -114,6 +112,8 @@ def stdin_for(data: bytes):
         finally:
             os.close(w)
         return os.fdopen(r, "rb", buffering=0)
+    import tempfile
+
     f = tempfile.TemporaryFile()
     f.write(data)
     f.seek(0)
@@ -166,6 +166,17 @@ def token_holders(token: str) -> set[int]:
     return found
 
 
+def which(program: str, path: str | None = None) -> str | None:
+    """The executable file `program` names on PATH (shutil.which without its import cost)."""
+    if path is None:
+        path = os.environ.get("PATH", os.defpath)
+    for folder in path.split(os.pathsep):
+        candidate = os.path.join(folder or ".", program)
+        if os.access(candidate, os.X_OK) and os.path.isfile(candidate):
+            return candidate
+    return None
+
+
 def command_problems(settings, types=None) -> dict[str, str]:
     """Handler commands that cannot be run, by type: a program that is missing, not a file or
     not executable (looked up on PATH when it has no slash, as the worker does). `types` limits
@@ -176,7 +187,7 @@ def command_problems(settings, types=None) -> dict[str, str]:
             continue
         program = tc.command[0]
         if os.sep not in program:
-            if shutil.which(program) is None:
+            if which(program) is None:
                 problems[name] = f"{program!r} is not found on PATH"
             continue
         if not os.path.exists(program):

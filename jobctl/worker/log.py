@@ -21,6 +21,7 @@ class Log:
         self.stream = stream or sys.stderr
         self._second = -1
         self._prefix = ""
+        self._held: list[str] | None = None
 
     def _timestamp(self, now: float) -> str:
         """'2026-11-29T21:03:04.123Z' (the text of to_rfc3339), the seconds formatted once a second."""
@@ -51,7 +52,19 @@ class Log:
                 line += ": " + safe(message)
         self.write(line + "\n")
 
+    def hold(self) -> None:
+        """Keep the lines of one round of the work loop, to write them in one go (release)."""
+        self._held = []
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        if held:
+            self.write("".join(held))
+
     def write(self, text: str) -> None:
+        if self._held is not None:
+            self._held.append(text)
+            return
         stream = self.stream
         try:
             if stream is sys.__stderr__ and stream is sys.stderr:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import select
 import signal
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -43,7 +42,7 @@ EXIT_UNUSABLE = DatabaseUnusable.exit_code
 def own_worker_id() -> str:
     """`work`'s default worker id: JOBCTL_WORKER_ID, else host:pid of this worker process, so that
     N workers started from one shell differ (`claim` names the calling shell instead)."""
-    return os.environ.get("JOBCTL_WORKER_ID") or f"{socket.gethostname()}:{os.getpid()}"
+    return os.environ.get("JOBCTL_WORKER_ID") or f"{os.uname().nodename}:{os.getpid()}"
 
 
 @dataclass
@@ -152,8 +151,18 @@ class Worker:
             close_inherited_fds()
         wake_r, saved = self._install_signals()
         self.begin()
+        hold, release = getattr(self.log, "hold", None), getattr(self.log, "release", None)
         try:
-            while not self.step():
+            while True:
+                if hold is not None:
+                    hold()  # a round's lines (a job done, the next started) in one write
+                try:
+                    done = self.step()
+                finally:
+                    if release is not None:
+                        release()
+                if done:
+                    break
                 self._wait(wake_r, self.next_deadline(self.clock()) - self.clock())
         except DatabaseUnusable as e:
             self.log("unusable", f"stopping: {e}")

@@ -10,7 +10,7 @@ without writing it, it is logged (job, what it was) so that nothing disappears s
 
 from __future__ import annotations
 
-import random
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -20,6 +20,11 @@ from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidState
 from jobctl.models import Job
 
 MAX_DB_DELAY = 5.0
+
+
+def _jitter() -> float:
+    """A factor from 0.5 to 1.5 (os.urandom: no import of random at start-up)."""
+    return 0.5 + int.from_bytes(os.urandom(2), "big") / 65535
 
 
 class Retry(Exception):
@@ -104,7 +109,7 @@ class Recorder:
         return result
 
     def _wait_out(self, why: str) -> None:
-        self.delay = min(max(self.delay * 2, 0.1), MAX_DB_DELAY) * random.uniform(0.5, 1.5)
+        self.delay = min(max(self.delay * 2, 0.1), MAX_DB_DELAY) * _jitter()
         if not self.busy_logged:
             self.busy_logged = True
             self.log("db-busy", f"the database is {why}; waiting and retrying (logged once)")

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import signal
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -58,17 +56,23 @@ class Proc:
         self.returncode: int | None = None
 
 
+_TMP: list[str] = []  # the folder of the scratch files, found once (as tempfile.gettempdir would)
+
+
 def _scratch_fd() -> int:
     """An unnamed read/write temporary file (O_TMPFILE where the filesystem has it)."""
-    folder = tempfile.gettempdir()
     flag = getattr(os, "O_TMPFILE", 0)
     if flag:
+        if not _TMP:
+            _TMP.append(next((os.environ[v] for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)), "/tmp"))
         try:
-            return os.open(folder, os.O_RDWR | flag | os.O_CLOEXEC, 0o600)
+            return os.open(_TMP[0], os.O_RDWR | flag | os.O_CLOEXEC, 0o600)
         except OSError as e:
             if e.errno in (errno.EMFILE, errno.ENFILE):
                 raise
-    fd, name = tempfile.mkstemp(dir=folder)
+    import tempfile
+
+    fd, name = tempfile.mkstemp()
     os.unlink(name)
     return fd
 
@@ -120,7 +124,7 @@ class PosixLauncher:
             return program
         path = self._paths.get(program)
         if path is None:
-            path = shutil.which(program, path=env.get("PATH", os.defpath))
+            path = handlers.which(program, env.get("PATH", os.defpath))
             if path is None:
                 return None
             self._paths[program] = path

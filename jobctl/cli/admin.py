@@ -109,7 +109,7 @@ def resume(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE",
 
 @app.command()
 def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print the checks as one JSON object.")):
-    """Check the file: integrity, schema, permissions, WAL size, expired leases, unrunnable jobs.
+    """Check the file: integrity, schema, permissions, WAL size, expired leases, unrunnable jobs, handler commands.
 
     Exits 0 when all is well, 9 when a check found a problem, 8 when the file cannot be used.
     Example: jobctl doctor || mail -s "jobctl needs a look" ops@example.com
@@ -140,6 +140,12 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
                    "every pending type has a command" if not orphans else
                    "no [types.X] command for: " + ", ".join(f"{t} ({n} pending)" for t, n in sorted(orphans.items()))
                    + " (fine if workers use --type or scripts claim them)"))
+    from jobctl.handlers import command_problems
+
+    broken = command_problems(st.settings)
+    checks.append(("handler commands", not broken,
+                   "every command can be run" if not broken else
+                   "; ".join(f"type {t}: {p}" for t, p in broken.items()) + " (workers refuse to start)"))
     ok = all(good for _, good, _ in checks)
     if as_json:
         emit_json({"ok": ok, "path": str(q.engine.path),

@@ -58,8 +58,16 @@ class Log:
 
     def release(self) -> None:
         held, self._held = self._held, None
-        if held:
-            self.write("".join(held))
+        if not held:
+            return
+        if self._direct():
+            self.write("".join(held))  # one system call for the round
+        else:
+            for line in held:  # a stream given by the caller still gets one write per line
+                self.write(line)
+
+    def _direct(self) -> bool:
+        return self.stream is sys.__stderr__ and self.stream is sys.stderr
 
     def write(self, text: str) -> None:
         if self._held is not None:
@@ -67,7 +75,7 @@ class Log:
             return
         stream = self.stream
         try:
-            if stream is sys.__stderr__ and stream is sys.stderr:
+            if self._direct():
                 data = text.encode("utf-8", "backslashreplace")
                 while data:  # straight to the file descriptor: one write, no buffer to flush
                     data = data[os.write(2, data):]

@@ -249,24 +249,25 @@ def test_a_dropped_column_under_a_running_handler_stops_it_and_logs_its_job(tmp_
 # -- its own claims, whatever the wall clock says ----------------------------------------------
 
 SHIFTED_WORKER = textwrap.dedent("""
-    import sys, time
-    real_time, started = time.time, time.monotonic()
-    jump = float(sys.argv[1])
-    time.time = lambda: real_time() + (jump if time.monotonic() - started > 0.5 else 0.0)
+    import os, sys, time
+    real_time, flag, jump = time.time, sys.argv[1], float(sys.argv[2])
+    # the wall clock (what the queue's timestamps use) jumps once the handler has started
+    time.time = lambda: real_time() + (jump if os.path.exists(flag) else 0.0)
     from jobctl.cli import main
-    sys.argv = ["jobctl", *sys.argv[2:]]
+    sys.argv = ["jobctl", *sys.argv[3:]]
     main()
 """)
 
 
 def test_a_worker_never_recovers_its_own_running_job_after_a_clock_jump(tmp_path, cli, db):
-    write_config(tmp_path, """
+    flag = tmp_path / "jumped"
+    write_config(tmp_path, f"""
         [types.nap]
-        command = ["sleep", "2"]
+        command = ["sh", "-c", "touch {flag}; sleep 2"]
         max_attempts = 1
-    """, worker='lease = "3s"\nrecover_every = "100ms"\npoll = "100ms"')
+    """, worker='lease = "30s"\nrecover_every = "100ms"\npoll = "100ms"')  # no heartbeat due for 5 s
     job_id = int(cli("enqueue", "nap").stdout)
-    r = subprocess.run([PY, "-c", SHIFTED_WORKER, "3600", "--db", str(db), "work", "--stop-when-empty"],
+    r = subprocess.run([PY, "-c", SHIFTED_WORKER, str(flag), "3600", "--db", str(db), "work", "--stop-when-empty"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "recovered" not in r.stderr and "lost" not in r.stderr, r.stderr

@@ -320,3 +320,23 @@ def test_sigterm_to_the_worker_alone_stops_a_long_handler_after_the_grace_and_re
     assert job["status"] == "pending" and job["attempts"] == 0, job  # released: not charged
     held = run_cli("list", "--status", "running", "--json", db=db).stdout
     assert held.strip() == ""
+
+
+def test_a_finished_jobs_outcome_that_cannot_be_written_is_logged(tmp_path, cli, db):
+    flag = tmp_path / "go"
+    write_config(tmp_path, f"""
+        [types.t]
+        command = ["sh", "-c", "while [ ! -e {flag} ]; do sleep 0.05; done"]
+    """, worker='lease = "30s"\npoll = "100ms"')  # no heartbeat is due before the outcome
+    job_id = int(cli("enqueue", "t").stdout)
+    worker = start_worker(tmp_path, db)
+    wait_for(lambda: show(db, job_id)["status"] == "running", what="the handler to start")
+    conn = sqlite3.connect(db)
+    conn.execute("ALTER TABLE jobs DROP COLUMN heartbeat_at")  # completing the job now fails
+    conn.close()
+    flag.touch()
+    code, log = finish(worker, timeout=30)
+    assert code == 8, log
+    assert "Traceback" not in log
+    [line] = [line for line in log.splitlines() if "unrecorded" in line]
+    assert f"unrecorded job {job_id}" in line and "(completed)" in line, log

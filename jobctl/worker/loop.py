@@ -131,6 +131,7 @@ class Worker:
                                   lease=options.lease)
         self.max_time_at: float | None = None
         self.next_recover = self.next_purge = 0.0
+        self._clock_mark: tuple[float, float] | None = None  # (monotonic, wall) at the last look
 
     # compatibility: what the old single class exposed
     @property
@@ -444,7 +445,17 @@ class Worker:
 
     # -- heartbeats and housekeeping -------------------------------------------------------
 
+    def _clock_jumped(self, now: float) -> bool:
+        """Whether the wall clock (the queue's leases) moved unlike the monotonic one since the
+        last look: a step of the clock (NTP, a resumed VM) makes leases look expired."""
+        wall = self.q.now() / 1000
+        mark, self._clock_mark = self._clock_mark, (now, wall)
+        return mark is not None and abs((wall - mark[1]) - (now - mark[0])) > 1.0
+
     def _heartbeats(self, now: float) -> None:
+        if self.sup.running and self._clock_jumped(now):
+            for r in self.sup.running:  # renew every lease now, before anyone's recovery sweep
+                r.next_heartbeat = min(r.next_heartbeat, now)
         for r in self.sup.running:
             if now < r.next_heartbeat or r.stop_reason == "lost":
                 continue
@@ -470,8 +481,7 @@ class Worker:
         if now >= self.next_recover and not self.rec.unrecorded:
             self.next_recover = now + self.o.recover_every
             # Our own running jobs are alive whatever their lease says (a wall-clock jump, a
-            # heartbeat that waited on a lock): never recover them, and renew their leases first.
-            self._heartbeats_due(now)
+            # heartbeat that waited on a lock): never recover them.
             mine = frozenset(r.job.token for r in self.sup.running if r.job.token)
             try:
                 for job, action in self.rec.db(self.q.recover, actor=self.o.worker_id, exclude_tokens=mine):
@@ -487,12 +497,6 @@ class Worker:
                     self.log("purged", f"{detail} (retention)", deleted=counts)
             except Retry:
                 self.next_purge = now + min(self.o.purge_every, 5.0)
-
-    def _heartbeats_due(self, now: float) -> None:
-        """Renew every lease now (before a recovery sweep)."""
-        for r in self.sup.running:
-            r.next_heartbeat = min(r.next_heartbeat, now)
-        self._heartbeats(now)
 
     # -- claiming --------------------------------------------------------------------------
 

@@ -340,3 +340,31 @@ def test_a_finished_jobs_outcome_that_cannot_be_written_is_logged(tmp_path, cli,
     assert "Traceback" not in log
     [line] = [line for line in log.splitlines() if "unrecorded" in line]
     assert f"unrecorded job {job_id}" in line and "(completed)" in line, log
+
+
+def test_a_handler_inherits_only_stdin_stdout_and_stderr(tmp_path, cli, db):
+    handler = script(tmp_path, "fds.py", """
+        import json, os
+        open_fds = []
+        for fd in range(3, 1024):
+            try:
+                os.fstat(fd)
+                open_fds.append(fd)
+            except OSError:
+                pass
+        print(json.dumps({"fds": open_fds}))
+    """)
+    write_config(tmp_path, f"""
+        [types.t]
+        command = {json.dumps([PY, handler])}
+    """)
+    job_id = int(cli("enqueue", "t").stdout)
+    leak = os.open(os.devnull, os.O_RDONLY)  # an inheritable descriptor the worker is started with
+    os.set_inheritable(leak, True)
+    try:
+        proc = subprocess.run([*JOBCTL, "--db", str(db), "work", "--stop-when-empty"], capture_output=True,
+                              text=True, timeout=60, close_fds=False)
+    finally:
+        os.close(leak)
+    assert proc.returncode == 0, proc.stderr
+    assert show(db, job_id)["result"] == {"fds": []}

@@ -170,6 +170,7 @@ class Worker:
             self.exit_code = EXIT_UNUSABLE
         finally:
             self._abandon()
+            self.sup.close_spare()
             self._restore_signals(saved)
         self.log("stopped", f"{self.claimed} job(s) started")
         return self.exit_code

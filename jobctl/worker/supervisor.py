@@ -229,6 +229,7 @@ class Supervisor:
         self.worker_id = worker_id
         self.log = log
         self.running: list[Running] = []
+        self._spare: list[int] = []  # two fresh scratch files for the next handler's stdout and stderr
 
     # -- starting ------------------------------------------------------------------------------
 
@@ -236,10 +237,12 @@ class Supervisor:
         """Start a handler for a claimed job; SpawnError when it cannot be started."""
         fds: list[int] = []
         try:
-            out = _scratch_fd()
-            fds.append(out)
-            err = _scratch_fd()
-            fds.append(err)
+            if self._spare:
+                fds += self._spare
+                self._spare = []
+            while len(fds) < 2:
+                fds.append(_scratch_fd())
+            out, err = fds
             stdin = _stdin_fd(job.payload.encode("utf-8"))  # exactly as stored; never on a command line
             fds.append(stdin)
             self._stop_orphans(job)
@@ -262,7 +265,18 @@ class Supervisor:
         self.running.append(r)
         if self.registry is not None:
             self.registry.record(job.id, job.token, self.worker_id, proc.pid, before, handlers.boot_ticks())
+        # The next run's output files, made now while this handler runs rather than after it exits.
+        try:
+            while len(self._spare) < 2:
+                self._spare.append(_scratch_fd())
+        except OSError:
+            self.close_spare()
         return r
+
+    def close_spare(self) -> None:
+        for fd in self._spare:
+            os.close(fd)
+        self._spare = []
 
     def _stop_orphans(self, job: Job) -> None:
         """Before running a job: stop what an earlier run of it left running on this host (its

@@ -437,3 +437,18 @@ def test_an_idle_worker_notices_a_new_job_before_the_poll_interval(make, tmp_pat
     w.step()
     assert len(launcher.procs) == 1
     assert w.next_deadline(clock()) - clock() <= 60.0
+
+
+def test_commits_it_cannot_use_do_not_make_an_idle_worker_claim_at_every_look(make, tmp_path):
+    w, q, clock, launcher, _ = make(poll=4.0)
+    for _ in range(12):
+        clock.advance(4.0)
+        w.step()
+    claims = q.claims
+    with Queue.open(tmp_path / "q.db", q.settings) as other:
+        for _ in range(80):  # four seconds of other workers' commits, none of them for us
+            other.enqueue("not-ours")
+            clock.advance(0.05)
+            w.step()
+    assert q.claims - claims <= 12, q.claims - claims  # not one claim per look (80)
+    assert not launcher.procs

@@ -120,6 +120,9 @@ class Worker:
         self.idle_delay = IDLE_MIN_DELAY
         self.next_claim = 0.0
         self.next_change_check = 0.0
+        self.change_delay = CHANGE_CHECK
+        # Idle workers watch the database for commits when its engine offers a cheap way to.
+        self.watch = callable(getattr(queue.engine, "has_changed", None))
         self.spawn_delay = 0.0
         self.heartbeat_every = max(min(options.lease / 3, HEARTBEAT_MAX_INTERVAL), 0.05)
         env = dict(os.environ)
@@ -504,21 +507,22 @@ class Worker:
     def _claim(self, now: float) -> None:
         if not self._may_claim():
             return
+        by_change = False
         if now < self.next_claim:
-            if not self.empty or self.spawn_delay or now < self.next_change_check:
+            if not self.empty or self.spawn_delay or not self.watch or now < self.next_change_check:
                 return
-            # Idle: a cheap look at whether anyone committed since our last claim.
-            self.next_change_check = now + CHANGE_CHECK
+            # Idle: a cheap look (no lock, no I/O) at whether anyone committed since our last claim.
+            self.next_change_check = now + self.change_delay
             try:
                 if not self.rec.db(self.q.has_changed):
+                    self.change_delay = CHANGE_CHECK  # a quiet database: the next commit is worth a claim
                     return
             except Retry:
                 return
-            self.idle_delay = IDLE_MIN_DELAY
-            self.next_claim = now
-        while self._may_claim() and now >= self.next_claim:
+            by_change = True
+        while self._may_claim() and (now >= self.next_claim or by_change):
             try:
-                if self.empty:
+                if self.empty and self.watch:
                     self.rec.db(self.q.has_changed)  # the mark that a later look compares with
                 job = self.rec.db(self.q.claim, **self.claim_options)
             except Retry:
@@ -526,8 +530,16 @@ class Worker:
                 self.empty = False
                 return
             if job is None:
-                self._claimed_none(now)
+                if by_change:
+                    # Others' commits, nothing for us (other types, a busy queue): look less often,
+                    # so idle workers do not hammer the write lock of busy ones.
+                    self.change_delay = min(self.change_delay * 2, max(CHANGE_CHECK, self.o.poll / 4))
+                    self.next_change_check = now + self.change_delay
+                else:
+                    self._claimed_none(now)
                 return
+            by_change = False
+            self.change_delay = CHANGE_CHECK
             self.next_claim = now
             self._log_start(self._start(job))
             now = self.clock()
@@ -535,7 +547,7 @@ class Worker:
     def _claimed_none(self, now: float) -> None:
         self.empty = True
         self.next_claim = now + self.idle_delay
-        self.next_change_check = now + CHANGE_CHECK
+        self.next_change_check = now + self.change_delay
         self.idle_delay = min(self.idle_delay * 2, self.o.poll)
 
     def next_deadline(self, now: float) -> float:
@@ -550,7 +562,7 @@ class Worker:
             times.append(self.max_time_at)
         if self._may_claim():
             times.append(self.next_claim)
-            if self.empty and not self.spawn_delay:
+            if self.empty and not self.spawn_delay and self.watch:
                 times.append(self.next_change_check)
         times += [o.next_try for o in self.rec.unrecorded]
         times.append(self.next_purge)

@@ -293,9 +293,7 @@ class Worker:
         """A third signal: kill the handlers and leave now, even with outcomes not yet written
         (a full disk, a lock that never ends); what is left is named in the log."""
         self.stopping = True
-        self.forced = True
-        for r in list(self.sup.running):
-            self.sup.kill(r)
+        self.forced = True  # _abandon kills the handlers
         left = self.rec.unrecorded
         self.log("stopping", f"third signal ({name}); stopping the handlers and leaving at once"
                  + (f" with {len(left)} outcome(s) not recorded" if left else ""))
@@ -577,6 +575,16 @@ class Worker:
         and try to hand its job back, so that nothing is left running; what cannot be written is
         logged, job by job, and recovered later when its lease expires."""
         for r in list(self.sup.running):
+            if r.stop_reason is None and self.sup.launcher.exited(r.proc):
+                # It finished by itself before the worker could look: its outcome is a real one.
+                self.sup.running.remove(r)
+                self.sup.launcher.signal_group(r.proc, signal.SIGKILL)
+                rc = self.sup.launcher.reap(r.proc)
+                self.sup.forget(r)
+                o = self._finish(r, rc)
+                if o is not None:
+                    self.rec.unrecorded.append(o)
+                continue
             rc = self.sup.abandon(r)
             if r.stop_reason != "lost":
                 self.rec.unrecorded.append(Outcome(r, "release", rc, self.clock() - r.started))

@@ -1,4 +1,4 @@
-"""Handler processes on this host, for the work loop in worker.py: the payload's stdin, what a
+"""Handler processes on this host, for the worker (jobctl/worker/): the payload's stdin, what a
 finished handler left behind (its stderr tail, its result line), and the registry through which a
 later worker finds and stops a handler whose own worker was killed.
 

@@ -368,3 +368,30 @@ def test_a_handler_inherits_only_stdin_stdout_and_stderr(tmp_path, cli, db):
         os.close(leak)
     assert proc.returncode == 0, proc.stderr
     assert show(db, job_id)["result"] == {"fds": []}
+
+
+def test_output_of_a_process_that_outlives_its_run_never_lands_in_a_later_run(tmp_path, cli, db):
+    # Job 1 leaves a process in a session of its own that writes to its stdout a second later;
+    # job 2 runs meanwhile and prints nothing: its result must stay empty.
+    handler = script(tmp_path, "h.py", """
+        import os, sys, time
+        if os.environ["JOBCTL_JOB_ID"] == "1":
+            if os.fork() == 0:
+                os.setsid()
+                time.sleep(1)
+                for fd in (1, 2):
+                    os.write(fd, b'{"from": "the process left behind"}\\n')
+                os._exit(0)
+        else:
+            time.sleep(2)
+    """)
+    write_config(tmp_path, f"""
+        [types.t]
+        command = {json.dumps([PY, handler])}
+    """)
+    first, second = (int(x) for x in cli("enqueue", "--batch", "-", input='{"type": "t"}\n' * 2).stdout.split())
+    r = run_cli("work", "--stop-when-empty", db=db)
+    assert r.exit_code == 0, r.output
+    assert show(db, first)["status"] == "completed"
+    job = show(db, second)
+    assert job["status"] == "completed" and job["result"] is None, job

@@ -173,7 +173,7 @@ class Worker:
             self.exit_code = EXIT_UNUSABLE
         finally:
             self._abandon()
-            self.sup.close_spare()
+            self.sup.close()
             self._restore_signals(saved)
         self.log("stopped", f"{self.claimed} job(s) started")
         return self.exit_code
@@ -396,7 +396,7 @@ class Worker:
             return Outcome(r, "bury" if bury else "fail", rc, duration, details=details,
                            error=f"{how}: {last_err}" if last_err else how)
         finally:
-            r.close()
+            self.sup.release_files(r)
 
     # -- writing outcomes ------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ HEARTBEAT_MAX_INTERVAL = 5.0  # a cancellation is noticed within this many secon
 IDLE_MIN_DELAY = 0.05
 CHANGE_CHECK = 0.05  # while idle, how often the database is asked whether anyone committed
 SPAWN_MIN_DELAY, SPAWN_MAX_DELAY = 0.5, 30.0  # back-off after a handler could not be started
+REGISTER_AFTER = 0.002  # a handler still running this long after its start is put in the orphan registry
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 EXIT_UNUSABLE = DatabaseUnusable.exit_code
 
@@ -167,7 +168,13 @@ class Worker:
                         release()
                 if done:
                     break
-                self._wait(wake_r, self.next_deadline(self.clock()) - self.clock())
+                wait = self.next_deadline(self.clock()) - self.clock()
+                if self.sup.unregistered:
+                    # A first short wait: a handler that is over by then needs no orphan record.
+                    self._wait(wake_r, min(wait, REGISTER_AFTER))
+                    self.sup.register()
+                    continue
+                self._wait(wake_r, wait)
         except DatabaseUnusable as e:
             self.log("unusable", f"stopping: {e}")
             self.exit_code = EXIT_UNUSABLE

@@ -265,6 +265,8 @@ class Running:
     stop_reason: str | None = None  # timeout | cancel | shutdown | lost
     kill_at: float | None = None
     killed: bool = False
+    spawn_ticks: tuple = (None, None)  # its /proc start time lies in this range (for the registry)
+    registered: bool = False
 
     def close(self) -> None:
         for fd in (self.out, self.err):
@@ -289,6 +291,7 @@ class Supervisor:
         self.log = log
         self.running: list[Running] = []
         self.files = ScratchFiles()
+        self.unregistered: list[Running] = []  # started, not yet in the orphan registry
 
     # -- starting ------------------------------------------------------------------------------
 
@@ -322,9 +325,20 @@ class Supervisor:
         now = self.clock()
         r = Running(job, proc, readers[0], readers[1], now, now + job.timeout_ms / 1000, now + heartbeat_every)
         self.running.append(r)
+        r.spawn_ticks = (before, handlers.boot_ticks())
         if self.registry is not None:
-            self.registry.record(job.id, job.token, self.worker_id, proc.pid, before, handlers.boot_ticks())
+            self.unregistered.append(r)
         return r
+
+    def register(self) -> None:
+        """Record the handlers started since the last call that are still running in the orphan
+        registry. The loop calls it after a first, short wait: a handler that is already over
+        needs no record (a file created and deleted per job is most of a short job's cost)."""
+        pending, self.unregistered = self.unregistered, []
+        for r in pending:
+            if r in self.running and not self.launcher.exited(r.proc):
+                self.registry.record(r.job.id, r.job.token, self.worker_id, r.proc.pid, *r.spawn_ticks)
+                r.registered = True
 
     def release_files(self, r: Running) -> None:
         """The run's output has been read: its files go back to the pool (or are closed)."""
@@ -415,7 +429,8 @@ class Supervisor:
         return finished
 
     def forget(self, r: Running) -> None:
-        if self.registry is not None:
+        if self.registry is not None and r.registered:
+            r.registered = False
             self.registry.forget(r.job.id)
 
     def abandon(self, r: Running, wait: float = 5.0) -> int:

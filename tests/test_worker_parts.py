@@ -452,3 +452,40 @@ def test_commits_it_cannot_use_do_not_make_an_idle_worker_claim_at_every_look(ma
             w.step()
     assert q.claims - claims <= 12, q.claims - claims  # not one claim per look (80)
     assert not launcher.procs
+
+
+# -- the orphan registry ----------------------------------------------------------------------
+
+
+class FakeRegistry:
+    def __init__(self):
+        self.recorded, self.forgotten = [], []
+
+    def record(self, job_id, token, worker, pid, start_min, start_max):
+        self.recorded.append(job_id)
+
+    def forget(self, job_id):
+        self.forgotten.append(job_id)
+
+    def strays(self, job_id, token):
+        return set(), None
+
+
+def test_only_handlers_still_running_after_the_first_wait_are_registered(make):
+    from jobctl.worker import Supervisor
+
+    w, q, clock, launcher, _ = make(concurrency=2)
+    registry = FakeRegistry()
+    sup = Supervisor(launcher, clock, kill_grace=1.0, registry=registry, worker_id="w1")
+    quick, slow = q.enqueue("t").id, q.enqueue("t").id
+    a = sup.start(q.claim(worker="w1"), ["handler"], {}, 1.0)
+    b = sup.start(q.claim(worker="w1"), ["handler"], {}, 1.0)
+    assert registry.recorded == []  # not before the first wait
+    a.proc.exit(0)
+    sup.register()
+    assert registry.recorded == [slow]
+    b.proc.exit(0)
+    for r, _ in sup.reap():
+        sup.forget(r)
+    assert registry.forgotten == [slow]  # nothing to delete for the quick one
+    assert quick not in registry.recorded

@@ -524,6 +524,12 @@ class Queue:
                             "every pending type has a command" if not orphans else
                             "no [types.X] command for: " + ", ".join(f"{t} ({n} pending)" for t, n in sorted(orphans.items()))
                             + " (fine if workers use --type or scripts claim them)"))
+        from jobctl.handlers import command_problems
+
+        broken = command_problems(self.settings)
+        checks.append(Check("handler commands", not broken,
+                            "every command can be run" if not broken else
+                            "; ".join(f"type {t}: {p}" for t, p in broken.items()) + " (workers refuse to start)"))
         return checks
 
     def backup(self, dest, *, on_progress: Callable[[int, int], None] | None = None) -> None:

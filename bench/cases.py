@@ -508,6 +508,7 @@ def floor_worker_run(a: dict) -> None:
 def build_pending(db: str, n: int) -> None:
     """A jobctl file with n pending jobs, written straight into the jobs table (fixture, untimed)."""
     from jobctl.engines.sqlite import SQLiteEngine
+    from jobctl.payloads import canonical_hash
 
     SQLiteEngine.open(db, create=True).close()
     conn = sqlite3.connect(db, isolation_level=None)
@@ -517,9 +518,10 @@ def build_pending(db: str, n: int) -> None:
     conn.execute("BEGIN")
     conn.executemany(
         "INSERT INTO jobs (queue, type, payload, payload_hash, priority, status, max_attempts, backoff, "
-        "timeout_ms, run_at, created_at, updated_at) VALUES ('default', 'bench', ?, 'h', 0, 'pending', 3, "
+        "timeout_ms, run_at, created_at, updated_at) VALUES ('default', 'bench', ?, ?, 0, 'pending', 3, "
         "'exponential', 600000, ?, ?, ?)",
-        ((f'{{"i":{i}}}', now, now, now) for i in range(n)),
+        # the real hash: a claim buries a job whose payload does not match it
+        ((f'{{"i":{i}}}', canonical_hash({"i": i}), now, now, now) for i in range(n)),
     )
     conn.execute("COMMIT")
     conn.execute("ANALYZE")

@@ -11,7 +11,7 @@ import time
 from typing import Callable, Iterable
 
 from jobctl import payloads, transitions
-from jobctl.config import Settings, parse_backoff
+from jobctl.config import Settings, parse_backoff, parse_cost
 from jobctl.durations import parse_duration, parse_priority, parse_time, validate_name
 from jobctl.engines.base import ClaimRequest, Engine, NewJob
 from jobctl.errors import CancelRequested, InvalidInput, NoSuchJob
@@ -21,7 +21,7 @@ from jobctl.transitions import backoff_delay, one_line  # noqa: F401  (re-export
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_ID = 2**63 - 1
 BATCH_KEYS = {"type", "payload", "queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
-              "key", "unique", "after"}
+              "key", "unique", "after", "cost", "group"}
 
 
 def validate_job_id(value) -> int:
@@ -110,6 +110,16 @@ class Queue:
     def __init__(self, engine, settings: Settings | None = None):
         self.engine = engine
         self.settings = settings or Settings()
+        self._limits = None
+
+    @property
+    def limits(self):
+        """The admission-control limits of this queue's config (limits.Limits)."""
+        if self._limits is None:
+            from jobctl.limits import from_settings
+
+            self._limits = from_settings(self.settings)
+        return self._limits
 
     @classmethod
     def open(cls, db, settings: Settings | None = None, *, create: bool = False, read_only: bool = False,
@@ -156,7 +166,7 @@ class Queue:
 
     def prepare(self, type: str, payload=None, *, payload_text: str | bytes | None = None, queue=None,
                 priority=None, delay=None, at=None, max_attempts=None, backoff=None, timeout=None, key=None,
-                unique: bool = False, after: Iterable = ()) -> NewJob:
+                unique: bool = False, after: Iterable = (), cost=None, group=None) -> NewJob:
         """Validate one job's options into a NewJob: command line > [types.X] > [defaults]."""
         s = self.settings
         validate_name(type, "type")
@@ -196,10 +206,13 @@ class Queue:
         if isinstance(after, (str, int)):
             after = [after]
         after_ids = [validate_job_id(a) for a in after]
+        cost_units = parse_cost(cost) if cost is not None else (tc and tc.cost_units) or 1
+        group = validate_name(group, "group") if group is not None else tc and tc.concurrency_group
         return NewJob(
             queue=queue, type=type, payload=compact, payload_hash=payloads.canonical_hash(payload),
             priority=priority, max_attempts=max_attempts, backoff=backoff, timeout_ms=int(timeout_s * 1000),
             delay_ms=delay_ms, not_before=not_before, idempotency_key=key, unique=unique, after=after_ids,
+            cost_units=cost_units, concurrency_group=group,
         )
 
     def enqueue(self, type: str, payload=None, *, actor: str | None = None, **options) -> EnqueueResult:
@@ -236,7 +249,7 @@ class Queue:
             if "type" not in obj:
                 raise InvalidInput("missing \"type\"")
             opts = {k: obj[k] for k in ("queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
-                                       "key") if obj.get(k) is not None}
+                                       "key", "cost", "group") if obj.get(k) is not None}
             after = obj.get("after") or []
             if not isinstance(after, list):
                 raise InvalidInput("\"after\" must be a list of job ids")
@@ -276,7 +289,7 @@ class Queue:
         types = [validate_name(t, "type") for t in types] if types else None
         lease_ms = _positive_ms(lease, "lease") if lease is not None else None
         return ClaimRequest(worker=worker or shell_worker_id(), token=os.urandom(12).hex(),
-                            queues=queues, types=types, lease_ms=lease_ms)
+                            queues=queues, types=types, lease_ms=lease_ms, limits=self.limits or None)
 
     def claim_wait(self, wait: float, poll: float = 0.5, **claim_options) -> Job | None:
         """Claim, waiting up to `wait` seconds (monotonic clock) for a job to become ready. Between
@@ -518,6 +531,42 @@ class Queue:
                 f"{self.location} is not a file that jobctl can copy; back it up with the server's own tools "
                 "(for PostgreSQL: pg_dump)")
         files.backup(dest, on_progress=on_progress)
+
+    def limit_figures(self) -> dict | None:
+        """Admission-control figures for views (None without limits): Engine.limit_figures plus the
+        admission they lead to and when each shut type's rate window opens."""
+        from jobctl import limits as policy
+
+        limits = self.limits
+        if not limits:
+            return None
+        figures = self.engine.limit_figures(limits)
+        figures["admission"] = policy.admission(limits, {t: len(s) for t, s in figures["starts"].items()},
+                                                figures["held"])
+        figures["opens_at"] = {t: policy.window_opens_at(figures["starts"][t], n, window)
+                               for t, (n, window) in limits.rates.items()}
+        return figures
+
+    def held_because(self, job: Job, figures: dict | None = None) -> str | None:
+        """Why a ready job is held back by a limit, or None."""
+        from jobctl import limits as policy
+
+        figures = figures if figures is not None else self.limit_figures()
+        if figures is None:
+            return None
+        return policy.describe_hold(job.type, job.concurrency_group, job.cost_units, self.limits,
+                                    figures["admission"], figures["opens_at"], figures["now"])
+
+    def next_admission_in(self, types: list[str] | None = None) -> float | None:
+        """Seconds until the earliest rate window of a shut type (of `types`) opens; None when no
+        rate limit holds anything back. A freed concurrency slot is a commit: wait_for_change sees it."""
+        figures = self.limit_figures()
+        if figures is None:
+            return None
+        shut = [t for t in figures["admission"].shut_types if types is None or t in types]
+        if not shut:
+            return None
+        return max(min(figures["opens_at"][t] for t in shut) - figures["now"], 0) / 1000
 
     def pause(self, queue: str) -> None:
         self.engine.set_paused(validate_name(queue, "queue"), True)

@@ -399,8 +399,8 @@ class SQLiteEngine:
 
     _INSERT = (
         "INSERT INTO jobs (queue, type, payload, payload_hash, priority, status, max_attempts, backoff, "
-        "timeout_ms, run_at, waiting_on, unique_key, idempotency_key, created_at, updated_at) "
-        "VALUES (?,?,?,?,?,'pending',?,?,?,?,?,?,?,?,?)"
+        "timeout_ms, run_at, waiting_on, unique_key, idempotency_key, created_at, updated_at, cost_units, "
+        "concurrency_group) VALUES (?,?,?,?,?,'pending',?,?,?,?,?,?,?,?,?,?,?)"
     )
 
     PROGRESS_STEP = 1000  # jobs between two on_progress calls (all inside the one transaction)
@@ -427,7 +427,8 @@ class SQLiteEngine:
             c.executemany(
                 self._INSERT,
                 ((j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff,
-                  j.timeout_ms, j.run_at(now), 0, None, None, now, now) for j in jobs[start:start + step]),
+                  j.timeout_ms, j.run_at(now), 0, None, None, now, now, j.cost_units, j.concurrency_group)
+                 for j in jobs[start:start + step]),
             )
             if on_progress is not None:
                 on_progress(min(start + step, len(jobs)), len(jobs))
@@ -475,7 +476,7 @@ class SQLiteEngine:
         cur = c.execute(
             self._INSERT,
             (j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff, j.timeout_ms,
-             j.run_at(now), waiting, unique_key, j.idempotency_key, now, now),
+             j.run_at(now), waiting, unique_key, j.idempotency_key, now, now, j.cost_units, j.concurrency_group),
         )
         job_id = cur.lastrowid
         if after:
@@ -493,6 +494,8 @@ class SQLiteEngine:
             return self._claim(c, request, now)
 
     def _claim(self, c, request: ClaimRequest, now: int) -> Job | None:
+        if request.limits:
+            return self._claim_admitted(c, request, now)
         type_filter, type_params = "", []
         if request.types:
             type_filter = f" AND type IN ({','.join('?' * len(request.types))})"
@@ -503,32 +506,135 @@ class SQLiteEngine:
             # Pin the partial index that matches the claim order, so the planner never falls back
             # to sorting every pending row (its choice on a fresh file without statistics).
             index = "jobs_ready_by_queue" if queue is not None else "jobs_ready"
-            # One statement picks and takes the job: no other writer can run between the two,
-            # because the whole transaction holds the write lock (BEGIN IMMEDIATE).
-            rows = c.execute(
-                f"""
-                UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = ?,
-                    heartbeat_at = ?, lease_ms = COALESCE(?, timeout_ms),
-                    lease_expires_at = ? + COALESCE(?, timeout_ms), token = ?, progress = NULL, updated_at = ?,
-                    expiry_seen_at = NULL, expiry_seen_hb = NULL
-                WHERE status = 'pending' AND id = (
-                    SELECT id FROM jobs INDEXED BY {index}
-                    WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?{queue_filter}{type_filter}
-                      AND queue NOT IN (SELECT name FROM queues WHERE paused = 1)
-                    ORDER BY priority DESC, run_at, id LIMIT 1)
-                RETURNING *
-                """,
-                [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now, now,
-                 *queue_params, *type_params],
-            ).fetchall()  # fetch before COMMIT: an unfinished RETURNING cursor blocks it
-            if rows:
-                job = Job.from_row(rows[0])
-                if rows[0]["dep_flags"] & DEPENDS:
-                    job.after = [r[0] for r in c.execute(
-                        "SELECT after_id FROM job_deps WHERE job_id = ? ORDER BY after_id", (job.id,))]
-                self._event(job.id, now, "pending", "running", request.worker, f"run {job.attempts} of {job.max_attempts}")
+            pick = (f"SELECT id FROM jobs INDEXED BY {index} "
+                    f"WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?{queue_filter}{type_filter} "
+                    f"AND queue NOT IN (SELECT name FROM queues WHERE paused = 1) "
+                    f"ORDER BY priority DESC, run_at, id LIMIT 1")
+            job = self._take(c, request, now, pick, [now, *queue_params, *type_params])
+            if job is not None:
                 return job
         return None
+
+    def _take(self, c, request: ClaimRequest, now: int, pick: str, pick_params: list) -> Job | None:
+        """Move the job that `pick` (a SELECT of one id) finds to running, with the claim's event."""
+        # One statement picks and takes the job: no other writer can run between the two,
+        # because the whole transaction holds the write lock (BEGIN IMMEDIATE).
+        rows = c.execute(
+            f"""
+            UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = ?,
+                heartbeat_at = ?, lease_ms = COALESCE(?, timeout_ms),
+                lease_expires_at = ? + COALESCE(?, timeout_ms), token = ?, progress = NULL, updated_at = ?,
+                expiry_seen_at = NULL, expiry_seen_hb = NULL
+            WHERE status = 'pending' AND id = ({pick})
+            RETURNING *
+            """,
+            [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now, *pick_params],
+        ).fetchall()  # fetch before COMMIT: an unfinished RETURNING cursor blocks it
+        if not rows:
+            return None
+        job = Job.from_row(rows[0])
+        if rows[0]["dep_flags"] & DEPENDS:
+            job.after = [r[0] for r in c.execute(
+                "SELECT after_id FROM job_deps WHERE job_id = ? ORDER BY after_id", (job.id,))]
+        self._event(job.id, now, "pending", "running", request.worker, f"run {job.attempts} of {job.max_attempts}")
+        return job
+
+    # -- admission control -------------------------------------------------------------------
+
+    def _held_rows(self, c) -> list:
+        """Every held job's type, group, cost and start: few rows (one per running handler)."""
+        return c.execute(
+            "SELECT type, concurrency_group, cost_units, claimed_at FROM jobs INDEXED BY jobs_held "
+            "WHERE status IN ('running', 'cancel_requested')").fetchall()  # literals: the partial index's own
+
+    def _recent_starts(self, c, held: list, type: str, n: int, window_ms: int, now: int) -> list[int]:
+        """Start times of `type` in its window (newest first, at most n): ended runs and held jobs."""
+        since = now - window_ms
+        ended = [r[0] for r in c.execute(
+            "SELECT started_at FROM runs INDEXED BY runs_type_started WHERE type = ? AND started_at > ? "
+            "ORDER BY started_at DESC LIMIT ?", (type, since, n))]
+        running = [r["claimed_at"] for r in held if r["type"] == type and r["claimed_at"] is not None
+                   and r["claimed_at"] > since]
+        return sorted(ended + running, reverse=True)[:n]
+
+    def _admission(self, c, limits, types, now: int):
+        from jobctl import limits as policy
+
+        held = self._held_rows(c)
+        units: dict[tuple[str, str], int] = {}
+        for r in held:
+            key = policy.key_of(r["concurrency_group"], r["type"])
+            units[key] = units.get(key, 0) + r["cost_units"]
+        starts = {t: len(self._recent_starts(c, held, t, n, window, now))
+                  for t, (n, window) in limits.rates.items() if types is None or t in types}
+        return policy.admission(limits, starts, units)
+
+    @staticmethod
+    def _room_filter(admission) -> tuple[str, list]:
+        """SQL that leaves out jobs whose concurrency key has no room for their cost."""
+        sql, params = "", []
+        for (kind, name), room in admission.room.items():
+            if kind == "group":
+                sql += " AND NOT (concurrency_group IS ? AND cost_units > ?)"
+            else:
+                sql += " AND NOT (concurrency_group IS NULL AND type = ? AND cost_units > ?)"
+            params += [name, room]
+        return sql, params
+
+    def _claim_admitted(self, c, request: ClaimRequest, now: int) -> Job | None:
+        """The claim under limits: the best ready job that the limits admit, counted now, in this
+        transaction. A shut type's jobs are skipped, never waited on (no head-of-line blocking)."""
+        admission = self._admission(c, request.limits, request.types, now)
+        room_sql, room_params = self._room_filter(admission)
+        paused = " AND queue NOT IN (SELECT name FROM queues WHERE paused = 1)"
+        types = request.types
+        if types is not None:
+            types = [t for t in types if t not in admission.shut_types]
+            if not types:
+                return None
+        for queue in request.queues or [None]:
+            queue_filter = " AND queue = ?" if queue is not None else ""
+            queue_params = [queue] if queue is not None else []
+            if types is not None:
+                # The best ready job of each admitted type, each one index seek, then the best of
+                # those: a shut type's ready rows are never walked.
+                one = ("SELECT * FROM (SELECT id, priority, run_at FROM jobs INDEXED BY jobs_ready_by_type "
+                       f"WHERE status = 'pending' AND waiting_on = 0 AND type = ? AND run_at <= ?{queue_filter}"
+                       f"{paused}{room_sql} ORDER BY priority DESC, run_at, id LIMIT 1)")
+                pick = (f"SELECT id FROM ({' UNION ALL '.join([one] * len(types))}) "
+                        "ORDER BY priority DESC, run_at, id LIMIT 1")
+                params = [p for t in types for p in (t, now, *queue_params, *room_params)]
+            else:
+                shut = sorted(admission.shut_types)
+                shut_sql = f" AND type NOT IN ({','.join('?' * len(shut))})" if shut else ""
+                index = "jobs_ready_by_queue" if queue is not None else "jobs_ready"
+                pick = (f"SELECT id FROM jobs INDEXED BY {index} "
+                        f"WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?{queue_filter}{paused}"
+                        f"{shut_sql}{room_sql} ORDER BY priority DESC, run_at, id LIMIT 1")
+                params = [now, *queue_params, *shut, *room_params]
+            job = self._take(c, request, now, pick, params)
+            if job is not None:
+                return job
+        return None
+
+    def limit_figures(self, limits) -> dict:
+        from jobctl import limits as policy
+
+        with self._read() as c:
+            now = self.now()
+            held = self._held_rows(c)
+            units: dict[tuple[str, str], int] = {}
+            for r in held:
+                key = policy.key_of(r["concurrency_group"], r["type"])
+                units[key] = units.get(key, 0) + r["cost_units"]
+            starts = {t: self._recent_starts(c, held, t, n, window, now) for t, (n, window) in limits.rates.items()}
+            ready_sql = ("SELECT count(*) FROM jobs INDEXED BY {} WHERE status = 'pending' AND waiting_on = 0 "
+                         "AND run_at <= ? AND {}")
+            ready = {t: c.execute(ready_sql.format("jobs_ready_by_type", "type = ?"), (now, t)).fetchone()[0]
+                     for t in {*limits.rates, *limits.types}}
+            ready_group = {g: c.execute(ready_sql.format("jobs_ready", "concurrency_group = ?"), (now, g)).fetchone()[0]
+                           for g in limits.groups}
+        return {"now": now, "starts": starts, "held": units, "ready": ready, "ready_group": ready_group}
 
     # -- transitions -----------------------------------------------------------------------
 

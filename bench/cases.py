@@ -434,7 +434,7 @@ def case_spawn(a: dict) -> dict:
 
 
 def case_floor_worker(a: dict) -> dict:
-    """The floor of any worker that keeps SPEC's guarantees, and what claiming ahead would buy: a
+    """The floor of any worker that keeps jobctl's guarantees, and what claiming ahead would buy: a
     hand-written worker on a jobctl file (same table, indexes, triggers and pragmas) that runs
     `true` for each job with the payload on stdin in a new session, as `jobctl work` does, and
     nothing else: no event history, no run log, no orphan registry, no logs, no result capture.
@@ -443,8 +443,8 @@ def case_floor_worker(a: dict) -> dict:
     transaction, then start it (one commit between one handler's exit and the next spawn).
     mode "ahead": start the job claimed by the previous transaction first, then complete the
     finished one and claim the one after while the handler runs, so that the commit overlaps it.
-    That job is `running` (attempts + 1, lease ticking) before anything runs it: SPEC §2 reads
-    `running` and `attempts` as started, which is why jobctl does not do this.
+    That job is `running` (attempts + 1, lease ticking) before anything runs it, while jobctl
+    reads `running` and `attempts` as started, which is why jobctl does not do this.
     The whole process is timed, start-up included, as `jobctl work` is."""
     db, n = a["db"], a["n"]
     from jobctl.config import Settings

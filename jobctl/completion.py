@@ -48,6 +48,45 @@ def complete_queue(ctx, incomplete: str) -> list[str]:
         return []
 
 
+def _choices(values, incomplete: str) -> list[str]:
+    return [v for v in values if v.startswith(incomplete or "")]
+
+
+def complete_status(ctx, incomplete: str) -> list[str]:
+    from jobctl.models import STATES
+
+    return _choices(STATES, incomplete)
+
+
+def complete_sort(ctx, incomplete: str) -> list[str]:
+    from jobctl.models import LIST_SORTS
+
+    return _choices(LIST_SORTS, incomplete)
+
+
+def complete_stats_format(ctx, incomplete: str) -> list[str]:
+    return _choices(("table", "json", "prometheus"), incomplete)
+
+
+def complete_priority(ctx, incomplete: str) -> list[str]:
+    return _choices(("low", "normal", "high", "critical"), incomplete)
+
+
+def complete_backoff(ctx, incomplete: str) -> list[str]:
+    return _choices(("exponential", "linear", "fixed"), incomplete)
+
+
+def complete_type(ctx, incomplete: str) -> list[str]:
+    """The types of the config's [types] (from --config / JOBCTL_CONFIG / the usual places)."""
+    try:
+        from jobctl.config import load_settings
+
+        settings = load_settings((ctx.find_root().params or {}).get("config"))
+        return _choices(sorted(settings.types), incomplete)
+    except Exception:  # noqa: BLE001 - completion must stay silent, whatever happens
+        return []
+
+
 def register_shells() -> None:
     """Teach the app's click the bash, zsh and fish protocols (typer does this only for apps built
     with add_completion=True, which would add --install-completion to jobctl's options)."""
@@ -56,8 +95,28 @@ def register_shells() -> None:
     completion_init()
 
 
+ZSH_SCRIPT = """\
+#compdef jobctl
+
+_jobctl_completion() {
+  eval "$(env _TYPER_COMPLETE_ARGS="${words[1,$CURRENT]}" _JOBCTL_COMPLETE=complete_zsh jobctl)"
+}
+
+# Autoloaded from $fpath (compinit runs this file as the function _jobctl on the first TAB):
+# complete now, not only from the second TAB on. Sourced: register the function.
+if [[ "${funcstack[1]}" == "_jobctl" ]]; then
+  _jobctl_completion "$@"
+else
+  compdef _jobctl_completion jobctl
+fi
+"""
+
+
 def script(shell: str) -> str:
-    """The completion script for `shell`, as typer generates it for this app."""
+    """The completion script for `shell`: typer's, except zsh's, which typer writes for `source`
+    only (autoloaded from $fpath, its first TAB would only register the function)."""
+    if shell == "zsh":
+        return ZSH_SCRIPT
     from typer._completion_shared import get_completion_script
 
     return get_completion_script(prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell) + "\n"

@@ -203,6 +203,39 @@ def _duration(value, where: str) -> float:
         raise ConfigError(str(e)) from None
 
 
+# Durations that only work within a range: (least, most, why), in seconds. Checked alike in the
+# config file, on the command line and in the environment.
+DURATION_RANGES = {
+    # The lease is renewed every third of it; below 1 s it runs out before a renewal can land on a
+    # busy machine, another worker recovers the job, and it runs twice.
+    "lease": (1.0, 10 * 365 * 86400.0, "a shorter lease expires before it can be renewed and the job runs twice"),
+    # SQLite keeps its busy timeout in milliseconds in a 32-bit int: past 24.8 days it wraps to no
+    # wait at all. A day is more than any lock should be held.
+    "busy timeout": (0.0, 86400.0, "no lock is worth a longer wait; SQLite's own timer overflows at 24.8 days"),
+    "poll": (0.01, 3600.0, "a shorter one is a busy loop"),
+    "grace": (0.0, 86400.0, "longer would hold a stopping worker for days"),
+}
+
+
+def duration_in_range(value, what: str, kind: str) -> float:
+    """A duration checked against DURATION_RANGES[kind]; the error names the value and the range."""
+    from jobctl.durations import exact_duration
+
+    lo, hi, why = DURATION_RANGES[kind]
+    seconds = parse_duration(value, what=what)
+    if not lo <= seconds <= hi:
+        raise InvalidInput(f"invalid {what} {value!r}: must be from {exact_duration(lo)} to "
+                           f"{exact_duration(hi)} ({why})")
+    return seconds
+
+
+def _duration_in_range(value, where: str, kind: str) -> float:
+    try:
+        return duration_in_range(value, where, kind)
+    except InvalidInput as e:
+        raise ConfigError(str(e)) from None
+
+
 ENQUEUE_KEYS = ("queue", "max_attempts", "timeout", "priority", "backoff")  # [defaults] and [types.X] alike
 LIMIT_KEYS = ("rate_limit", "concurrency_group", "concurrency_limit", "cost_units")  # [types.X] only
 MAX_COST_UNITS = 1_000_000
@@ -259,6 +292,41 @@ def _enqueue_option(key: str, value, where: str):
     return timeout
 
 
+def read_trusted(path: Path) -> bytes:
+    """The bytes of a config file, which names the commands a worker runs: refused (exit 2) unless
+    it is a regular file of yours or root's that nobody else may write, reached through folders
+    and links that are yours or root's and closed to others' writes (sticky folders aside)."""
+    import stat
+
+    from jobctl.engines import files
+    from jobctl.errors import DatabaseUnusable
+
+    try:
+        real = files.resolve(path)
+    except DatabaseUnusable as e:
+        raise ConfigError(f"config file {path}: {e}") from None
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"config file {path} is not a regular file")
+        if not files.trusted_owner(st.st_uid):
+            raise ConfigError(
+                f"config file {path} belongs to {files.user_name(st.st_uid)}, not to you "
+                f"({files.user_name(os.geteuid())}) or root, and the commands it names would run as you; "
+                "use a config file of your own (--config PATH)")
+        if st.st_mode & 0o022:
+            raise ConfigError(
+                f"config file {path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}), so "
+                f"anyone could change the commands it runs as you; run `chmod go-w {real}`")
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def load_settings(flag: str | None = None, env=os.environ) -> Settings:
     """Find and read the config file. A named file that is missing or malformed is exit 2."""
     path, explicit = find_config_file(flag, env)
@@ -266,7 +334,7 @@ def load_settings(flag: str | None = None, env=os.environ) -> Settings:
     if path is None:
         return settings
     try:
-        raw = path.read_bytes()
+        raw = read_trusted(path)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist; create one with `jobctl config init {path}`") from None
     except OSError as e:
@@ -312,7 +380,7 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
     for key, value in [*((k, data[k]) for k in moved), *sqlite.items()]:
         where = f"sqlite.{key}"
         if key == "busy_timeout":
-            settings.busy_timeout = _duration(value, where)
+            settings.busy_timeout = _duration_in_range(value, where, "busy timeout")
         elif key == "synchronous":
             v = str(value).lower()
             if v not in ("full", "normal"):
@@ -402,6 +470,8 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
             if value not in ("human", "json"):
                 raise ConfigError(f"{where}: must be \"human\" or \"json\", not {value!r}")
             settings.worker.log_format = value
+        elif key in ("lease", "poll", "grace"):
+            setattr(settings.worker, key, _duration_in_range(value, where, key))
         elif key in WORKER_KEYS:
             seconds = _duration(value, where)
             if seconds <= 0 and key != "grace":
@@ -426,7 +496,7 @@ def resolve_db_path(flag: str | None, settings: Settings, env=os.environ) -> tup
 
 def resolve_busy_timeout(flag: str | None, settings: Settings, env=os.environ) -> float:
     if flag is not None:
-        return parse_duration(flag, what="busy timeout")
+        return duration_in_range(flag, "--busy-timeout", "busy timeout")
     if env.get("JOBCTL_BUSY_TIMEOUT"):
-        return parse_duration(env["JOBCTL_BUSY_TIMEOUT"], what="JOBCTL_BUSY_TIMEOUT")
+        return duration_in_range(env["JOBCTL_BUSY_TIMEOUT"], "JOBCTL_BUSY_TIMEOUT", "busy timeout")
     return settings.busy_timeout

@@ -1,4 +1,4 @@
-"""Every error a user can meet, each carrying its exit code from SPEC §7.
+"""Every error a user can meet, each carrying its documented exit code.
 
 The CLI turns them into one `jobctl: error: ...` line in exactly one place (jobctl.cli.main).
 A class's docstring is its default message.
@@ -80,3 +80,12 @@ class CheckFailed(JobctlError):
 
 class DiskFull(DatabaseUnusable):
     """the disk holding the database is full; nothing changed"""
+
+
+class DamagedJob(DatabaseUnusable):
+    """a stored job cannot be read"""
+
+    def __init__(self, job_id, reason: str):
+        super().__init__(f"damaged job {job_id}: {reason}; `jobctl doctor` says more")
+        self.job_id = job_id
+        self.reason = reason

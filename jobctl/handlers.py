@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import tempfile
 import time
 
@@ -24,47 +25,157 @@ class Registry:
     """One small file per running handler started on this host, named by job id: its pid, when it
     started and the claim's token. A worker killed with SIGKILL leaves its handler running; the
     next worker here to claim that job reads the file and stops the old run first, so that two runs
-    of one job never overlap on one host. Best effort: without the file nothing is found."""
+    of one job never overlap on one host. Best effort: without the file nothing is found.
 
-    def __init__(self, db_path: str):
-        self.folder = os.path.abspath(db_path) + "-handlers"
+    The registry names processes to kill, so nobody else may write to it: the folder
+    (`<db>-handlers`, beside the database's real file) must be a directory of ours with mode 0700
+    (checked when the registry is made: a worker refuses to start otherwise), and a record is
+    believed only when it is a regular file of ours that nobody else may write; anything else is
+    ignored, with one warning. A worker removes only records it wrote itself, and only while the
+    record still holds its claim's token: a worker that resumes after another took its job over
+    never removes the rescuer's record. Records are replaced and removed under an flock on the
+    folder, so that check-and-remove cannot interleave with another worker's replace."""
+
+    MAX_RECORD = 65536
+
+    def __init__(self, db_path: str, warn=None):
+        self.folder = os.path.realpath(db_path) + "-handlers"
+        self._mine: dict[int, str | None] = {}  # job id -> the token this registry recorded
+        self._warned: set[str] = set()
+        self._warn = warn or _warn_stderr
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """Make the folder if it is missing; refuse (exit 8, the reason) one that is not private."""
+        from jobctl.engines import files
+        from jobctl.errors import DatabaseUnusable
+
+        try:
+            os.mkdir(self.folder, 0o700)
+            os.chmod(self.folder, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise DatabaseUnusable(f"cannot create the handler registry {self.folder}: {e.strerror}") from None
+        real = files.resolve(self.folder)  # every folder and link on the way: ours or root's
+        try:
+            st = os.lstat(real)
+        except OSError as e:
+            raise DatabaseUnusable(f"cannot read the handler registry {self.folder}: {e.strerror}") from None
+        why = None
+        if not stat.S_ISDIR(st.st_mode):
+            why = "is not a directory"
+        elif st.st_uid != os.geteuid():
+            why = f"belongs to {files.user_name(st.st_uid)}, not to you ({files.user_name(os.geteuid())})"
+        elif stat.S_IMODE(st.st_mode) & 0o077:
+            why = f"has mode {stat.S_IMODE(st.st_mode):04o}, not 0700"
+        if why:
+            raise DatabaseUnusable(
+                f"the handler registry {self.folder} {why}; the worker keeps there the processes it may "
+                "stop, so it must be yours alone; remove it (no worker may be running) and the next worker "
+                "makes a private one")
+        self.real = real
+
+    def _locked(self):
+        """An flock on the folder, held until the returned fd is closed."""
+        import fcntl
+
+        fd = os.open(self.real, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def record(self, job_id: int, token: str | None, worker: str, pid: int, start_min, start_max) -> None:
         """Note a handler just started; its /proc start time lies between start_min and start_max
         (reading it after the spawn would wait for the exec to finish, ~0.5 ms a job)."""
         record = json.dumps({"pid": pid, "start": None if None in (start_min, start_max) else [start_min, start_max],
                              "token": token, "worker": worker}).encode()
-        tmp = os.path.join(self.folder, f".{job_id}.{os.getpid()}")
+        tmp = os.path.join(self.real, f".{job_id}.{os.getpid()}")
         for _ in range(2):
             try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                lock = self._locked()
                 try:
-                    os.write(fd, record)
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                    try:
+                        os.write(fd, record)
+                    finally:
+                        os.close(fd)
+                    os.replace(tmp, os.path.join(self.real, str(job_id)))
                 finally:
-                    os.close(fd)
-                os.replace(tmp, os.path.join(self.folder, str(job_id)))
+                    os.close(lock)
+                self._mine[job_id] = token
                 return
-            except FileNotFoundError:  # the folder is made once, and again if someone removed it
+            except FileNotFoundError:  # the folder is made once, and again (checked) if someone removed it
                 try:
-                    os.makedirs(self.folder, mode=0o700, exist_ok=True)
-                except OSError:
+                    self._prepare()
+                except Exception as e:  # a registry we cannot trust: run without one
+                    self._warn_once("folder", str(e))
                     return
             except OSError:
                 return
 
     def forget(self, job_id: int) -> None:
+        """Remove the record of this job if this registry wrote it and it still holds that token."""
+        if job_id not in self._mine:
+            return  # never ours (another worker's, or an earlier run's): not ours to remove
+        token = self._mine.pop(job_id)
+        path = os.path.join(self.real, str(job_id))
         try:
-            os.unlink(os.path.join(self.folder, str(job_id)))
+            lock = self._locked()
+        except OSError:
+            return
+        try:
+            rec = self._read(path)
+            if rec is not None and rec.get("token") == token:
+                os.unlink(path)
         except OSError:
             pass
+        finally:
+            os.close(lock)
+
+    def _read(self, path: str) -> dict | None:
+        """A record, if it is one to believe: a regular file of ours nobody else may write."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            self._warn_once(path, f"ignoring the handler record {path}: {e.strerror}")
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+                from jobctl.engines.files import user_name
+
+                self._warn_once(path, f"ignoring the handler record {path}: only a regular file of yours that "
+                                      f"nobody else may write is believed (this one: owner {user_name(st.st_uid)}, "
+                                      f"mode {stat.S_IMODE(st.st_mode):04o}); remove it")
+                return None
+            data = os.read(fd, self.MAX_RECORD)
+        finally:
+            os.close(fd)
+        try:
+            rec = json.loads(data)
+        except ValueError:
+            return None
+        return rec if isinstance(rec, dict) else None
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            self._warn(message)
 
     def strays(self, job_id: int, token: str | None) -> tuple[set[int], str | None]:
         """Live processes of an earlier run of this job on this host (its handler, and whatever
         it started, even what escaped with setsid: found by that claim's token in their
         environment), and that run's worker. Empty when the record is this claim's own or absent."""
         try:
-            with open(os.path.join(self.folder, str(job_id))) as f:
-                rec = json.load(f)
+            rec = self._read(os.path.join(self.real, str(job_id)))
+            if rec is None:
+                return set(), None
             pid, old_token = int(rec["pid"]), str(rec["token"])
         except (OSError, ValueError, KeyError, TypeError):
             return set(), None
@@ -79,6 +190,12 @@ class Registry:
                 pids.add(pid)
         pids.discard(os.getpid())
         return pids, rec.get("worker")
+
+
+def _warn_stderr(message: str) -> None:
+    import sys
+
+    print(f"jobctl: warning: {message}", file=sys.stderr, flush=True)
 
 
 def stop_processes(pids: set[int], grace: float) -> None:
@@ -133,7 +250,7 @@ def proc_start(pid: int):
 def environ_holders(entry: str) -> list[int]:
     """Pids of live processes whose environment holds `entry` (Linux /proc; empty elsewhere)."""
     needle = b"\0" + entry.encode() + b"\0"
-    found = []
+    found: list[int] = []
     try:
         names = os.listdir("/proc")
     except OSError:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from enum import Enum
 
+from jobctl import payloads
 from jobctl.durations import to_rfc3339
+from jobctl.errors import DamagedJob
 
 
 class JobStatus(str, Enum):
-    """The six states of SPEC §3.
+    """The six states of a job.
 
     pending -> running (claim) -> completed | pending (fail with runs left, recover, release)
     running -> buried (no runs left, --bury) | cancel_requested (operator cancel)
@@ -44,8 +46,8 @@ class Record:
     and compiling methods at import (the hot commands import ten of them). A subclass lists its
     fields in __slots__, in constructor order, and writes its own __init__."""
 
-    __slots__ = ()
-    __hash__ = None  # mutable, compared by value: unhashable, like an eq=True dataclass
+    __slots__: tuple[str, ...] = ()
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value: unhashable, like an eq=True dataclass
 
     def _values(self) -> tuple:
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -120,6 +122,15 @@ class Job(Record):
 
     @classmethod
     def from_row(cls, row: dict, after: list[int] | None = None) -> "Job":
+        """A job from a stored row; a row that cannot be decoded raises DamagedJob (exit 8)."""
+        reason = row_damage(row)
+        if reason is not None:
+            raise DamagedJob(row["id"] if "id" in row.keys() else "?", reason)
+        return cls.from_checked_row(row, after)
+
+    @classmethod
+    def from_checked_row(cls, row: dict, after: list[int] | None = None) -> "Job":
+        """A job from a row that row_damage() found sound."""
         names = _JOB_COLUMNS
         job = cls(**{k: row[k] for k in row.keys() if k in names})
         if after is not None:
@@ -136,7 +147,7 @@ class Job(Record):
         return [int(x) for x in self.backoff.split(",")]
 
     def to_dict(self, *, claim: bool = False) -> dict:
-        """The job object of SPEC §2 / §4 `--json`."""
+        """The job object that `--json` prints."""
         d = {
             "id": self.id,
             "queue": self.queue,
@@ -171,6 +182,78 @@ class Job(Record):
 
 _JOB_COLUMNS = frozenset(Job.__slots__) - {"after"}  # what from_row takes from a row
 
+# What a sound row holds, column by column (only the columns present are checked).
+_INTEGERS = ("id", "priority", "attempts", "max_attempts", "timeout_ms", "waiting_on")
+_TIMES = ("run_at", "created_at", "updated_at")
+_OPTIONAL_TIMES = ("claimed_at", "heartbeat_at", "lease_expires_at", "finished_at")
+_TEXTS = ("queue", "type", "backoff")
+_OPTIONAL_TEXTS = ("idempotency_key", "worker", "token", "error")
+_MAX_MS = 253402300799999  # 9999-12-31T23:59:59.999Z: the last time RFC 3339 can write
+_BACKOFF_NAMES = ("exponential", "linear", "fixed")
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _bad_text(value) -> bool:
+    if not isinstance(value, str):
+        return True
+    if value.isascii():
+        return False
+    try:
+        value.encode("utf-8")  # read back with surrogateescape: bytes that were not UTF-8
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def row_damage(row, *, check_hash: bool = False) -> str | None:
+    """Why a stored job row cannot be decoded (None when it can): a column of the wrong type, a
+    time out of range, an unknown state, JSON that does not parse; with check_hash, also a payload
+    whose canonical form no longer matches the hash stored at enqueue."""
+    if not isinstance(row, dict):  # a sqlite3.Row: one dict, so each look-up below is a hash
+        row = dict(zip(row.keys(), row))
+    keys = row
+    for k in _INTEGERS:
+        if k in keys and type(row[k]) is not int:
+            return f"{k} holds {_shown(row[k])}, not an integer"
+    for k in _TIMES + _OPTIONAL_TIMES + ("lease_ms",):
+        if k in keys:
+            v = row[k]
+            if v is None and k not in _TIMES:
+                continue
+            if type(v) is not int or not 0 <= v <= _MAX_MS:
+                return f"{k} holds {_shown(v)}, not {'milliseconds' if k == 'lease_ms' else 'a time'}"
+    if "status" in keys and row["status"] not in STATES:
+        return f"status holds {_shown(row['status'])}, not a state"
+    for k in _TEXTS:
+        if k in keys and _bad_text(row[k]):
+            return f"{k} holds {_shown(row[k])}, not text"
+    for k in _OPTIONAL_TEXTS:
+        if k in keys and row[k] is not None and _bad_text(row[k]):
+            return f"{k} holds {_shown(row[k])}, not text"
+    if "backoff" in keys:
+        b = row["backoff"]
+        if b not in _BACKOFF_NAMES and not all(x.isdigit() and x.isascii() for x in b.split(",")):
+            return f"backoff holds {_shown(b)}, not a strategy"
+    if "payload" in keys:
+        reason = payloads.stored_damage(row["payload"], row["payload_hash"] if "payload_hash" in keys else None,
+                                        check_hash=check_hash)
+        if reason is not None:
+            return reason
+    for k in ("progress", "result"):
+        if k in keys and row[k] is not None:
+            v = row[k]
+            if _bad_text(v):
+                return f"{k} holds {_shown(v)}, not JSON text"
+            try:
+                json.loads(v)
+            except (ValueError, RecursionError):
+                return f"{k} holds {_shown(v)}, not valid JSON"
+    return None
+
 
 class Event(Record):
     __slots__ = ("job_id", "at", "from_status", "to_status", "actor", "message", "details")
@@ -195,5 +278,8 @@ class Event(Record):
             "message": self.message,
         }
         if self.details:
-            d["details"] = json.loads(self.details)
+            try:
+                d["details"] = json.loads(self.details)
+            except (ValueError, RecursionError):
+                raise DamagedJob(self.job_id, f"an event's details are not valid JSON ({_shown(self.details)})") from None
         return d

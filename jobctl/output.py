@@ -11,7 +11,7 @@ import json
 import sys
 
 from rich.cells import cell_len
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -185,7 +185,7 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
     grid.add_column()
     rows = [
         ("status", status_text(job, now)),
-        ("queue", text(job.queue)), ("type", text(job.type)), ("priority", str(job.priority)),
+        ("queue", text(job.queue)), ("type", text(job.type)), ("priority", priority_label(job.priority)),
         ("attempts", f"{job.attempts} of {job.max_attempts}"),
         ("backoff", job.backoff), ("timeout", format_duration(job.timeout)),
         ("run at", f"{to_rfc3339(job.run_at)} ({ago(job.run_at, now)})"),
@@ -203,15 +203,77 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
     ]
     if explanation:
         rows.insert(1, ("why", text(explanation, "yellow")))
+    runs = failed_runs(events)
+    if runs:  # the latest failed run's exit, next to the error it explains
+        at = next(i for i, (label, _) in enumerate(rows) if label == "error") + 1
+        rows.insert(at, ("last failure", runs[-1][1]))
     for label, value in rows:
         if value is not None:
             grid.add_row(label, value if isinstance(value, Text) else Text(str(value)))
     history = Table(title="history", box=None, header_style="bold", title_justify="left", pad_edge=False)
     for name in ("AT", "FROM", "TO", "ACTOR", "MESSAGE"):
-        history.add_column(name, overflow="fold" if name == "MESSAGE" else None)
+        history.add_column(name, overflow="fold" if name == "MESSAGE" else None)  # type: ignore[arg-type]
     for e in events:
-        history.add_row(to_rfc3339(e.at), e.from_status or "-", e.to_status, text(e.actor), text(e.message or ""))
-    return Group(Panel(grid, title=f"job {job.id}", title_align="left", expand=False), history)
+        how = exit_summary(_details(e))
+        message = text(e.message or "")
+        if how:
+            message.append(f"{' ' if e.message else ''}({how})", style="dim")
+        history.add_row(to_rfc3339(e.at), e.from_status or "-", e.to_status, text(e.actor), message)
+    parts: list[RenderableType] = [Panel(grid, title=f"job {job.id}", title_align="left", expand=False), history]
+    for run, how, tail in runs:
+        if tail:
+            parts += [Text(""), Text(f"stderr of run {run} ({how}), its last lines:", style="bold")]
+            parts += [text(line, "red") for line in tail.rstrip("\n").split("\n")]
+    return Group(*parts)
+
+
+PRIORITY_NAMES = {0: "low", 10: "normal", 20: "high", 30: "critical"}
+
+
+def priority_label(priority: int) -> str:
+    """`normal (10)` for a priority that has a label, else the number."""
+    name = PRIORITY_NAMES.get(priority)
+    return f"{name} ({priority})" if name else str(priority)
+
+
+def _details(event: Event) -> dict:
+    if not event.details:
+        return {}
+    try:
+        d = json.loads(event.details)
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def exit_summary(details: dict) -> str | None:
+    """`exit code 65 after 12ms`, `killed by SIGKILL after 10m` from a failed run's details."""
+    if "exit_code" not in details and "signal" not in details:
+        return None
+    if details.get("signal"):
+        how = f"killed by {safe(details['signal'])}"
+    elif details.get("exit_code") is not None:
+        how = f"exit code {safe(details['exit_code'])}"
+    else:
+        how = "no exit code"
+    duration = details.get("duration")
+    if isinstance(duration, (int, float)) and not isinstance(duration, bool):
+        how += f" after {format_duration(duration)}"
+    return how
+
+
+def failed_runs(events: list[Event]) -> list[tuple[int, str, str | None]]:
+    """(run number, how it ended, stderr tail) of each run whose end the history details, oldest first."""
+    runs, run = [], 0
+    for e in events:
+        if e.to_status == "running" and e.from_status == "pending":
+            run += 1
+        d = _details(e)
+        how = exit_summary(d)
+        if how:
+            tail = d.get("stderr_tail")
+            runs.append((run, how, tail if isinstance(tail, str) and tail.strip() else None))
+    return runs
 
 
 def _progress(progress_text: str) -> str:
@@ -229,7 +291,7 @@ def simple_table(columns: list[str], rows: list[list]) -> Table:
     return keep_whole(table)
 
 
-# -- stats (SPEC §6) -----------------------------------------------------------------------------
+# -- stats ------------------------------------------------------------------------------------
 
 SPARK = "▁▂▃▄▅▆▇█"
 
@@ -325,7 +387,7 @@ def throughput_table(stats: dict, spark: bool = False) -> Table:
     table = _grid_table([("RUNS/MIN", {}), ("1m", {"justify": "right"}), ("15m", {"justify": "right"}),
                          ("60m", {"justify": "right"})] + ([("LAST HOUR", {"no_wrap": True})] if spark else []))
     for outcome, style in (("completed", "green"), ("failed", "red")):
-        row = [outcome] + [f"{t[w][outcome + '_per_minute']:g}" for w in ("1m", "15m", "60m")]
+        row: list[str | Text] = [outcome, *(f"{t[w][outcome + '_per_minute']:.2f}" for w in ("1m", "15m", "60m"))]  # one format per column
         if spark:
             row.append(Text(sparkline(t[f"{outcome}_by_minute"]), style=style))
         table.add_row(*row)
@@ -366,10 +428,316 @@ def stats_view(stats: dict, now: int, *, previous: dict | None = None, watch: bo
     return Group(*parts)
 
 
-def watch_view(stats: dict, now: int, *, previous: dict | None, interval: float) -> Group:
-    """The --watch frame: the stats view with highlights and sparklines, and a footer."""
+# -- the stats screen: fitted to a terminal's width and height ------------------------------------
+#
+# `stats --watch` redraws in place, so a frame must fit the terminal: one line per row (nothing
+# folds), at most `height` lines. Built line by line rather than with rich tables, so that the line
+# count is exact. What matters comes first: the refresh line, the per-queue counts, a summary of
+# what needs a person (stuck, buried, the oldest ready job), then the stuck, buried and aging lists
+# (each at least one row, more as room allows), then throughput and run times.
+
+
+class Col:
+    """A column of a screen grid. cut: may be cut with "…", first down to `soft` cells (before any
+    column is dropped), then down to `least`; drop: leaves the grid when the screen is too narrow
+    (higher first)."""
+
+    __slots__ = ("header", "right", "cut", "least", "soft", "drop")
+
+    def __init__(self, header: str, right: bool = False, cut: bool = False, least: int = 6, soft: int = 16,
+                 drop: int = 0):
+        self.header, self.right, self.cut, self.least, self.soft, self.drop = header, right, cut, least, soft, drop
+
+
+class Cell:
+    """A cell cut at its main part only: `billing-invo… (paused)` keeps its suffix."""
+
+    __slots__ = ("main", "suffix")
+
+    def __init__(self, main: Text, suffix: Text | None = None):
+        self.main, self.suffix = main, suffix or Text("")
+
+    @property
+    def cell_len(self) -> int:
+        return self.main.cell_len + self.suffix.cell_len
+
+    def render(self, width: int) -> Text:
+        main = self.main.copy()
+        room = width - self.suffix.cell_len
+        if main.cell_len > room:
+            main.truncate(max(room, 1), overflow="ellipsis")
+        out = main + self.suffix
+        if out.cell_len > width:
+            out.truncate(width, overflow="ellipsis")
+        return out
+
+
+def _as_cell(value) -> Cell:
+    if isinstance(value, Cell):
+        return value
+    return Cell(value if isinstance(value, Text) else Text(str(value)))
+
+
+def grid_lines(cols: list[Col], rows: list[list], width: int, *, gap: int = 2, header_style: str = "bold") -> list[Text]:
+    """A table as lines of at most `width` cells: columns at their natural width; when that is too
+    wide, droppable columns leave (highest drop first), then cut columns shrink (the widest first)
+    down to their `least`; whatever still does not fit is cut at the screen's edge."""
+    cells = [[_as_cell(v) for v in r] for r in rows]
+    keep = list(range(len(cols)))
+    widths = [max([cell_len(c.header)] + [r[i].cell_len for r in cells]) for i, c in enumerate(cols)]
+
+    def total(idx):
+        return sum(widths[i] for i in idx) + gap * (len(idx) - 1)
+
+    def shrink(floor_of) -> None:
+        while total(keep) > width:
+            cuttable = [i for i in keep if cols[i].cut and widths[i] > floor_of(i)]
+            if not cuttable:
+                return
+            widest = max(cuttable, key=lambda i: widths[i])
+            widths[widest] = max(floor_of(widest), widths[widest] - (total(keep) - width))
+
+    def floor(i) -> int:
+        return max(cols[i].least, cell_len(cols[i].header))
+
+    shrink(lambda i: max(floor(i), cols[i].soft))
+    for i in sorted((i for i, c in enumerate(cols) if c.drop), key=lambda i: -cols[i].drop):
+        if total(keep) <= width:
+            break
+        keep.remove(i)
+    shrink(floor)
+    lines = []
+    for row in [[Cell(Text(c.header, style=header_style)) for c in cols]] + cells:
+        line = Text("")
+        for n, i in enumerate(keep):
+            cell = row[i].render(widths[i])
+            if n < len(keep) - 1 or cols[i].right:
+                cell.align("right" if cols[i].right else "left", widths[i])
+            if n:
+                line.append(" " * gap)
+            line.append_text(cell)
+        line.rstrip()
+        if line.cell_len > width:
+            line.truncate(width, overflow="ellipsis")
+        lines.append(line)
+    return lines
+
+
+def _count_format(values: list[int], compact: bool):
+    """One format for a whole column: 12,345 (exact), or 12k / 1.2M when `compact` and the column
+    holds a number of six digits or more."""
+    if not compact or max(values, default=0) < 100_000:
+        return lambda n: f"{n:,}"
+
+    def short(n: int) -> str:
+        for unit, size in (("M", 1_000_000), ("k", 1_000)):
+            if abs(n) >= size:
+                v = n / size
+                return f"{v:.1f}{unit}" if v < 10 else f"{v:.0f}{unit}"
+        return str(n)
+
+    return short
+
+
+QUEUE_COLUMNS = (  # key, header, drop order on a narrow screen (higher leaves first)
+    ("ready", "READY", 0), ("oldest_ready_age", "OLDEST", 0), ("running", "RUN", 0), ("buried", "BURIED", 0),
+    ("scheduled", "SCHED", 2), ("blocked", "BLOCKED", 3), ("cancel_requested", "STOPPING", 4),
+    ("completed", "DONE", 5), ("cancelled", "CANCELLED", 6),
+)
+
+
+def queue_lines(stats: dict, width: int, previous: dict | None = None, max_rows: int | None = None) -> list[Text]:
+    """The per-queue counts, one line per queue (and an (all) line), at most `max_rows` queue lines."""
+    names = list(stats["queues"])
+    shown = names
+    if max_rows is not None and len(names) > max_rows:  # the room goes to the queues that need a look
+        qs = stats["queues"]
+        urgent = sorted(names, key=lambda n: (not qs[n]["buried"], -(qs[n]["oldest_ready_age"] or 0), n))
+        keep = set(urgent[:max(max_rows, 1)])
+        shown = [n for n in names if n in keep]
+    before = (previous or {}).get("queues", {})
+    records = [(name, stats["queues"][name]) for name in shown]
+    if len(names) > 1:
+        records.append((None, stats["totals"]))
+    compact = width < 120
+    fmts = {key: _count_format([r[key] for _, r in records], compact) for key, _, _ in QUEUE_COLUMNS
+            if key != "oldest_ready_age"}
+    # A queue name is cut only when dropping the minor counts was not enough ("billing-…" could be another queue).
+    cols = [Col("QUEUE", cut=True, least=8, soft=64)] + [Col(h, right=True, drop=d) for _, h, d in QUEUE_COLUMNS]
+    rows = []
+    for name, r in records:
+        if name is None:
+            label = Cell(Text("(all)", style="bold"))
+        else:
+            label = Cell(text(name), Text(" (paused)", style="magenta") if r.get("paused") else None)
+        row: list[Cell | Text | str] = [label]
+        for key, _, _ in QUEUE_COLUMNS:
+            if key == "oldest_ready_age":
+                row.append(_age(r[key]))
+            elif key == "ready" and name is not None and name in before and r["ready"] > before[name]["ready"]:
+                row.append(Text(fmts[key](r[key]) + "↑", style="bold yellow"))
+            elif key == "buried" and r[key]:
+                row.append(Text(fmts[key](r[key]), style="red"))
+            else:
+                row.append(fmts[key](r[key]))
+        rows.append(row)
+    lines = grid_lines(cols, rows, width)
+    if len(shown) < len(names):
+        lines.insert(len(shown) + 1, Text(f"… {len(names) - len(shown)} more queues: a taller window, or stats -q NAME",
+                                          style="dim"))
+    return lines
+
+
+def summary_line(stats: dict) -> Text:
+    """What needs a person, in one line: stuck, buried, and the ready job waiting longest."""
+    t = stats["totals"]
+    line = Text("")
+    line.append(f"stuck {t['stuck']:,}", style="bold red" if t["stuck"] else "")
+    line.append(" · ")
+    line.append(f"buried {t['buried']:,}", style="red" if t["buried"] else "")
+    line.append(" · ")
+    ages = [(q["oldest_ready_age"], name) for name, q in stats["queues"].items() if q["oldest_ready_age"] is not None]
+    if ages:
+        age, name = max(ages, key=lambda a: (a[0], a[1]))
+        line.append(f"oldest ready {_age(age)} in {safe(name)}")
+        if stats["queues"][name]["paused"]:
+            line.append(" (paused)", style="magenta")
+    else:
+        line.append("no ready jobs")
+    return line
+
+
+def _list_rows(stats: dict, now: int, which: str, highlight: bool):
+    from jobctl.durations import parse_time
+
+    if which == "stuck":
+        cols = [Col("STUCK", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True, drop=2),
+                Col("WORKER", cut=True, least=8), Col("FOR", right=True), Col("WHY", cut=True, least=8, drop=1)]
+        style = "bold red" if highlight else ""
+        rows = [[Text(str(j["id"]), style=style), text(j["queue"]), text(j["type"]), text(j["worker"] or "-"),
+                 _age(j["running_for"]), text(j["stuck_reason"])] for j in stats["stuck"]]
+    elif which == "buried":
+        cols = [Col("BURIED", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True, drop=2),
+                Col("RUNS", right=True, drop=1), Col("AGO", right=True), Col("ERROR", cut=True, least=12)]
+        rows = []
+        for j in stats["buried"]:
+            finished = parse_time(j["finished_at"]) if j["finished_at"] else None
+            rows.append([str(j["id"]), text(j["queue"]), text(j["type"]), f"{j['attempts']}/{j['max_attempts']}",
+                         ago(finished, now).removesuffix(" ago"), text(j["error"] or "", "red")])
+    else:
+        cols = [Col("AGING", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True),
+                Col("PRI", right=True, drop=1), Col("WAITING", right=True)]
+        rows = [[str(j["id"]), text(j["queue"]), text(j["type"]), str(j["priority"]), _age(j["waiting_for"])]
+                for j in stats["aging"]]
+    return cols, rows
+
+
+def _rate(v: float) -> str:
+    return f"{v:.2f}"
+
+
+def throughput_lines(stats: dict, width: int, full: bool) -> list[Text]:
+    """Runs per minute and run times: 2 lines, or (full) a table with the last hour's sparklines."""
+    t = stats["throughput"]
+    rt = t["run_time"]
+    if rt["runs"]:
+        runs = f"{rt['runs']:,} run" + ("s" if rt["runs"] != 1 else "")
+        times = Text(f"run time ({runs}, last hour): median {_age(rt['median'])}, p95 {_age(rt['p95'])}"
+                     f" · wait: median {_age(t['wait']['median'])}")
+    else:
+        times = Text("run time: no runs finished in the last hour")
+    if not full:
+        rates = Text("runs/min (1m, 15m, 60m): ")
+        for n, (outcome, style) in enumerate((("completed", "green"), ("failed", "red"))):
+            rates.append(" · " if n else "")
+            rates.append(outcome + " ", style=style)
+            rates.append(", ".join(_rate(t[w][outcome + "_per_minute"]) for w in ("1m", "15m", "60m")))
+        lines = [rates, times]
+    else:
+        cols = [Col("RUNS/MIN"), Col("1m", right=True), Col("15m", right=True), Col("60m", right=True)]
+        rows = [[Text(o, style=s)] + [_rate(t[w][o + "_per_minute"]) for w in ("1m", "15m", "60m")]
+                for o, s in (("completed", "green"), ("failed", "red"))]
+        base = grid_lines(cols, rows, width)
+        room = width - max(line.cell_len for line in base) - 2
+        if room >= 10:  # the most recent minutes that fit, oldest on the left
+            minutes = min(room, 60)
+            label = f"LAST {minutes} MIN" if minutes < 60 else "LAST HOUR"
+            head_width = max(line.cell_len for line in base)
+            for line, extra in zip(base, [Text(label[:minutes], style="bold")] + [
+                    Text(sparkline(t[f"{o}_by_minute"][-minutes:]), style=s)
+                    for o, s in (("completed", "green"), ("failed", "red"))]):
+                line.pad_right(head_width - line.cell_len + 2)
+                line.append_text(extra)
+        lines = base + [times]
+    for line in lines:
+        if line.cell_len > width:
+            line.truncate(width, overflow="ellipsis")
+    return lines
+
+
+def screen_lines(stats: dict, now: int, *, width: int, height: int | None = None, previous: dict | None = None,
+                 title: Text | None = None, highlight: bool = False) -> list[Text]:
+    """The stats screen as lines, each at most `width` cells, at most `height` lines (None: all)."""
+    if height is not None:
+        height = max(height, 1)
+    top = [title] if title is not None else []
+    fixed = len(top) + 1  # the title and the summary line
+    if not stats["queues"]:
+        queues = [Text("queues: no jobs yet")]
+    else:
+        queues = None
+    lists = {w: _list_rows(stats, now, w, highlight) for w in ("stuck", "buried", "aging")}
+    present = [w for w in ("stuck", "buried", "aging") if lists[w][1]]
+    if queues is None:
+        # Room kept below the queues: a header and a row of each list, and two lines of rates;
+        # the queue table's own header, (all) and "… more queues" lines.
+        spare = None if height is None else max(height - fixed - 2 * len(present) - 2 - 3, 1)
+        queues = queue_lines(stats, width, previous, max_rows=spare)
+    throughput_full = throughput_lines(stats, width, full=True)
+    throughput_short = throughput_lines(stats, width, full=False)
+    rates: list[Text]
+    if height is None:
+        take = {w: len(lists[w][1]) for w in present}
+        rates = throughput_full
+        gaps = True
+    else:
+        left = height - fixed - len(queues)
+        take = {w: 0 for w in present}
+        rates = []
+        for w in present:  # each list: its header and one row, as long as there is room
+            if left >= 2:
+                take[w], left = 1, left - 2
+        if left >= len(throughput_short):
+            rates, left = throughput_short, left - len(throughput_short)
+        more = True
+        while more and left > 0:  # then one more row to each list in turn
+            more = False
+            for w in present:
+                if left > 0 and 0 < take[w] < len(lists[w][1]):
+                    take[w], left, more = take[w] + 1, left - 1, True
+        extra = len(throughput_full) - len(rates)
+        if rates and left >= extra:
+            rates, left = throughput_full, left - extra
+        blocks = 1 + sum(1 for w in present if take[w]) + (1 if rates else 0)
+        gaps = left >= blocks  # blank lines between blocks only when everything else fits
+    out = top + queues + [summary_line(stats)]
+    for w in present:
+        if take.get(w):
+            cols, rows = lists[w]
+            out += ([Text("")] if gaps else []) + grid_lines(cols, rows[:take[w]], width)
+    if rates:
+        out += ([Text("")] if gaps else []) + rates
+    for line in out:
+        if line.cell_len > width:
+            line.truncate(width, overflow="ellipsis")
+    return out if height is None else out[:height]
+
+
+def watch_title(now: int, interval: float, location: str | None) -> Text:
     from datetime import datetime
 
     stamp = datetime.fromtimestamp(now / 1000).strftime("%H:%M:%S")
-    footer = Text(f"refreshed {stamp} · every {format_duration(interval)} · Ctrl-C to quit", style="dim")
-    return Group(stats_view(stats, now, previous=previous, watch=True), Text(""), footer)
+    line = Text(f"refreshed {stamp} · every {format_duration(interval)} · Ctrl-C to quit", style="dim")
+    if location:
+        line.append(f" · {safe(location)}", style="dim")
+    return line

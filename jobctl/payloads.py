@@ -35,6 +35,12 @@ def _depth_ok(value, limit: int = MAX_DEPTH) -> bool:
     return True
 
 
+def _max_digits() -> int:
+    import sys
+
+    return sys.get_int_max_str_digits() or 4300
+
+
 # Built once: json.loads/json.dumps with any keyword argument build a new decoder/encoder on every
 # call, which was a fifth of the per-line cost of `enqueue --batch` (bench/run.py, batch workload).
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
@@ -42,8 +48,11 @@ _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def parse_json(text: str | bytes, *, what: str = "payload") -> object:
-    """Parse untrusted JSON text, refusing NaN/Infinity, lone surrogates and deep nesting."""
+def parse_json(text: str | bytes, *, what: str = "payload", wrapper_levels: int = 0) -> object:
+    """Parse untrusted JSON text, refusing NaN/Infinity, numbers too long to convert and deep nesting.
+
+    wrapper_levels: containers around the value that counts (a batch line's object around its
+    payload), allowed on top of MAX_DEPTH; the caller checks the inner value's own depth."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
@@ -59,7 +68,11 @@ def parse_json(text: str | bytes, *, what: str = "payload") -> object:
         raise InvalidInput(f"invalid {what}: nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as e:
         raise InvalidInput(f"invalid {what}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
-    if not _depth_ok(value):
+    except ValueError:  # an integer past Python's int/str conversion limit (4300 digits by default)
+        raise InvalidInput(
+            f"invalid {what}: a number has more than {_max_digits()} digits; send it as a string"
+        ) from None
+    if not _depth_ok(value, MAX_DEPTH + wrapper_levels):
         raise InvalidInput(f"invalid {what}: nested deeper than {MAX_DEPTH} levels")
     return value
 
@@ -90,3 +103,24 @@ def canonical_hash(value: object) -> str:
     """Payloads are "the same" when their canonical forms (keys sorted, compact) are equal."""
     canon = _CANONICAL.encode(value)
     return sha256(canon.encode("utf-8")).hexdigest()
+
+
+def stored_damage(text, stored_hash, *, check_hash: bool = True) -> str | None:
+    """Why a stored payload cannot be trusted (None when it can): not JSON as jobctl stores it, or,
+    with check_hash, its canonical form no longer matches the hash computed at enqueue."""
+    if not isinstance(text, str):
+        return f"payload damaged: it is stored as {type(text).__name__}, not JSON text"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # read back with surrogateescape: the bytes are not UTF-8
+            return "payload damaged: its bytes are not UTF-8 text"
+    try:
+        value = _DECODER.decode(text)
+    except (ValueError, RecursionError, InvalidInput) as e:
+        why = e.msg if isinstance(e, json.JSONDecodeError) else type(e).__name__
+        return f"payload damaged: not valid JSON ({why})"
+    if check_hash and stored_hash is not None and canonical_hash(value) != stored_hash:
+        return "payload damaged: it no longer matches the hash stored when it was enqueued"
+    return None
+

@@ -11,7 +11,7 @@ import time
 from typing import Callable, Iterable
 
 from jobctl import payloads, transitions
-from jobctl.config import Settings, parse_backoff, parse_cost
+from jobctl.config import Settings, duration_in_range, parse_backoff, parse_cost
 from jobctl.durations import parse_duration, parse_priority, parse_time, validate_name
 from jobctl.engines.base import ClaimRequest, Engine, NewJob
 from jobctl.errors import CancelRequested, InvalidInput, NoSuchJob
@@ -240,12 +240,15 @@ class Queue:
         if not text.strip():
             return None
         try:
-            obj = payloads.parse_json(text, what="JSON")
+            # The line's object wraps the payload: only the payload's own depth counts (prepare checks it).
+            obj = payloads.parse_json(text, what="JSON", wrapper_levels=1)
             if not isinstance(obj, dict):
                 raise InvalidInput("each line must be a JSON object with at least a \"type\"")
             unknown = set(obj) - BATCH_KEYS
             if unknown:
-                raise InvalidInput(f"unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(BATCH_KEYS))})")
+                shown = sorted(repr(k if len(k) <= 40 else k[:40] + "…") for k in unknown)
+                raise InvalidInput(f"unknown key(s) {', '.join(shown[:5])}{' …' if len(shown) > 5 else ''} "
+                                   f"(known: {', '.join(sorted(BATCH_KEYS))})")
             if "type" not in obj:
                 raise InvalidInput("missing \"type\"")
             opts = {k: obj[k] for k in ("queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
@@ -274,7 +277,7 @@ class Queue:
                 on_progress(n, len(lines))
         return jobs
 
-    def enqueue_batch(self, lines: Iterable[str], *, actor: str | None = None) -> list[EnqueueResult]:
+    def enqueue_batch(self, lines: list[str], *, actor: str | None = None) -> list[EnqueueResult]:
         """All or nothing: every line is validated before one transaction inserts them all."""
         return self.insert(self.prepare_batch(lines), actor=actor)
 
@@ -287,7 +290,7 @@ class Queue:
     def _claim_request(self, worker, queues, types, lease) -> ClaimRequest:
         queues = [validate_name(q, "queue") for q in queues] if queues else None
         types = [validate_name(t, "type") for t in types] if types else None
-        lease_ms = _positive_ms(lease, "lease") if lease is not None else None
+        lease_ms = int(duration_in_range(lease, "lease", "lease") * 1000) if lease is not None else None
         return ClaimRequest(worker=worker or shell_worker_id(), token=os.urandom(12).hex(),
                             queues=queues, types=types, lease_ms=lease_ms, limits=self.limits or None)
 
@@ -352,7 +355,7 @@ class Queue:
         return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     def heartbeat(self, job_id: int, *, token: str | None = None, extend=None, actor: str | None = None) -> Job:
-        extend_ms = _positive_ms(extend, "--extend") if extend is not None else None
+        extend_ms = int(duration_in_range(extend, "lease extension", "lease") * 1000) if extend is not None else None
         decide = _decide(transitions.heartbeat, token, actor, holder=False, extend_ms=extend_ms)
         job = self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
         if job.status == "cancel_requested":
@@ -440,11 +443,24 @@ class Queue:
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                   limit: int = 50, stuck: bool = False, older_than=None, sort: str = "newest") -> list[Job]:
         """Jobs matching all filters. stuck: running or cancel_requested with an expired lease or past
-        their timeout (as in stats). older_than: created longer ago than this duration."""
-        from jobctl.models import LIST_SORTS, STATES
+        their timeout (as in stats). older_than: created longer ago than this duration. limit 0: all."""
+        from jobctl.models import LIST_SORTS
 
         if sort not in LIST_SORTS:
             raise InvalidInput(f"invalid sort {sort!r}: use one of {', '.join(LIST_SORTS)}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= 1_000_000:
+            raise InvalidInput(f"invalid limit {limit!r}: must be from 1 to 1000000, or 0 for all")
+        return self.engine.list_jobs(**self._list_filters(statuses, queue, type, stuck, older_than),
+                                     limit=limit, sort=sort)
+
+    def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
+                   stuck: bool = False, older_than=None) -> int:
+        """How many jobs list_jobs would return without a limit."""
+        return self.engine.count_jobs(**self._list_filters(statuses, queue, type, stuck, older_than))
+
+    def _list_filters(self, statuses, queue, type, stuck, older_than) -> dict:
+        from jobctl.models import STATES
+
         statuses = list(statuses)
         for s in statuses:
             if s not in STATES:
@@ -453,13 +469,11 @@ class Queue:
             validate_name(queue, "queue")
         if type is not None:
             validate_name(type, "type")
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1_000_000:
-            raise InvalidInput(f"invalid limit {limit!r}: must be from 1 to 1000000")
         created_older_than_ms = None
         if older_than is not None:
             created_older_than_ms = int(parse_duration(older_than, what="--older-than") * 1000)
-        return self.engine.list_jobs(statuses=statuses, queue=queue, type=type, limit=limit, stuck=stuck,
-                                     created_older_than_ms=created_older_than_ms, sort=sort)
+        return dict(statuses=statuses, queue=queue, type=type, stuck=stuck,
+                    created_older_than_ms=created_older_than_ms)
 
     def purge(self, *, completed_older_than=None, cancelled_older_than=None, buried_older_than=None,
               dry_run: bool = False, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
@@ -480,7 +494,7 @@ class Queue:
         for status, cutoff in cutoffs.items():
             before = sum(counts.values())
             counts[status] = self.engine.purge(
-                status, cutoff, on_progress=lambda n, before=before: on_progress(before + n, max(total, before + n)))
+                status, cutoff, on_progress=lambda n, before=before: on_progress(before + n, max(total, before + n)))  # type: ignore[misc]
         return counts
 
     def get_many(self, job_ids: list[int]) -> list[Job]:
@@ -497,12 +511,14 @@ class Queue:
     def queue_names(self) -> list[str]:
         return self.engine.queue_names()
 
-    def stats(self, *, queues: list[str] | None = None, limit: int = 10) -> tuple[dict, int]:
-        """The `stats --json` object from one consistent read, and the database time it was read at."""
+    def stats(self, *, queues: list[str] | None = None, limit: int = 10,
+              also_known: frozenset[str] | set[str] = frozenset()) -> tuple[dict, int]:
+        """The `stats --json` object from one consistent read, and the database time it was read at.
+        also_known: queue names the config knows (a check of one of them is not a typo)."""
         from jobctl.stats import collect
 
-        snap = self.engine.stats_snapshot(limit=limit if not queues else max(limit, 1000))
-        return collect(snap, queues=queues, limit=limit), snap["now"]
+        snap = self.engine.stats_snapshot(limit=limit, queues=queues or None)
+        return collect(snap, queues=queues, limit=limit, also_known=also_known), snap["now"]
 
     @property
     def location(self) -> str:
@@ -572,4 +588,12 @@ class Queue:
         self.engine.set_paused(validate_name(queue, "queue"), True)
 
     def resume(self, queue: str) -> None:
-        self.engine.set_paused(validate_name(queue, "queue"), False)
+        """Refused (InvalidInput) for a queue that is not paused: a typo must not pass for done."""
+        name = validate_name(queue, "queue")
+        paused = self.engine.paused_queues()
+        if name not in paused:
+            known = self.engine.queue_names()
+            what = f"queue {name} is not paused" if name in known else f"there is no queue named {name!r}"
+            raise InvalidInput(f"{what}; paused queues: {', '.join(sorted(paused)) or 'none'}"
+                               + (f"; known queues: {', '.join(known)}" if name not in known else ""))
+        self.engine.set_paused(name, False)

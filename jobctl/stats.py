@@ -1,4 +1,4 @@
-"""The figures of `jobctl stats` (SPEC §6), the --check probe, the Prometheus text, and the
+"""The figures of `jobctl stats`, the --check probe, the Prometheus text, and the
 explanation `jobctl show` gives for a job that is not running.
 
 Pure functions over one engine snapshot (engine.stats_snapshot): no typer, no rich here, so
@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import TYPE_CHECKING, Any, Sequence
 
-from jobctl.durations import format_duration, to_rfc3339
+from jobctl.durations import format_duration, parse_time, to_rfc3339
 from jobctl.models import Job
+
+if TYPE_CHECKING:
+    pass
 
 COUNT_KEYS = ("ready", "scheduled", "blocked", "running", "cancel_requested", "buried", "completed", "cancelled")
 WINDOWS = (("1m", 1), ("15m", 15), ("60m", 60))
@@ -29,14 +33,26 @@ def _percentile(sorted_values: list, q: float):
     return sorted_values[max(math.ceil(q * len(sorted_values)) - 1, 0)]
 
 
-def collect(snap: dict, *, queues: list[str] | None = None, limit: int = 10) -> dict:
-    """The `stats --json` object from one engine snapshot (Engine.stats_snapshot).
+def collect(snap: dict, *, queues: list[str] | None = None, limit: int = 10,
+            also_known: frozenset[str] | set[str] = frozenset()) -> dict:
+    """The `stats --json` object from one engine snapshot (Engine.stats_snapshot, taken with the
+    same `queues`).
 
-    With `queues`, only those queues (and their stuck, buried and aging jobs) are reported."""
+    With `queues`, only those queues (their counts, stuck, buried and aging jobs, and runs) are
+    reported, and a name that no job, pause or `also_known` (the config's queues) has ever used is
+    refused: a typo must not report an empty, healthy queue."""
     now = snap["now"]
     wanted = set(queues) if queues else None
     names = sorted(set(snap["counts"]) | set(snap["paused"]))
     if wanted is not None:
+        known = set(snap["known"]) | set(also_known)
+        unknown = sorted(wanted - known)
+        if unknown:
+            from jobctl.errors import InvalidInput
+
+            raise InvalidInput(
+                f"no queue named {', '.join(unknown)} in the database "
+                f"or the config; known queues: {', '.join(sorted(known)) or 'none'}")
         names = sorted(wanted)
     per_queue = {}
     for name in names:
@@ -64,7 +80,7 @@ def collect(snap: dict, *, queues: list[str] | None = None, limit: int = 10) -> 
         expired = j.lease_expires_at is not None and j.lease_expires_at < now
         stuck.append({**j.to_dict(), "stuck_reason": "lease expired" if expired else "over its timeout",
                       "running_for": _seconds(now - (j.claimed_at or now))})
-    stuck_total = snap["stuck_total"] if wanted is None else len([j for j in snap["stuck"] if j.queue in wanted])
+    stuck_total = snap["stuck_total"]
     aging = [{**j.to_dict(), "waiting_for": _seconds(now - j.run_at)} for j in keep(snap["aging"])]
     ages = [q["oldest_ready_age"] for q in per_queue.values() if q["oldest_ready_age"] is not None]
     totals = {k: sum(q[k] for q in per_queue.values()) for k in COUNT_KEYS}
@@ -89,7 +105,7 @@ def _throughput(snap: dict) -> dict:
                 completed[minute] += n
             elif outcome in FAILED_OUTCOMES:
                 failed[minute] += n
-    out = {}
+    out: dict[str, Any] = {}
     for key, minutes in WINDOWS:
         c, f = sum(completed[:minutes]), sum(failed[:minutes])
         out[key] = {"completed": c, "failed": f, "completed_per_minute": round(c / minutes, 2),
@@ -178,16 +194,25 @@ def prometheus(stats: dict) -> str:
     family("jobctl_runs_per_minute", "Runs per minute over the window, by outcome.",
            [({"outcome": o, "window": w}, float(t[w][f"{o}_per_minute"])) for w, _ in WINDOWS
             for o in ("completed", "failed")])
-    family("jobctl_run_duration_seconds", "Run time of the runs of the last hour (0: no runs).",
-           [({"quantile": "0.5"}, t["run_time"]["median"] or 0.0), ({"quantile": "0.95"}, t["run_time"]["p95"] or 0.0)])
-    family("jobctl_wait_seconds", "Median wait from ready to start over the runs of the last hour (0: no runs).",
-           [({"quantile": "0.5"}, t["wait"]["median"] or 0.0)])
+    # Precomputed over a sliding hour, so gauges with their own names: a `quantile` label belongs
+    # to a summary, whose _sum and _count would have to be counters (promtool refuses it on gauges).
+    family("jobctl_run_duration_median_seconds", "Median run time of the runs of the last hour (0: no runs).",
+           [({}, t["run_time"]["median"] or 0.0)])
+    family("jobctl_run_duration_p95_seconds", "95th percentile run time of the runs of the last hour (0: no runs).",
+           [({}, t["run_time"]["p95"] or 0.0)])
+    family("jobctl_run_duration_runs", "How many runs of the last hour the run time figures are taken from.",
+           [({}, t["run_time"]["runs"])])
+    family("jobctl_wait_median_seconds", "Median wait from ready to start over the runs of the last hour (0: no runs).",
+           [({}, t["wait"]["median"] or 0.0)])
+    family("jobctl_stats_generated_timestamp_seconds",
+           "When these figures were read (Unix time): a stale textfile shows as an old timestamp.",
+           [({}, parse_time(stats["generated_at"]) / 1000)])
     return "\n".join(lines) + "\n"
 
 
 # -- why a job is not running (jobctl show) ----------------------------------------------------
 
-def explain(job: Job, now: int, *, dependencies: list[tuple[int, str | None]] = (),
+def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]] = (),
             paused: set[str] | frozenset = frozenset()) -> str | None:
     """One or two sentences saying why this job is where it is and what would move it; None for a
     running job that is fine, or a finished job."""

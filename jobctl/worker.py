@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import IO
 
 from jobctl import handlers
 from jobctl.config import Settings
@@ -80,14 +81,15 @@ class Log:
     def __call__(self, event: str, message: str = "", job: Job | None = None, **fields) -> None:
         now = time.time()
         if self.json:
-            record = {"ts": to_rfc3339(int(now * 1000)), "worker": self.worker_id, "event": event}
+            record: dict[str, object] = {"ts": to_rfc3339(int(now * 1000)), "worker": self.worker_id, "event": event}
             if job is not None:
                 record.update(job=job.id, type=job.type, queue=job.queue, attempt=job.attempts,
                               max_attempts=job.max_attempts)
             record.update({k: v for k, v in fields.items() if v is not None})
             if message:
                 record["message"] = message
-            line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+            # ASCII only: escape sequences, C1 and bidi controls in names, errors or paths arrive as \uXXXX
+            line = json.dumps(record, ensure_ascii=True, separators=(",", ":"))
         else:
             line = f"{to_rfc3339(int(now * 1000))} {self.worker_id} {event}"
             if job is not None:
@@ -112,8 +114,8 @@ class Running:
 
     job: Job
     proc: subprocess.Popen
-    out: object
-    err: object
+    out: IO[bytes]
+    err: IO[bytes]
     started: float
     deadline: float
     next_heartbeat: float
@@ -178,7 +180,7 @@ class Worker:
         self.db_delay = 0.0
         self.db_busy_logged = False
         self.heartbeat_every = max(min(options.lease / 3, HEARTBEAT_MAX_INTERVAL), 0.05)
-        self.registry = handlers.Registry(queue.engine.path)
+        self.registry = handlers.Registry(queue.engine.path, warn=lambda m: self.log("registry", m))
         env = dict(os.environ)
         env["JOBCTL_DB"] = os.path.abspath(queue.engine.path)
         if options.config_path:
@@ -319,7 +321,8 @@ class Worker:
             stdin = handlers.stdin_for(job.payload.encode("utf-8"))  # exactly as stored; never on a command line
             self._stop_orphans(job)
             before = handlers.boot_ticks()
-            proc = subprocess.Popen(tc.command, stdin=stdin, stdout=out, stderr=err, env=env,
+            # (no command for the type: the AttributeError is caught below)
+            proc = subprocess.Popen(tc.command, stdin=stdin, stdout=out, stderr=err, env=env,  # type: ignore[union-attr,arg-type]
                                     start_new_session=True, close_fds=True, shell=False)
             self.registry.record(job.id, job.token, self.o.worker_id, proc.pid, before, handlers.boot_ticks())
         except (OSError, ValueError, AttributeError) as e:
@@ -328,7 +331,7 @@ class Worker:
             reason = getattr(e, "strerror", None) or str(e)
             cmd = tc.command[0] if tc and tc.command else job.type
             self.log("start", "", job)
-            dummy = Running(job, None, None, None, now, now, now)
+            dummy = Running(job, None, None, None, now, now, now)  # type: ignore[arg-type]  # never started
             self._record(Outcome(dummy, "fail", -1, 0.0, error=f"cannot run {cmd}: {reason}",
                                  details={"command": list(tc.command) if tc and tc.command else None}))
             return
@@ -401,7 +404,7 @@ class Worker:
         tail = handlers.tail_text(r.err, STDERR_TAIL_BYTES)
         out = r.out
         r.err.close()
-        details = {"exit_code": rc} if rc >= 0 else {"exit_code": None, "signal": handlers.signal_name(-rc)}
+        details: dict[str, object] = {"exit_code": rc} if rc >= 0 else {"exit_code": None, "signal": handlers.signal_name(-rc)}
         details["duration"] = round(duration, 3)
         if tail:
             details["stderr_tail"] = tail

@@ -3,10 +3,8 @@ dependencies, paused queues, --type, --wait."""
 
 import json
 import subprocess
-import sys
 import time
 
-import pytest
 
 from conftest import JOBCTL
 

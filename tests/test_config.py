@@ -5,19 +5,19 @@ import tomllib
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_inproc
 
 
 def test_init_then_show_round_trip(tmp_path):
     path = tmp_path / "conf" / "jobctl.toml"
-    r = run_cli("config", "init", path)
+    r = run_inproc("config", "init", path)
     assert r.exit_code == 0, r.output
     assert r.stdout.strip() == str(path)
     starter = path.read_text()
     assert "[types.send-invoice]" in starter  # a commented example
     tomllib.loads(starter)  # the starter parses
 
-    r = run_cli("--config", path, "config", "show")
+    r = run_inproc("--config", path, "config", "show")
     assert r.exit_code == 0, r.output
     shown = tomllib.loads(r.stdout)
     assert shown["defaults"]["max_attempts"] == 3 and shown["defaults"]["timeout"] == "10m"
@@ -27,7 +27,7 @@ def test_init_then_show_round_trip(tmp_path):
     # show's output is itself a config file that shows the same settings.
     again = tmp_path / "again.toml"
     again.write_text(r.stdout)
-    r2 = run_cli("--config", again, "config", "show")
+    r2 = run_inproc("--config", again, "config", "show")
     assert r2.exit_code == 0, r2.output
     assert tomllib.loads(r2.stdout) == shown
 
@@ -35,21 +35,21 @@ def test_init_then_show_round_trip(tmp_path):
 def test_init_never_overwrites_without_force(tmp_path):
     path = tmp_path / "jobctl.toml"
     path.write_text("# mine\n")
-    r = run_cli("config", "init", path)
+    r = run_inproc("config", "init", path)
     assert r.exit_code == 2 and "--force" in r.stderr, r.output
     assert path.read_text() == "# mine\n"
-    r = run_cli("config", "init", path, "--force")
+    r = run_inproc("config", "init", path, "--force")
     assert r.exit_code == 0, r.output
     assert "[defaults]" in path.read_text()
 
 
 def test_init_default_path_is_the_xdg_config(tmp_path):
-    r = run_cli("config", "init")
+    r = run_inproc("config", "init")
     assert r.exit_code == 0, r.output
     target = tmp_path / "xdg-config" / "jobctl" / "config.toml"
     assert r.stdout.strip() == str(target) and target.is_file()
     # ... and it is then found without --config (tests run in tmp_path, which has no jobctl.toml)
-    r = run_cli("config", "show", "--sources")
+    r = run_inproc("config", "show", "--sources")
     assert f"# config file: {target}" in r.stdout
 
 
@@ -60,7 +60,7 @@ def test_show_sources_name_where_each_value_came_from(tmp_path, monkeypatch):
         'bury_exit_codes = [65]\n'
     )
     monkeypatch.setenv("JOBCTL_DB", str(tmp_path / "env.db"))
-    r = run_cli("config", "show", "--sources")
+    r = run_inproc("config", "show", "--sources")
     assert r.exit_code == 0, r.output
     lines = {line.split(" = ")[0]: line for line in r.stdout.splitlines() if " = " in line}
     assert lines["db"].endswith("# JOBCTL_DB")
@@ -72,7 +72,7 @@ def test_show_sources_name_where_each_value_came_from(tmp_path, monkeypatch):
     assert shown["types"]["mail.send"] == {"command": ["send-mail", "--live"], "priority": "high",
                                           "bury_exit_codes": [65]}
     assert shown["defaults"]["backoff"] == [10, 30]
-    r = run_cli("--busy-timeout", "9s", "config", "show", "--sources")
+    r = run_inproc("--busy-timeout", "9s", "config", "show", "--sources")
     assert 'busy_timeout = "9s"  # --busy-timeout' in r.stdout
 
 
@@ -89,17 +89,17 @@ def test_show_sources_name_where_each_value_came_from(tmp_path, monkeypatch):
 def test_bad_config_is_exit_2_naming_the_file_and_key(tmp_path, body, key):
     path = tmp_path / "bad.toml"
     path.write_text(body)
-    r = run_cli("--config", path, "config", "show")
+    r = run_inproc("--config", path, "config", "show")
     assert r.exit_code == 2, r.output
     assert r.stderr.startswith(f"jobctl: error: config file {path}") and key in r.stderr, r.stderr
     assert len(r.stderr.splitlines()) == 1
 
 
 def test_named_config_must_exist_and_parse(tmp_path):
-    r = run_cli("--config", tmp_path / "missing.toml", "config", "show")
+    r = run_inproc("--config", tmp_path / "missing.toml", "config", "show")
     assert r.exit_code == 2 and "does not exist" in r.stderr, r.output
     (tmp_path / "broken.toml").write_text("[defaults\n")
-    r = run_cli("--config", tmp_path / "broken.toml", "config", "show")
+    r = run_inproc("--config", tmp_path / "broken.toml", "config", "show")
     assert r.exit_code == 2 and "does not parse" in r.stderr, r.output
 
 
@@ -107,10 +107,10 @@ def test_type_defaults_apply_at_enqueue_and_options_win(tmp_path, db):
     (tmp_path / "jobctl.toml").write_text(
         '[defaults]\nmax_attempts = 7\n[types.invoice]\nqueue = "billing"\npriority = "high"\ntimeout = "2m"\n'
     )
-    r = run_cli("enqueue", "invoice", "--json", db=db)
+    r = run_inproc("enqueue", "invoice", "--json", db=db)
     job = json.loads(r.stdout)
     assert (job["queue"], job["priority"], job["timeout"], job["max_attempts"]) == ("billing", 20, 120, 7)
-    r = run_cli("enqueue", "invoice", "-q", "other", "-p", "low", "--max-attempts", 1, "--json", db=db)
+    r = run_inproc("enqueue", "invoice", "-q", "other", "-p", "low", "--max-attempts", 1, "--json", db=db)
     job = json.loads(r.stdout)
     assert (job["queue"], job["priority"], job["max_attempts"]) == ("other", 0, 1)
 
@@ -119,9 +119,9 @@ def test_worker_table_sets_work_defaults(tmp_path, db):
     (tmp_path / "jobctl.toml").write_text(
         '[worker]\nlog_format = "json"\npoll = "100ms"\n[types.t]\ncommand = ["true"]\n'
     )
-    run_cli("enqueue", "t", db=db)
-    r = run_cli("work", "--stop-when-empty", db=db)
+    run_inproc("enqueue", "t", db=db)
+    r = run_inproc("work", "--stop-when-empty", db=db)
     assert r.exit_code == 0, r.output
     assert all(json.loads(line)["worker"] for line in r.stderr.splitlines())
-    r = run_cli("work", "--stop-when-empty", "--log-format", "human", db=db)
+    r = run_inproc("work", "--stop-when-empty", "--log-format", "human", db=db)
     assert r.exit_code == 0 and not r.stderr.startswith("{"), r.output

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JOBCTL, run_cli
+from conftest import JOBCTL, run_cli, run_inproc
 from jobctl.engines import sqlite as engine_sqlite
-from jobctl.engines.sqlite import NETWORK_FS, filesystem_type
+from jobctl.engines.files import NETWORK_FS, filesystem_type
 
 
 def digest(path):
@@ -37,9 +37,9 @@ def one_line(r, code):
 
 def make_db(path, jobs=3):
     """A real jobctl file, checkpointed and closed (no -wal left), so its bytes are all in one file."""
-    for i in range(jobs):
-        r = run_cli("enqueue", "t", json.dumps({"i": i, "pad": "x" * 2000}), db=path)
-        assert r.exit_code == 0, r.output
+    lines = "".join(json.dumps({"type": "t", "payload": {"i": i, "pad": "x" * 2000}}) + "\n" for i in range(jobs))
+    r = run_inproc("enqueue", "--batch", "-", db=path, input=lines)
+    assert r.exit_code == 0 and r.stdout.split() == [str(i + 1) for i in range(jobs)], r.output
     assert not Path(f"{path}-wal").exists()
     return path
 
@@ -48,9 +48,11 @@ COMMANDS = [["list"], ["enqueue", "t"], ["claim"], ["init"], ["show", "1"]]
 
 
 def assert_refused(path, code, words, commands=COMMANDS):
+    """Each command refuses the file with one line (in-process: the real binary meets a bad file in
+    test_process.py, and a read-only one and a held lock below)."""
     before = digest(path) if Path(path).is_file() else None
     for args in commands:
-        line = one_line(run_cli(*args, db=path), code)
+        line = one_line(run_inproc(*args, db=path), code)
         assert any(w in line for w in words), line
         if before is not None:
             assert digest(path) == before, f"{args} changed the file"
@@ -84,7 +86,7 @@ def test_a_newer_schema(tmp_path):
     conn.execute("PRAGMA user_version = 99")
     conn.close()
     assert_refused(f, 8, ["newer jobctl"])
-    line = one_line(run_cli("list", db=f), 8)
+    line = one_line(run_inproc("list", db=f), 8)
     assert "v99" in line and "upgrade" in line
 
 
@@ -103,10 +105,14 @@ def test_a_foreign_sqlite_file(tmp_path):
     conn.close()
 
 
-def test_a_symlink_is_refused(tmp_path):
+def test_a_symlink_is_followed_only_when_it_and_its_target_pass(tmp_path):
+    # 0.1.0 refused every link; now a link of ours to a good file is used, one of another user's is not
     real = make_db(tmp_path / "real.db")
     link = tmp_path / "link.db"
     link.symlink_to(real)
+    r = run_cli("list", db=link)
+    assert r.exit_code == 0, r.output
+    os.lchown(link, 65534, 65534)
     assert_refused(link, 8, ["symbolic link"])
 
 
@@ -120,7 +126,7 @@ def test_a_file_others_can_write_is_refused(tmp_path):
                                   ["doctor"], ["purge"], ["show", "1"]])
 def test_a_missing_file_is_not_created(tmp_path, args):
     f = tmp_path / "nowhere" / "jobs.db"
-    line = one_line(run_cli(*args, db=f), 8)
+    line = one_line(run_inproc(*args, db=f), 8)
     assert "init" in line
     assert not f.exists() and not f.parent.exists()
 
@@ -258,7 +264,7 @@ def test_a_write_lock_held_past_the_busy_timeout(tmp_path):
 
 def test_bad_busy_timeout(tmp_path):
     f = make_db(tmp_path / "jobs.db", jobs=1)
-    one_line(run_cli("--busy-timeout", "forever", "list", db=f), 2)
+    one_line(run_inproc("--busy-timeout", "forever", "list", db=f), 2)
 
 
 # -- file modes ---------------------------------------------------------------------------------

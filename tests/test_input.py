@@ -2,7 +2,6 @@
 payloads, bad names, out-of-range numbers, bad durations: exit 2, one line, nothing changed."""
 
 import json
-import sqlite3
 
 import pytest
 
@@ -158,7 +157,7 @@ def test_good_names(cli, db, running, name):
     ["retry", "0"],
     ["progress", "1", "--percent", "101"],
     ["progress", "1", "--percent", "-1"],
-    ["list", "--limit", "0"],
+    ["list", "--limit", "-1"],
     ["list", "--status", "done"],
     ["enqueue", "t", "--backoff", "sometimes"],
     ["enqueue", "t", "--backoff", "10,-5"],

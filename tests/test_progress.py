@@ -7,6 +7,7 @@ import time
 import pytest
 
 from conftest import JOBCTL, run_on_pty
+from jobctl.config import Settings
 from jobctl.queue import Queue
 
 HOUR_AGO = time.time() - 3600
@@ -26,8 +27,9 @@ def assert_growing(calls, total):
 
 
 def finished_jobs(db, cancelled=0, buried=0):
-    """Jobs that finished an hour ago: `cancelled` cancelled ones, then `buried` buried ones."""
-    with Queue.open(db, create=True, clock=lambda: HOUR_AGO) as q:
+    """Jobs that finished an hour ago: `cancelled` cancelled ones, then `buried` buried ones. (Made
+    with synchronous=normal: a thousand commits without a disk sync each; what is tested comes later.)"""
+    with Queue.open(db, Settings(synchronous="normal"), create=True, clock=lambda: HOUR_AGO) as q:
         results = q.insert([q.prepare("t", {"i": i}) for i in range(cancelled + buried)])
         for r in results[:cancelled]:
             q.cancel(r.id)

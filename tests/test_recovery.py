@@ -3,7 +3,6 @@ or to cancelled when cancellation was requested; the old holder's token is then 
 --older-than also catches silent workers; --dry-run changes nothing."""
 
 import json
-import sqlite3
 import subprocess
 import time
 

@@ -3,7 +3,9 @@ import json
 from conftest import run_cli
 
 
-def test_enqueue_claim_complete_roundtrip(cli, db):
+def test_enqueue_claim_complete_roundtrip(cli_process, db):
+    """The installed program end to end, each step a real process (most other tests run in-process)."""
+    cli = cli_process
     r = cli("enqueue", "send", '{"to": "a"}')
     assert r.exit_code == 0, r.output
     job_id = int(r.stdout)

@@ -7,7 +7,6 @@ through the real CLI, as scripts meet them.
 
 import itertools
 import json
-import sqlite3
 import time
 
 import pytest

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import JOBCTL, run_cli
+from conftest import JOBCTL, run_cli, run_inproc
 
 PY = sys.executable
 
@@ -35,7 +35,7 @@ def toml_argv(*argv) -> str:
 
 
 def show(db, job_id) -> dict:
-    r = run_cli("show", job_id, "--json", db=db)
+    r = run_inproc("show", job_id, "--json", db=db)
     assert r.exit_code == 0, r.output
     return json.loads(r.stdout)
 
@@ -86,9 +86,9 @@ def work(db, *args, timeout=60):
 
 
 def test_success_with_result_and_failure_retried_then_buried(tmp_path, cli, db):
-    write_config(tmp_path, f"""
+    write_config(tmp_path, """
         [types.ok]
-        command = ["sh", "-c", "echo working; echo '{{\\"sent\\": 2}}'"]
+        command = ["sh", "-c", "echo working; echo '{\\"sent\\": 2}'"]
 
         [types.boom]
         command = ["sh", "-c", "echo first >&2; echo 'smtp said no' >&2; exit 3"]
@@ -190,7 +190,7 @@ def test_payload_arrives_byte_exact_and_is_never_executed(tmp_path, cli, db):
     assert (tmp_path / f"payload-{job_id}.bin").read_bytes() == payload.encode("utf-8")
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
     env = json.loads((tmp_path / f"env-{job_id}.json").read_text())
-    job = show(db, job_id)
+    show(db, job_id)
     assert env["JOBCTL_JOB_ID"] == str(job_id)
     assert env["JOBCTL_JOB_TYPE"] == "capture"
     assert env["JOBCTL_QUEUE"] == "mail"

@@ -13,8 +13,12 @@ from jobctl.errors import JobctlError
 
 
 def _fail(message: str, code: int) -> int:
-    # One line, always: a path or a value with a newline in it must not split the message.
-    one_line = message.replace("\r", "\\r").replace("\n", "\\n")
+    """Print an error: every error line of the CLI is written here."""
+    from jobctl.untrusted import safe
+
+    # One line, always: a path or a value with a newline in it must not split the message; and
+    # inert: terminal escapes, C1 and bidi controls from paths, keys or values are shown escaped.
+    one_line = safe(message.replace("\r", "\\r").replace("\n", "\\n"))
     sys.stderr.write(f"jobctl: error: {one_line}\n")
     return code
 
@@ -36,15 +40,44 @@ def _only_the_command_run(argv: list[str]):
         if arg in _GLOBAL_OPTIONS_WITH_VALUE:
             next(args, None)
         elif not arg.startswith("-"):
-            found = [c for c in app.registered_commands if get_command_name(c.name or c.callback.__name__) == arg]
+            found = [c for c in app.registered_commands
+                     if get_command_name(c.name or c.callback.__name__) == arg]  # type: ignore[union-attr]
             return found or None
     return None
+
+
+_GLOBAL_FLAGS = {"--allow-network-fs", "--version"}
+
+
+def _global_option_hint(e, argv: list[str]) -> str | None:
+    """For a global option given after the command (`jobctl list --db x`): where to put it."""
+    name = e.option_name
+    if e.ctx is None or e.ctx.parent is None or name not in _GLOBAL_OPTIONS_WITH_VALUE | _GLOBAL_FLAGS:
+        return None
+    import shlex
+
+    path = e.ctx.command_path.split()[1:]  # the command (and subcommand) words after `jobctl`
+    moved, rest, args = [], [], iter(argv)
+    for arg in args:
+        if arg == name or arg.startswith(name + "="):
+            moved.append(arg)
+            if name in _GLOBAL_OPTIONS_WITH_VALUE and "=" not in arg:
+                value = next(args, None)
+                if value is not None:
+                    moved.append(value)
+        else:
+            rest.append(arg)
+    # Keep any global options already before the command where they were.
+    first = next((i for i, a in enumerate(rest) if a == path[0]), 0) if path else 0
+    fixed = ["jobctl", *rest[:first], *moved, *rest[first:]]
+    return (f"{name} is a global option: put it before the command: "
+            f"{' '.join(shlex.quote(a) for a in fixed)}")
 
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (no sys.exit), for main() and tests alike."""
     from typer import Abort, Exit
-    from typer._click.exceptions import ClickException, UsageError
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, NoSuchOption, UsageError
 
     debug = os.environ.get("JOBCTL_DEBUG") == "1"
     commands, groups = app.registered_commands, app.registered_groups
@@ -68,6 +101,21 @@ def run(argv: list[str] | None = None) -> int:
         if debug:
             raise
         return _fail(e.message, e.exit_code)
+    except NoArgsIsHelpError as e:
+        # `jobctl` alone: its help, a success (like git). A group alone (`jobctl config`): its usage
+        # and subcommands on stderr, and the usage error's exit code: a script that forgot the
+        # subcommand did not do what it meant.
+        if e.ctx is None or e.ctx.parent is None:
+            sys.stdout.write(e.format_message().rstrip("\n") + "\n")
+            return 0
+        sys.stderr.write(e.format_message().rstrip("\n") + "\n")
+        return 2
+    except NoSuchOption as e:
+        hint = _global_option_hint(e, sys.argv[1:] if argv is None else list(argv))
+        if hint:
+            return _fail(hint, 2)
+        return _fail(" ".join(e.format_message().split()) +
+                     (f"; see `{e.ctx.command_path} --help`" if e.ctx is not None else ""), 2)
     except UsageError as e:
         hint = f"; see `{e.ctx.command_path} --help`" if e.ctx is not None else ""
         return _fail(" ".join(e.format_message().split()) + hint, 2)

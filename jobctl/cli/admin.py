@@ -1,8 +1,9 @@
 """Operator commands on the file and the queue as a whole: init, recover, purge, pause, resume,
-doctor, backup."""
+doctor, backup, restore."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -35,39 +36,53 @@ def recover(
     older_than: Optional[str] = typer.Option(None, "--older-than", metavar="DUR", help="Also treat jobs silent this long as lost."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be done; change nothing."),
     as_json: bool = typer.Option(False, "--json", help="One {\"id\", \"action\"} per line."),
+    quiet: bool = typer.Option(False, "--quiet", help="Print nothing when no lease expired (for cron: mail only when it acted)."),
 ):
     """Requeue (or bury) running jobs whose lease expired: their worker is gone.
 
-    Example: */5 * * * * jobctl recover --json >> /var/log/jobctl-recover.log
+    A lease is judged lost by the second sweep that finds it expired with its heartbeat unchanged,
+    30s or more after the first (which lists it as "watching"): a step of the clock alone
+    recovers nothing. Workers sweep by themselves every 30s.
+
+    Example: jobctl --db /var/lib/jobctl/jobs.db recover --dry-run
     """
     with state(ctx).open_queue() as q:
         done = q.recover(older_than=older_than, dry_run=dry_run)
         now = q.now()
-    watching = [job for job, action in done if action == "watching"]
-    done = [(job, action) for job, action in done if action != "watching"]
-    if watching:
-        import sys
-
-        from jobctl.untrusted import safe
-
-        sys.stderr.write(
-            f"jobctl: {len(watching)} job(s) with an expired lease seen for the first time "
-            f"({safe(', '.join(str(j.id) for j in watching[:10]))}{', ...' if len(watching) > 10 else ''}): "
-            "they are recovered by the next sweep, at least 30s from now, if their worker has not renewed the "
-            "lease meanwhile (a step of the clock alone recovers nothing); workers sweep by themselves\n")
-    if as_json:
-        for job, action in done:
+    acted = [(job, action) for job, action in done if action != "watching"]
+    if as_json:  # only what was (or would be) done: a job being watched is still running
+        for job, action in acted:
             emit_json({"id": job.id, "action": action, **({"dry_run": True} if dry_run else {})})
         return
+    if quiet:  # cron: a sweep that only noted leases for the next one has nothing to report
+        done = acted
     from jobctl import output
 
     out = output.console()
     if not done:
-        out.print("no expired leases")
+        if not quiet:
+            out.print("no expired leases")
         return
-    rows = [[str(j.id), j.queue, j.type, j.worker or "-", f"{j.attempts}/{j.max_attempts}",
-             output.ago(j.lease_expires_at, now), ("would be " if dry_run else "") + action] for j, action in done]
-    output.print_view(output.simple_table(["ID", "QUEUE", "TYPE", "WORKER", "RUNS", "LEASE EXPIRED", "ACTION"], rows), out)
+    rows = [[str(j.id), output.text(j.queue), output.text(j.type), output.text(j.worker or "-"),
+             f"{j.attempts}/{j.max_attempts}", output.ago(j.lease_expires_at, now),
+             action if action == "watching" else ("would be " if dry_run else "") + action] for j, action in done]
+    if out.is_terminal:  # one line per job at the screen's width: names and workers are cut, not folded
+        from rich.console import Group
+
+        from jobctl.output import Col
+
+        cols = [Col("ID", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True, drop=2),
+                Col("WORKER", cut=True, least=8), Col("RUNS", right=True, drop=1), Col("LEASE EXPIRED", right=True),
+                Col("ACTION")]
+        out.print(Group(*output.grid_lines(cols, rows, out.width)), crop=False)
+    else:
+        output.print_view(output.simple_table(["ID", "QUEUE", "TYPE", "WORKER", "RUNS", "LEASE EXPIRED", "ACTION"], rows), out)
+    if len(acted) < len(done):
+        import sys
+
+        sys.stderr.write("watching: a lease that looks expired is recovered only by a later sweep, 30s or more "
+                         "after this one, that finds its heartbeat unchanged (a step of the clock alone recovers "
+                         "nothing); workers sweep by themselves\n")
 
 
 @app.command()
@@ -98,18 +113,24 @@ def purge(
 @app.command()
 def pause(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE", autocompletion=complete_queue,
                                                           help="The queue to pause.")):
-    """Stop claims from a queue (enqueue still works).
+    """Stop claims from a queue (enqueue still works); a queue with no jobs yet can be paused ahead.
 
     Example: jobctl pause billing
     """
+    import sys
+
     with state(ctx).open_queue() as q:
+        known = q.engine.queue_names()
         q.pause(queue)
+    if queue not in known:  # legitimate ahead of time, but a typo would leave the real queue running
+        sys.stderr.write(f"jobctl: note: queue {queue} has no jobs yet; paused ahead of time "
+                         f"(known queues: {', '.join(known) or 'none'})\n")
 
 
 @app.command()
 def resume(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE", autocompletion=complete_queue,
                                                            help="The paused queue.")):
-    """Let workers claim from a paused queue again.
+    """Let workers claim from a paused queue again (a queue that is not paused is refused, exit 2).
 
     Example: jobctl resume billing
     """
@@ -119,25 +140,28 @@ def resume(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE",
 
 @app.command()
 def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print the checks as one JSON object.")):
-    """Check the file: integrity, schema, permissions, WAL size, expired leases, unrunnable jobs.
+    """Check the file: integrity, schema, permissions, WAL size, expired leases, damaged jobs, unrunnable jobs.
 
     Exits 0 when all is well, 9 when a check found a problem, 8 when the file cannot be used.
     Example: jobctl doctor || mail -s "jobctl needs a look" ops@example.com
     """
     st = state(ctx)
     with st.open_queue() as q:
-        checks = [(c.name, c.ok, c.detail) for c in q.health_checks()]
+        found = q.health_checks()
         location = q.location
+    checks = [(c.name, c.ok, c.detail) for c in found]
     ok = all(good for _, good, _ in checks)
     if as_json:
+        extra = {k: v for c in found if c.data for k, v in c.data.items()}
         emit_json({"ok": ok, "path": location,
-                   "checks": [{"check": c, "ok": good, "detail": d} for c, good, d in checks]})
+                   "checks": [{"check": c, "ok": good, "detail": d} for c, good, d in checks], **extra})
     else:
         from rich.text import Text
 
         from jobctl import output
 
-        rows = [[c, Text("ok", style="green") if good else Text("PROBLEM", style="bold red"), d] for c, good, d in checks]
+        rows = [[c, Text("ok", style="green") if good else Text("PROBLEM", style="bold red"), output.text(d)]
+                for c, good, d in checks]
         output.print_view(output.simple_table(["CHECK", "STATUS", "DETAIL"], rows))
     if not ok:
         raise CheckFailed(f"doctor found {sum(1 for _, g, _ in checks if not g)} problem(s) in {location}")
@@ -147,7 +171,7 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
 def backup(
     ctx: typer.Context,
     path: str = typer.Argument(..., metavar="PATH", help="The file to write (refused if it exists, unless --force)."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing file at PATH."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing file at PATH (a regular file only, never the database)."),
 ):
     """Write a consistent copy of the live database (safe while workers run); print its path.
 
@@ -156,7 +180,7 @@ def backup(
     dest = Path(path).expanduser()
     if dest.is_dir():
         raise InvalidInput(f"{dest} is a directory; give a file path for the backup")
-    if dest.exists() and not force:
+    if os.path.lexists(dest) and not force:
         raise InvalidInput(f"{dest} exists; choose another path or pass --force to replace it")
     if not dest.parent.is_dir():
         raise InvalidInput(f"the folder {dest.parent} does not exist")
@@ -165,3 +189,33 @@ def backup(
     with state(ctx).open_queue() as q, progress_bar("backing up") as on_progress:
         q.backup(dest, on_progress=on_progress)
     emit(str(dest))
+
+
+@app.command()
+def restore(
+    ctx: typer.Context,
+    backup: str = typer.Argument(..., metavar="BACKUP", help="A file written by `jobctl backup`."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing database (all its jobs)."),
+):
+    """Put a backup back as the database (--db), safely: refused while any process has it open.
+
+    Checks the backup, copies it privately (0600) beside the database, removes the old
+    write-ahead log (which would corrupt the restored file) and renames the copy into place.
+    Stop the workers first: while any process has the database open it exits 6 and changes
+    nothing. Prints the database's path.
+    Example: systemctl stop 'jobctl-worker@*' && jobctl restore --force /var/backups/jobctl-2026-01-31.db
+    """
+    from jobctl.engines import restore as restoring
+
+    from jobctl import engines
+
+    st = state(ctx)
+    if engines.scheme_of(st.db_path()) not in (None, "sqlite"):
+        raise InvalidInput("restore works on a SQLite file; restore a server database with its own tools")
+    db = Path(engines.sqlite_path(st.db_path()))
+    if not (st.allow_network_fs or st.settings.allow_network_fs):
+        from jobctl.engines import files
+
+        files.check_filesystem(db)
+    restoring.restore(Path(backup).expanduser(), db, force=force)
+    emit(str(db))

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from jobctl import __version__
+
+if TYPE_CHECKING:
+    from jobctl.config import Settings
 
 app = typer.Typer(
     name="jobctl",
@@ -37,7 +40,7 @@ class State:
         self.config = config
         self.busy_timeout = busy_timeout
         self.allow_network_fs = allow_network_fs
-        self._settings = None
+        self._settings: Settings | None = None
 
     @property
     def settings(self):
@@ -55,7 +58,7 @@ class State:
         return resolve_db_path(self.db, self.settings)[0]
 
     def open_queue(self, *, create: bool = False):
-        """Open the queue; only init, enqueue and work pass create=True (SPEC §1)."""
+        """Open the queue; only init, enqueue and work pass create=True, so a typo never looks like an empty queue."""
         from jobctl.config import resolve_busy_timeout
         from jobctl.queue import Queue
 

@@ -9,33 +9,90 @@ from typing import List, Optional
 import typer
 
 from jobctl.cli.app import app, emit, emit_json, state
-from jobctl.completion import complete_queue
+from jobctl.completion import complete_backoff, complete_priority, complete_queue, complete_type
 from jobctl.errors import InvalidInput, NothingToClaim
 
 
-def _read_source(path: str) -> bytes:
+def _open_source(path: str):
     if path == "-":
-        return sys.stdin.buffer.read()
+        return sys.stdin.buffer
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return open(path, "rb")
     except OSError as e:
         raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+
+
+def _read_source(path: str) -> bytes:
+    """All of a file or stdin. Unbounded: for job input use _read_payload_file or _read_batch_lines."""
+    f = _open_source(path)
+    try:
+        return f.read()
+    except OSError as e:
+        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
+
+
+def _read_payload_file(path: str, limit: int) -> bytes:
+    """At most `limit` bytes: one more byte says the payload is too large (never /dev/zero in memory)."""
+    f = _open_source(path)
+    try:
+        data = f.read(limit + 1)
+    except OSError as e:
+        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
+    if len(data) > limit:
+        raise InvalidInput(
+            f"payload too large: {'stdin' if path == '-' else path} holds more than {limit} bytes, the limit "
+            "(max_payload_bytes in the config); nothing was enqueued")
+    return data
+
+
+BATCH_LINE_ROOM = 64 * 1024  # a --batch line's keys besides the payload: type, queue, key, after, ...
+
+
+def _read_batch_lines(path: str, payload_limit: int) -> list[str]:
+    """The NDJSON lines of --batch, read line by line: a line longer than the payload limit plus
+    the other keys' room is refused without reading the rest of it."""
+    most = payload_limit + BATCH_LINE_ROOM
+    f = _open_source(path)
+    lines: list[str] = []
+    try:
+        while True:
+            raw = f.readline(most + 1)
+            if not raw:
+                return lines
+            if not raw.endswith(b"\n") and len(raw) > most:
+                raise InvalidInput(
+                    f"line {len(lines) + 1}: longer than {most} bytes (the payload limit, max_payload_bytes in "
+                    f"the config, plus {BATCH_LINE_ROOM} for the other keys); nothing was enqueued")
+            try:
+                lines.append(raw.decode("utf-8").rstrip("\n"))
+            except UnicodeDecodeError:
+                raise InvalidInput(f"line {len(lines) + 1}: not UTF-8 text; nothing was enqueued") from None
+    except OSError as e:
+        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
 
 
 @app.command()
 def enqueue(
     ctx: typer.Context,
-    type: Optional[str] = typer.Argument(None, metavar="TYPE", help="The job type (its handler's name)."),
+    type: Optional[str] = typer.Argument(None, metavar="TYPE", autocompletion=complete_type, help="The job type (its handler's name)."),
     payload: Optional[str] = typer.Argument(None, metavar="[PAYLOAD]", help="The payload as JSON (default {})."),
     payload_file: Optional[str] = typer.Option(None, "--payload-file", metavar="PATH|-", help="Read the payload from a file, or - for stdin."),
     batch: Optional[str] = typer.Option(None, "--batch", metavar="PATH|-", help="Enqueue many jobs from NDJSON (all or nothing)."),
     queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="The queue (default: the type's, else 'default')."),
-    priority: Optional[str] = typer.Option(None, "--priority", "-p", help="low, normal, high, critical, or -1000..1000."),
+    priority: Optional[str] = typer.Option(None, "--priority", "-p", autocompletion=complete_priority, help="low, normal, high, critical, or -1000..1000."),
     delay: Optional[str] = typer.Option(None, "--delay", metavar="DUR", help="Run no earlier than this from now (90s, 5m, 2h)."),
     at: Optional[str] = typer.Option(None, "--at", metavar="TIME", help="Run no earlier than this time (ISO 8601)."),
     max_attempts: Optional[int] = typer.Option(None, "--max-attempts", min=1, max=1000, help="Total runs allowed (default 3)."),
-    backoff: Optional[str] = typer.Option(None, "--backoff", help="exponential, linear, fixed, or seconds like 10,30,60."),
+    backoff: Optional[str] = typer.Option(None, "--backoff", autocompletion=complete_backoff, help="exponential, linear, fixed, or seconds like 10,30,60."),
     timeout: Optional[str] = typer.Option(None, "--timeout", metavar="DUR", help="Longest a run may take (default 10m)."),
     key: Optional[str] = typer.Option(None, "--key", metavar="K", help="Idempotency key: the same key returns the same job."),
     unique: bool = typer.Option(False, "--unique", help="Return a pending or running twin instead of adding a job."),
@@ -52,11 +109,7 @@ def enqueue(
     if batch is not None:
         if type is not None or payload is not None or payload_file is not None:
             raise InvalidInput("--batch reads every job from NDJSON; give no TYPE, PAYLOAD or --payload-file with it")
-        data = _read_source(batch)
-        try:
-            lines = data.decode("utf-8").splitlines()
-        except UnicodeDecodeError:
-            raise InvalidInput("--batch input is not UTF-8 text; nothing was enqueued") from None
+        lines = _read_batch_lines(batch, st.settings.max_payload_bytes)
         from jobctl.cli.progress import progress_bar
         from jobctl.queue import Queue
 
@@ -77,14 +130,14 @@ def enqueue(
         raise InvalidInput("missing TYPE: `jobctl enqueue TYPE [PAYLOAD]`, or --batch PATH")
     if payload is not None and payload_file is not None:
         raise InvalidInput("give the payload either as an argument or with --payload-file, not both")
-    text = _read_source(payload_file) if payload_file is not None else payload
+    text = _read_payload_file(payload_file, st.settings.max_payload_bytes) if payload_file is not None else payload
     from jobctl.queue import Queue
 
-    prepared = Queue(None, st.settings).prepare(  # bad input is refused before the file is created
+    new_job = Queue(None, st.settings).prepare(  # bad input is refused before the file is created
         type, payload_text=text, queue=queue, priority=priority, delay=delay, at=at, max_attempts=max_attempts,
         backoff=backoff, timeout=timeout, key=key, unique=unique, after=after or [], cost=cost, group=group)
     with st.open_queue(create=True) as q:
-        r = q.insert([prepared])[0]
+        r = q.insert([new_job])[0]
         if as_json:
             emit_json({**q.get(r.id).to_dict(), "created": r.created})
         else:
@@ -95,7 +148,7 @@ def enqueue(
 def claim(
     ctx: typer.Context,
     queue: Optional[List[str]] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Only this queue (repeatable; earlier first)."),
-    type: Optional[List[str]] = typer.Option(None, "--type", "-t", help="Only this type (repeatable)."),
+    type: Optional[List[str]] = typer.Option(None, "--type", "-t", autocompletion=complete_type, help="Only this type (repeatable)."),
     worker: Optional[str] = typer.Option(None, "--worker", metavar="ID", help="Who claims (default JOBCTL_WORKER_ID, else host:pid of the shell)."),
     lease: Optional[str] = typer.Option(None, "--lease", metavar="DUR", help="Lease length (default: the job's timeout)."),
     wait: Optional[str] = typer.Option(None, "--wait", metavar="DUR", help="Poll up to this long for a ready job."),
@@ -112,7 +165,10 @@ def claim(
         options = dict(worker=worker, queues=queue, types=type, lease=lease)
         job = q.claim_wait(wait_s, **options) if wait_s else q.claim(**options)
         if job is None:
-            raise NothingToClaim("no job is ready" + (f" after waiting {wait}" if wait else ""))
+            paused = sorted(set(queue or ()) & q.engine.paused_queues())
+            why = (f"; queue {', '.join(paused)} is paused (`jobctl resume {paused[0]}`)" if len(paused) == 1 else
+                   f"; queues {', '.join(paused)} are paused (`jobctl resume QUEUE`)" if paused else "")
+            raise NothingToClaim("no job is ready" + (f" after waiting {wait}" if wait else "") + why)
         emit_json(job.to_dict(claim=True))
 
 
@@ -203,7 +259,9 @@ def _each(ctx, job_ids: List[int], action, as_json: bool) -> None:
                 if first_error is None:
                     first_error = e
                 if len(job_ids) > 1:
-                    sys.stderr.write(f"jobctl: error: {e}\n")
+                    from jobctl.cli import _fail
+
+                    _fail(e.message, e.exit_code)
                 continue
             emit_json(job.to_dict()) if as_json else emit(f"{job.id} {job.status}")
     if first_error is not None:
@@ -245,7 +303,7 @@ def retry(
 def retry_buried(
     ctx: typer.Context,
     queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Only buried jobs of this queue."),
-    type: Optional[str] = typer.Option(None, "--type", "-t", help="Only buried jobs of this type."),
+    type: Optional[str] = typer.Option(None, "--type", "-t", autocompletion=complete_type, help="Only buried jobs of this type."),
     reset_attempts: bool = typer.Option(False, "--reset-attempts", help="Start counting runs from zero again."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only count them."),
     as_json: bool = typer.Option(False, "--json", help="Print {\"count\", \"ids\", \"dry_run\"} as JSON."),

@@ -1,4 +1,4 @@
-"""`jobctl stats`: the queue at a glance (SPEC §6), live with --watch, as JSON, as Prometheus
+"""`jobctl stats`: the queue at a glance, live with --watch, as JSON, as Prometheus
 text, or as a probe with --check. The figures come from jobctl.stats (one consistent read); the
 drawing from jobctl.output (pure renderers); this module only wires options to them and runs the
 refresh loop."""
@@ -12,7 +12,7 @@ from typing import List, Optional
 import typer
 
 from jobctl.cli.app import app, emit, emit_json, state
-from jobctl.completion import complete_queue
+from jobctl.completion import complete_queue, complete_stats_format
 from jobctl.errors import CheckFailed, InvalidInput
 
 FORMATS = ("table", "json", "prometheus")
@@ -25,20 +25,21 @@ def stats(
                                               help="Only this queue (repeatable); --check then looks at it alone."),
     watch: bool = typer.Option(False, "--watch", "-w", help="Redraw in place every --interval until Ctrl-C (on a terminal)."),
     interval: str = typer.Option("2s", "--interval", "-i", metavar="DUR", help="Time between redraws of --watch (default 2s)."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object (SPEC §6); same as --format json."),
-    fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table, json or prometheus (text format for node_exporter's textfile collector)."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object; same as --format json."),
+    fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", autocompletion=complete_stats_format, help="table, json or prometheus (text format for node_exporter's textfile collector)."),
     limit: int = typer.Option(10, "--limit", "-n", min=1, max=1000, help="Rows in the stuck, buried and aging lists (default 10)."),
     check: bool = typer.Option(False, "--check", help="Probe: print one summary line; exit 9 when a --max-* threshold is crossed."),
     max_ready_age: Optional[str] = typer.Option(None, "--max-ready-age", metavar="DUR", help="--check: the oldest ready job may wait at most this long."),
     max_buried: Optional[int] = typer.Option(None, "--max-buried", metavar="N", min=0, help="--check: at most N buried jobs."),
     max_stuck: Optional[int] = typer.Option(None, "--max-stuck", metavar="N", min=0, help="--check: at most N stuck jobs."),
+    quiet: bool = typer.Option(False, "--quiet", help="--check: print nothing when all thresholds hold (a crossing still prints its line)."),
 ):
     """Show the queue at a glance: counts per queue, stuck, buried and aging jobs, throughput.
 
     Example: jobctl stats --check --max-ready-age 10m --max-buried 0 --max-stuck 0
     """
     from jobctl.durations import parse_duration
-    from jobctl.stats import check as run_check, collect, prometheus
+    from jobctl.stats import check as run_check, prometheus
 
     if fmt not in FORMATS:
         raise InvalidInput(f"invalid --format {fmt!r}: use one of {', '.join(FORMATS)}")
@@ -55,6 +56,8 @@ def stats(
         raise InvalidInput("--check needs at least one threshold: --max-ready-age DUR, --max-buried N, --max-stuck N")
     if thresholds and not check:
         raise InvalidInput("--max-ready-age, --max-buried and --max-stuck are thresholds of --check; add --check")
+    if quiet and not check:
+        raise InvalidInput("--quiet belongs to --check (print nothing when all thresholds hold); add --check")
     if check and (watch or fmt != "table"):
         raise InvalidInput("--check prints one summary line; leave out --watch, --json and --format")
     if watch and fmt != "table":
@@ -66,18 +69,21 @@ def stats(
             validate_name(name, "queue")
 
     st = state(ctx)
+    # Queues that exist before their first job: the config's, and the default one.
+    configured = {tc.queue for tc in st.settings.types.values() if tc.queue} | {"default"}
     with st.open_queue() as q:
         def snapshot() -> tuple[dict, int]:
-            return q.stats(queues=queue, limit=limit)
+            return q.stats(queues=queue, limit=limit, also_known=configured)
 
         if watch and sys.stdout.isatty():
-            _watch(snapshot, interval_s)
+            _watch(snapshot, interval_s, q.engine.location)
             return
         figures, now = snapshot()
 
     if check:
         ok, line = run_check(figures, max_ready_age=age_s, max_buried=max_buried, max_stuck=max_stuck)
-        emit(line)
+        if not (ok and quiet):
+            emit(line)
         if not ok:
             raise typer.Exit(CheckFailed.exit_code)
         return
@@ -89,19 +95,28 @@ def stats(
         return
     from jobctl import output
 
-    output.print_view(output.stats_view(figures, now))
+    out = output.console()
+    if out.is_terminal:  # fitted to the screen's width: one line per row, nothing folded
+        from rich.console import Group
+
+        out.print(Group(*output.screen_lines(figures, now, width=out.width)), crop=False)
+        return
+    output.print_view(output.stats_view(figures, now))  # in a pipe: every line whole, for grep
 
 
-def _watch(snapshot, interval: float) -> None:
+def _watch(snapshot, interval: float, location: str) -> None:
     """Redraw until Ctrl-C (exit 0). Each snapshot is its own short read, so checkpoints go on."""
+    from rich.console import Group
     from rich.live import Live
 
     from jobctl import output
 
     out = output.console()
 
-    def frame(figures, now, previous):  # fitted to the screen's width of the moment
-        return output.fit(output.watch_view(figures, now, previous=previous, interval=interval), out.width)
+    def frame(figures, now, previous):  # fitted to the screen's size of the moment
+        width, height = out.size
+        return Group(*output.screen_lines(figures, now, width=width, height=height, previous=previous,
+                                          title=output.watch_title(now, interval, location), highlight=True))
 
     previous = None
     try:

@@ -7,19 +7,19 @@ from typing import List, Optional
 import typer
 
 from jobctl.cli.app import app, emit_json, state
-from jobctl.completion import complete_queue
+from jobctl.completion import complete_queue, complete_sort, complete_status, complete_type
 
 
 @app.command("list")
 def list_jobs(
     ctx: typer.Context,
-    status: Optional[List[str]] = typer.Option(None, "--status", "-s", help="Only jobs in this state (repeatable)."),
+    status: Optional[List[str]] = typer.Option(None, "--status", "-s", autocompletion=complete_status, help="Only jobs in this state (repeatable)."),
     queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Only jobs of this queue."),
-    type: Optional[str] = typer.Option(None, "--type", "-t", help="Only jobs of this type."),
+    type: Optional[str] = typer.Option(None, "--type", "-t", autocompletion=complete_type, help="Only jobs of this type."),
     stuck: bool = typer.Option(False, "--stuck", help="Only running jobs whose lease expired or that ran past their timeout."),
     older_than: Optional[str] = typer.Option(None, "--older-than", metavar="DUR", help="Only jobs created longer ago than this (e.g. 1h)."),
-    sort: str = typer.Option("newest", "--sort", metavar="ORDER", help="newest (default), oldest, priority (claim order), run-at, updated."),
-    limit: int = typer.Option(50, "--limit", "-n", min=1, max=1_000_000, help="At most this many (default 50)."),
+    sort: str = typer.Option("newest", "--sort", metavar="ORDER", autocompletion=complete_sort, help="newest (default), oldest, priority (claim order), run-at, updated."),
+    limit: int = typer.Option(50, "--limit", "-n", min=0, max=1_000_000, help="At most this many (default 50; 0: all). Says so on stderr when more match."),
     reveal: bool = typer.Option(False, "--reveal", help="Show values of secret-looking payload keys."),
     as_json: bool = typer.Option(False, "--json", help="One job object per line (NDJSON), payloads unmasked."),
 ):
@@ -28,10 +28,16 @@ def list_jobs(
     Example: jobctl list --status pending --older-than 1h --sort oldest -q billing
     """
     st = state(ctx)
+    filters = dict(statuses=status or [], queue=queue, type=type, stuck=stuck, older_than=older_than)
     with st.open_queue() as q:
-        jobs = q.list_jobs(statuses=status or [], queue=queue, type=type, limit=limit, stuck=stuck,
-                           older_than=older_than, sort=sort)
+        jobs = q.list_jobs(**filters, limit=limit, sort=sort)
+        # Never stop at the limit without a word: a script or a person would take it for all of them.
+        total = q.count_jobs(**filters) if limit and len(jobs) >= limit else len(jobs)
         now = q.now()
+    if total > len(jobs):
+        import sys
+
+        sys.stderr.write(f"showing {len(jobs):,} of {total:,}; --limit 0 for all\n")
     if as_json:
         for job in jobs:
             emit_json(job.to_dict())

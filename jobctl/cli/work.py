@@ -1,4 +1,4 @@
-"""`jobctl work`: run jobs with the handler commands of the config file (SPEC §5).
+"""`jobctl work`: run jobs with the handler commands of the config file.
 
 Imported at every start-up of the CLI, so only typer is imported here; the worker loop is
 imported inside the command."""
@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from jobctl.cli.app import app, state
-from jobctl.completion import complete_queue
+from jobctl.completion import complete_queue, complete_type
 from jobctl.errors import InvalidInput
 
 
@@ -29,7 +29,7 @@ def _duration(value: Optional[str], what: str, *, positive: bool = True) -> Opti
 def work(
     ctx: typer.Context,
     queue: Optional[List[str]] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Only this queue (repeatable; earlier first). Default: every queue."),
-    type: Optional[List[str]] = typer.Option(None, "--type", "-t", help="Only this type (repeatable). Default: every type with a command."),
+    type: Optional[List[str]] = typer.Option(None, "--type", "-t", autocompletion=complete_type, help="Only this type (repeatable). Default: every type with a command."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", "-c", min=1, max=1024, help="Handlers run at once (default 1, or [worker] concurrency)."),
     max_jobs: Optional[int] = typer.Option(None, "--max-jobs", min=1, metavar="N", help="Exit after starting N jobs (once they finish)."),
     max_time: Optional[str] = typer.Option(None, "--max-time", metavar="DUR", help="Stop claiming after this long, then stop like on SIGTERM."),
@@ -61,8 +61,10 @@ def work(
 
         for q_name in queue:
             validate_name(q_name, "queue")
-    grace_s = _duration(grace, "--grace", positive=False)
-    poll_s = _duration(poll, "--poll")
+    from jobctl.config import duration_in_range
+
+    grace_s = duration_in_range(grace, "--grace", "grace") if grace is not None else None
+    poll_s = duration_in_range(poll, "--poll", "poll") if poll is not None else None
     options = WorkerOptions(
         worker_id=worker or own_worker_id(),
         queues=list(dict.fromkeys(queue)) if queue else None,

@@ -108,12 +108,14 @@ class ClaimRequest(Record):
 class Check(Record):
     """One line of `jobctl doctor`: what was checked, whether it is fine, and the detail."""
 
-    __slots__ = ("name", "ok", "detail")
+    __slots__ = ("name", "ok", "detail", "data")
 
-    def __init__(self, name: str, ok: bool, detail: str):
+    def __init__(self, name: str, ok: bool, detail: str,
+                 data: dict | None = None):  # extra keys for `doctor --json` (e.g. damaged_jobs)
         self.name = name
         self.ok = ok
         self.detail = detail
+        self.data = data
 
 
 class FileStore(Protocol):
@@ -129,10 +131,18 @@ class FileStore(Protocol):
 
 
 class Engine(Protocol):
-    url: str  # what reopens this database from another process (a handler's JOBCTL_DB)
-    location: str  # fit to print: never a password
-    identity: str  # stable across processes and hosts, e.g. for a registry of running handlers
-    files: FileStore | None
+    @property
+    def url(self) -> str:
+        """What reopens this database from another process (a handler's JOBCTL_DB)."""
+    @property
+    def location(self) -> str:
+        """The database, fit to print: never a password."""
+    @property
+    def identity(self) -> str:
+        """Stable across processes and hosts, e.g. for a registry of running handlers."""
+    @property
+    def files(self) -> FileStore | None:
+        """The file capability (backup, checkpoint), or None for a server database."""
 
     def now(self) -> int:
         """The database's clock, ms since the epoch."""
@@ -200,10 +210,14 @@ class Engine(Protocol):
                   limit: int = 50, stuck: bool = False, created_older_than_ms: int | None = None,
                   sort: str = "newest") -> list[Job]:
         """Jobs matching every filter, in a models.LIST_SORTS order. stuck: only held jobs whose
-        lease expired or that ran past their timeout. created_older_than_ms: created longer ago."""
+        lease expired or that ran past their timeout. created_older_than_ms: created longer ago.
+        limit 0: every matching job."""
+    def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
+                   stuck: bool = False, created_older_than_ms: int | None = None) -> int:
+        """How many jobs list_jobs would return without a limit."""
     def paused_queues(self) -> set[str]: ...
 
-    def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000) -> dict:
+    def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000, queues: list[str] | None = None) -> dict:
         """The raw figures of `jobctl stats`, all from ONE consistent read, as a dict:
         now (the snapshot's time, ms); counts {queue: {state: n}} (a pending job waiting on
         `after` jobs counts as "blocked", not "pending"); paused {queue: bool} (every row of the
@@ -215,7 +229,9 @@ class Engine(Protocol):
         `limit`); runs_by_minute [(minute, outcome, n)] for runs that ended in (now - 60 min,
         now], minute 0 being the last 60 s; run_ms and wait_ms (ended - started of
         completed/failed runs, started - ready_at of all runs) of the latest `sample` runs of that
-        hour. Cost must not grow with the number of finished jobs."""
+        hour; known [queue names] (every queue with a row in the counts or a pause, even with no
+        jobs left). With `queues`, every figure is of those queues only. Cost must not grow with
+        the number of finished jobs."""
 
     def count_expired(self) -> int:
         """Held jobs whose lease has expired."""

@@ -16,16 +16,19 @@ import stat
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from urllib.parse import quote
 
+from jobctl.engines import files
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob
 from jobctl.engines.schema import APPLICATION_ID, SCHEMA_VERSION  # sqlite-utils loads only on migrate
-from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidState, NoSuchJob
-from jobctl.models import FINISHED, Event, Job
+from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, InvalidState, NoSuchJob
+from jobctl.models import FINISHED, Event, Job, row_damage
 from jobctl.payloads import sha256
 
 HELD = ("running", "cancel_requested")
+_TEXT = partial(str, encoding="utf-8", errors="surrogateescape")
 DEPENDS, DEPENDED_ON = 1, 2  # bits of jobs.dep_flags (schema.py)
 UNIQUE_LIVE = ("pending", "running", "cancel_requested")
 WAL_WARN_BYTES = 64 * 1024 * 1024  # doctor: a WAL this big means something holds back checkpoints
@@ -42,41 +45,6 @@ def check_sqlite_version(found: tuple[int, int, int] | None = None) -> None:
             f"{'.'.join(map(str, MIN_SQLITE))} or newer; run jobctl with a Python built against a newer SQLite "
             "(a python.org or pyenv build, or the python3 of Debian 12 / Ubuntu 22.04 and later)"
         )
-
-# Filesystems on which SQLite's locks cannot be trusted.
-NETWORK_FS = {
-    "nfs", "nfs4", "cifs", "smb", "smb2", "smb3", "smbfs", "ncpfs", "afs", "coda", "9p", "ceph",
-    "glusterfs", "lustre", "gpfs", "davfs", "fuse.sshfs", "sshfs", "fuse.glusterfs", "fuse.cephfs",
-    "fuse.s3fs", "fuse.rclone", "fuse.gcsfuse", "fuse.davfs", "fuse.juicefs", "virtiofs",
-}
-
-
-def filesystem_type(path: str, mounts_text: str) -> str | None:
-    """The type of the filesystem holding `path`, from /proc/mounts text (longest mount prefix)."""
-    best, best_type = "", None
-    for line in mounts_text.splitlines():
-        parts = line.split()
-        if len(parts) < 3:
-            continue
-        mount = parts[1].replace("\\040", " ")
-        if (path == mount or path.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best):
-            best, best_type = mount, parts[2]
-    return best_type
-
-
-def _check_filesystem(path: Path) -> None:
-    try:
-        mounts = Path("/proc/mounts").read_text()
-    except OSError:
-        return  # not Linux, or /proc hidden: nothing to check against
-    fstype = filesystem_type(os.path.realpath(path.parent), mounts)
-    if fstype and fstype.lower() in NETWORK_FS:
-        raise DatabaseUnusable(
-            f"{path} is on a network filesystem ({fstype}), where SQLite's locking is unsafe and jobs "
-            "could be lost or run twice; use a local disk or a server database, or pass "
-            "--allow-network-fs if you know this mount's locking works"
-        )
-
 
 def _disk_is_full(path: str) -> bool:
     try:
@@ -119,23 +87,6 @@ def translate(exc: sqlite3.Error, path: str, busy_timeout: float) -> Exception:
     return exc
 
 
-def _make_private_dirs(folder: Path) -> None:
-    """Create missing folders with mode 0700 (whatever the umask)."""
-    missing = []
-    p = folder
-    while not p.exists():
-        missing.append(p)
-        if p.parent == p:
-            break
-        p = p.parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            continue
-        os.chmod(d, 0o700)
-
-
 def _create_database(path: Path) -> None:
     """Create a fully initialised database at `path`, atomically.
 
@@ -145,13 +96,10 @@ def _create_database(path: Path) -> None:
     """
     from jobctl.engines import schema
 
-    _make_private_dirs(path.parent)
-    tmp = path.parent / f".{path.name}.init-{os.getpid()}-{os.urandom(4).hex()}"
-    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
+    files.make_private_dirs(path.parent)
+    files.clean_stale_temps(path)
+    tmp = files.temp_name(path, "init")
+    files.create_private_file(tmp)
     try:
         conn = sqlite3.connect(str(tmp), isolation_level=None)
         try:
@@ -174,29 +122,6 @@ def _create_database(path: Path) -> None:
                 os.unlink(f"{tmp}{suffix}")
             except FileNotFoundError:
                 pass
-
-
-def _check_file(path: Path) -> None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        raise DatabaseUnusable(f"cannot read {path}: {e.strerror}; check the permissions of its folder") from None
-    if stat.S_ISLNK(st.st_mode):
-        raise DatabaseUnusable(
-            f"{path} is a symbolic link; jobctl refuses links to its database so that a link cannot "
-            f"redirect it; give the real path ({os.path.realpath(path)})"
-        )
-    if stat.S_ISDIR(st.st_mode):
-        raise DatabaseUnusable(f"{path} is a directory, not a database file; give a file path with --db")
-    if not stat.S_ISREG(st.st_mode):
-        raise DatabaseUnusable(f"{path} is not a regular file")
-    if st.st_mode & 0o022:
-        raise DatabaseUnusable(
-            f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); anyone could "
-            f"change its jobs; run `chmod 600 {path}`"
-        )
 
 
 class SQLiteEngine:
@@ -272,24 +197,26 @@ class SQLiteEngine:
         check_sqlite_version()
         p = Path(path)
         if not allow_network_fs:
-            _check_filesystem(p)
+            files.check_filesystem(p)
         try:
-            _check_file(p)
+            real = files.check_file(p)
         except FileNotFoundError:
             if not create:
                 raise DatabaseUnusable(
                     f"no database at {p}; check --db / JOBCTL_DB, or create it with `jobctl --db {p} init`"
                 ) from None
             try:
-                _create_database(p)
+                _create_database(Path(files.resolve(p)))
             except sqlite3.Error as e:
                 raise translate(e, str(p), busy_timeout) from e
             except OSError as e:
                 raise DatabaseUnusable(f"cannot create the database {p}: {e.strerror}") from None
-            _check_file(p)
+            real = files.check_file(p)
+        if create:
+            files.clean_stale_temps(real)
         try:
-            conn = sqlite3.connect(
-                f"file:{quote(str(p))}?mode={'ro' if read_only else 'rw'}", uri=True, isolation_level=None,
+            conn = sqlite3.connect(  # the checked real path: a link cannot be changed in between
+                f"file:{quote(real)}?mode={'ro' if read_only else 'rw'}", uri=True, isolation_level=None,
                 timeout=busy_timeout, check_same_thread=False,
             )
         except sqlite3.Error as e:
@@ -298,6 +225,9 @@ class SQLiteEngine:
         try:
             with engine._errors():
                 conn.row_factory = sqlite3.Row
+                # Text that is not UTF-8 (a damaged row) is read with its bad bytes kept as lone
+                # surrogates, so that Job.from_row can name the job instead of the fetch failing.
+                conn.text_factory = _TEXT
                 conn.execute(f"PRAGMA synchronous = {'NORMAL' if synchronous == 'normal' else 'FULL'}")
                 conn.execute("PRAGMA journal_size_limit = 8388608")  # a checkpointed WAL shrinks back to 8 MiB
                 # Every write to jobs fires the job_counts triggers, so SQLite keeps a statement
@@ -500,7 +430,8 @@ class SQLiteEngine:
         if request.types:
             type_filter = f" AND type IN ({','.join('?' * len(request.types))})"
             type_params = list(request.types)
-        for queue in request.queues or [None]:
+        queues: list[str | None] = [*request.queues] if request.queues else [None]
+        for queue in queues:
             queue_filter = " AND queue = ?" if queue is not None else ""
             queue_params = [queue] if queue is not None else []
             # Pin the partial index that matches the claim order, so the planner never falls back
@@ -516,23 +447,29 @@ class SQLiteEngine:
         return None
 
     def _take(self, c, request: ClaimRequest, now: int, pick: str, pick_params: list) -> Job | None:
-        """Move the job that `pick` (a SELECT of one id) finds to running, with the claim's event."""
-        # One statement picks and takes the job: no other writer can run between the two,
-        # because the whole transaction holds the write lock (BEGIN IMMEDIATE).
-        rows = c.execute(
-            f"""
-            UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = ?,
-                heartbeat_at = ?, lease_ms = COALESCE(?, timeout_ms),
-                lease_expires_at = ? + COALESCE(?, timeout_ms), token = ?, progress = NULL, updated_at = ?,
-                expiry_seen_at = NULL, expiry_seen_hb = NULL
-            WHERE status = 'pending' AND id = ({pick})
-            RETURNING *
-            """,
-            [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now, *pick_params],
-        ).fetchall()  # fetch before COMMIT: an unfinished RETURNING cursor blocks it
-        if not rows:
-            return None
-        job = Job.from_row(rows[0])
+        """Move the job that `pick` (a SELECT of one id) finds to running, with the claim's event.
+        A damaged job is never handed out: it is buried in this transaction, and the pick runs again."""
+        while True:
+            # One statement picks and takes the job: no other writer can run between the two,
+            # because the whole transaction holds the write lock (BEGIN IMMEDIATE).
+            rows = c.execute(
+                f"""
+                UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = ?,
+                    heartbeat_at = ?, lease_ms = COALESCE(?, timeout_ms),
+                    lease_expires_at = ? + COALESCE(?, timeout_ms), token = ?, progress = NULL, updated_at = ?,
+                    expiry_seen_at = NULL, expiry_seen_hb = NULL
+                WHERE status = 'pending' AND id = ({pick})
+                RETURNING *
+                """,
+                [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now, *pick_params],
+            ).fetchall()  # fetch before COMMIT: an unfinished RETURNING cursor blocks it
+            if not rows:
+                return None
+            damage = row_damage(rows[0], check_hash=True)
+            if damage is None:
+                break
+            self._bury_damaged(c, rows[0]["id"], damage, now, request.worker)
+        job = Job.from_checked_row(rows[0])
         if rows[0]["dep_flags"] & DEPENDS:
             job.after = [r[0] for r in c.execute(
                 "SELECT after_id FROM job_deps WHERE job_id = ? ORDER BY after_id", (job.id,))]
@@ -592,7 +529,8 @@ class SQLiteEngine:
             types = [t for t in types if t not in admission.shut_types]
             if not types:
                 return None
-        for queue in request.queues or [None]:
+        queues: list[str | None] = [*request.queues] if request.queues else [None]
+        for queue in queues:
             queue_filter = " AND queue = ?" if queue is not None else ""
             queue_params = [queue] if queue is not None else []
             if types is not None:
@@ -635,6 +573,16 @@ class SQLiteEngine:
             ready_group = {g: c.execute(ready_sql.format("jobs_ready", "concurrency_group = ?"), (now, g)).fetchone()[0]
                            for g in limits.groups}
         return {"now": now, "starts": starts, "held": units, "ready": ready, "ready_group": ready_group}
+
+    def _bury_damaged(self, c, job_id: int, damage: str, now: int, actor: str) -> None:
+        """Inside the claim's transaction: the job just taken cannot be trusted; bury it instead,
+        as if never claimed (that run does not count)."""
+        error = damage if damage.startswith("payload damaged") else f"damaged: {damage}"
+        c.execute(
+            "UPDATE jobs SET status = 'buried', attempts = attempts - 1, worker = NULL, claimed_at = NULL, "
+            "heartbeat_at = NULL, lease_ms = NULL, lease_expires_at = NULL, token = NULL, error = ?, "
+            "finished_at = ?, updated_at = ? WHERE id = ?", (error, now, now, job_id))
+        self._event(job_id, now, "pending", "buried", actor, f"{error}; buried instead of handed out")
 
     # -- transitions -----------------------------------------------------------------------
 
@@ -709,10 +657,12 @@ class SQLiteEngine:
             done = []
             rows = c.execute(*select(now)).fetchall()
             for n, row in enumerate(rows, 1):
-                job = Job.from_row(row)
-                change = decide(job, now)
-                if change is not None:
-                    done.append((job if dry_run else self._apply(c, job, change, now, actor), change))
+                # A damaged row is left as it is (doctor names it): it must not stop the others.
+                if row_damage(row) is None:
+                    job = Job.from_checked_row(row)
+                    change = decide(job, now)
+                    if change is not None:
+                        done.append((job if dry_run else self._apply(c, job, change, now, actor), change))
                 if on_progress is not None and (n % 100 == 0 or n == len(rows)):
                     on_progress(n, len(rows))
             return done
@@ -820,6 +770,20 @@ class SQLiteEngine:
 
     def list_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None, limit: int = 50,
                   stuck: bool = False, created_older_than_ms: int | None = None, sort: str = "newest") -> list[Job]:
+        """limit 0: every matching job."""
+        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms)
+        sql = f"SELECT * FROM jobs{where} ORDER BY {self._LIST_ORDERS[sort]} LIMIT ?"
+        with self._read() as c:
+            return self._with_after(c, [Job.from_row(r) for r in c.execute(sql, [*args, limit or -1])])
+
+    def count_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None,
+                   stuck: bool = False, created_older_than_ms: int | None = None) -> int:
+        """How many jobs list_jobs would return without a limit."""
+        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms)
+        with self._read() as c:
+            return c.execute(f"SELECT count(*) FROM jobs{where}", args).fetchone()[0]
+
+    def _job_filter(self, statuses, queue, type, stuck, created_older_than_ms) -> tuple[str, list]:
         clauses, args = [], []
         statuses = list(statuses)
         if statuses:
@@ -838,10 +802,7 @@ class SQLiteEngine:
         if created_older_than_ms is not None:
             clauses.append("created_at < ?")
             args.append(now - created_older_than_ms)
-        sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(clauses) if clauses else "")
-        sql += f" ORDER BY {self._LIST_ORDERS[sort]} LIMIT ?"
-        with self._read() as c:
-            return self._with_after(c, [Job.from_row(r) for r in c.execute(sql, [*args, limit])])
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
 
     def dependencies(self, job_id: int) -> list[tuple[int, str | None]]:
         """The `after` jobs of a job and their states (None when the row is gone)."""
@@ -861,18 +822,26 @@ class SQLiteEngine:
             ).fetchall()
             return [r[0] for r in rows]
 
-    def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000) -> dict:
+    def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000, queues: list[str] | None = None) -> dict:
         """The raw figures of `jobctl stats`, from one read transaction (one consistent snapshot).
 
         Every figure is a short index walk or a read of job_counts (kept by triggers), so the cost
         does not grow with the number of finished jobs. Run times and waits are taken from the
-        latest `sample` runs of the last hour."""
+        latest `sample` runs of the last hour. With `queues`, the stuck, buried and aging jobs and
+        the runs are those of these queues only. `known`: every queue that ever had a job or a pause."""
+        only, only_args = "", []
+        if queues:
+            only, only_args = f" AND queue IN ({','.join('?' * len(queues))})", list(queues)
         with self._read() as c:
             now = self.now()
             counts: dict[str, dict[str, int]] = {}
-            for queue, state_, n in c.execute("SELECT queue, state, n FROM job_counts WHERE n != 0"):
-                counts.setdefault(queue, {})[state_] = n
+            known = set()
+            for queue, state_, n in c.execute("SELECT queue, state, n FROM job_counts"):
+                known.add(queue)
+                if n and (not queues or queue in queues):
+                    counts.setdefault(queue, {})[state_] = n
             paused = {r[0]: bool(r[1]) for r in c.execute("SELECT name, paused FROM queues")}
+            known |= set(paused)
             scheduled, oldest_ready, aging = {}, {}, []
             for queue, by_state in counts.items():
                 if not by_state.get("pending"):
@@ -891,26 +860,28 @@ class SQLiteEngine:
                 aging += [Job.from_row(r) for r in rows]
             aging = sorted(aging, key=lambda j: (j.run_at, j.id))[:limit]
             held = ("SELECT {} FROM jobs WHERE status IN (?, ?) "
-                    "AND (lease_expires_at < ? OR claimed_at + timeout_ms < ?)")
-            stuck_total = c.execute(held.format("count(*)"), (*HELD, now, now)).fetchone()[0]
+                    "AND (lease_expires_at < ? OR claimed_at + timeout_ms < ?)" + only)
+            stuck_total = c.execute(held.format("count(*)"), (*HELD, now, now, *only_args)).fetchone()[0]
             stuck = [Job.from_row(r) for r in c.execute(
-                held.format("*") + " ORDER BY claimed_at, id LIMIT ?", (*HELD, now, now, limit))]
+                held.format("*") + " ORDER BY claimed_at, id LIMIT ?", (*HELD, now, now, *only_args, limit))]
             buried = [Job.from_row(r) for r in c.execute(
-                "SELECT * FROM jobs WHERE status = 'buried' ORDER BY finished_at DESC, id DESC LIMIT ?", (limit,))]
+                "SELECT * FROM jobs WHERE status = 'buried'" + only + " ORDER BY finished_at DESC, id DESC LIMIT ?",
+                (*only_args, limit))]
             # Runs that ended in (now - 60 min, now], per minute back from now (bucket 0 = the last minute).
             by_minute = c.execute(
                 "SELECT (? - ended_at) / 60000 AS minute, outcome, count(*) FROM runs "
-                "WHERE ended_at > ? AND ended_at <= ? GROUP BY minute, outcome",
-                (now, now - 3_600_000, now),
+                "WHERE ended_at > ? AND ended_at <= ?" + only + " GROUP BY minute, outcome",
+                (now, now - 3_600_000, now, *only_args),
             ).fetchall()
             recent = c.execute(
                 "SELECT ended_at - started_at, started_at - ready_at, outcome FROM runs "
-                "WHERE ended_at > ? AND ended_at <= ? ORDER BY ended_at DESC LIMIT ?",
-                (now - 3_600_000, now, sample),
+                "WHERE ended_at > ? AND ended_at <= ?" + only + " ORDER BY ended_at DESC LIMIT ?",
+                (now - 3_600_000, now, *only_args, sample),
             ).fetchall()
             self._with_after(c, stuck + buried + aging)
         return {
-            "now": now, "counts": counts, "paused": paused, "scheduled": scheduled, "oldest_ready": oldest_ready,
+            "now": now, "counts": counts, "paused": paused, "known": sorted(known), "scheduled": scheduled,
+            "oldest_ready": oldest_ready,
             "stuck": stuck, "stuck_total": stuck_total, "buried": buried, "aging": aging,
             "runs_by_minute": [(m, outcome, n) for m, outcome, n in by_minute],
             "run_ms": [r[0] for r in recent if r[2] in ("completed", "failed")],
@@ -921,11 +892,15 @@ class SQLiteEngine:
 
     def backup(self, dest: Path, *, on_progress: Callable[[int, int], None] | None = None) -> None:
         """A consistent copy through SQLite's backup API, written to a 0600 file, then renamed.
-        on_progress(pages copied, pages in all) is called after each step of 4096 pages."""
-        tmp = dest.parent / f".{dest.name}.backup-{os.getpid()}-{os.urandom(4).hex()}"
-        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
-        os.fchmod(fd, 0o600)
-        os.close(fd)
+        on_progress(pages copied, pages in all) is called after each step of 4096 pages.
+        Refused (exit 2): a target that is not a regular file (a device such as /dev/null, a link,
+        a folder), or this database or one of its side files under any name."""
+        problem = files.copy_target_problem(dest, self.identity)
+        if problem:
+            raise InvalidInput(f"{problem}; nothing was written")
+        files.clean_stale_temps(dest)  # what a killed backup to this name left
+        tmp = files.temp_name(dest, "backup")
+        files.create_private_file(tmp)
         try:
             target = sqlite3.connect(str(tmp))
             try:
@@ -952,7 +927,7 @@ class SQLiteEngine:
 
     def health_checks(self) -> list[Check]:
         """doctor's checks of the file: integrity, schema version, journal mode, modes, WAL size,
-        expired leases."""
+        expired leases, job rows that cannot be decoded or whose payload does not match its hash."""
         with self._errors():
             c = self.conn
             integrity = [r[0] for r in c.execute("PRAGMA quick_check").fetchall()]
@@ -982,7 +957,31 @@ class SQLiteEngine:
         expired = self.count_expired()
         checks.append(Check("expired leases", expired == 0, "none" if expired == 0 else
                             f"{expired} job(s); run `jobctl recover` (workers also do it)"))
+        checked, damaged = self.damaged_jobs()
+        checks.append(Check("job rows", not damaged,
+                            f"{checked} job(s) decode and match their payload hash" if not damaged else
+                            f"{len(damaged)} damaged: " + "; ".join(f"job {i}: {why}" for i, why in damaged[:10])
+                            + (f"; and {len(damaged) - 10} more" if len(damaged) > 10 else "")
+                            + "; a claim buries such a job instead of handing it out; restore the file from a "
+                            "backup or enqueue their work again",
+                            data={"damaged_jobs": [{"id": i, "why": why} for i, why in damaged]}))
         return checks
+
+    def damaged_jobs(self, *, chunk: int = 500) -> tuple[int, list[tuple[int, str]]]:
+        """Every job row checked as a claim checks it (decodable, payload matching its hash):
+        (rows checked, [(id, why)]). Read in short chunks, so checkpoints are never held up long."""
+        checked, damaged, last = 0, [], 0
+        while True:
+            with self._read() as c:
+                rows = c.execute("SELECT * FROM jobs WHERE id > ? ORDER BY id LIMIT ?", (last, chunk)).fetchall()
+            for row in rows:
+                reason = row_damage(row, check_hash=True)
+                if reason is not None:
+                    damaged.append((row["id"], reason))
+            checked += len(rows)
+            if len(rows) < chunk:
+                return checked, damaged
+            last = rows[-1]["id"]
 
     def checkpoint(self) -> tuple[int, int, int]:
         with self._errors():

@@ -15,7 +15,7 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from jobctl.config import Settings
-from jobctl.errors import InvalidState, NothingToClaim, StaleToken
+from jobctl.errors import InvalidState, StaleToken
 from jobctl.queue import Queue
 
 from .util import connect_ro
@@ -201,7 +201,7 @@ class QueueMachine(RuleBasedStateMachine):
 
 
 QueueMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
-test_queue_state_machine = QueueMachine.TestCase
+test_queue_state_machine = pytest.mark.slow(QueueMachine.TestCase)  # 60 runs of 40 steps, each on a new file
 
 
 # -- 17. the clock jumps ------------------------------------------------------------------------

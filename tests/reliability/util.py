@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from conftest import JOBCTL, Result, run_cli  # noqa: F401  (JOBCTL is re-exported)
+from conftest import JOBCTL, Result, run_cli, run_inproc  # noqa: F401  (JOBCTL and run_inproc are re-exported)
 
 
 def jobctl(*args, timeout=120, **kw) -> Result:
@@ -90,26 +89,3 @@ def show_json(db, job_id) -> dict:
     r = jobctl("show", job_id, "--json", db=db)
     assert r.exit_code == 0, r.output
     return json.loads(r.stdout)
-
-
-def run_inproc(*args, db=None, input: bytes | str | None = None) -> Result:
-    """jobctl.cli.run, the function main() calls, in this process: the same exit code and error
-    line, without a process start per case (for the long tables of invalid input)."""
-    import contextlib
-    import io
-    import types
-
-    from jobctl.cli import run
-
-    argv = [*(["--db", str(db)] if db is not None else []), *map(str, args)]
-    if isinstance(input, str):
-        input = input.encode()
-    out, err = io.StringIO(), io.StringIO()
-    old_stdin = sys.stdin
-    sys.stdin = io.TextIOWrapper(io.BytesIO(input or b""), encoding="utf-8")
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = run(argv)
-    finally:
-        sys.stdin = old_stdin
-    return Result(types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue()))

@@ -1,0 +1,190 @@
+"""The stats screen on real terminals (a pty of 80x24 and of 200x50): one line per row, nothing
+folded or cut that matters, never taller than the terminal; and `recover --dry-run` at 80 columns."""
+
+import fcntl
+import json
+import os
+import pty
+import re
+import select
+import signal
+import struct
+import subprocess
+import termios
+import time
+
+import pytest
+
+from conftest import note_expired_leases, JOBCTL, Clock, run_on_pty
+from jobctl import output
+from jobctl.queue import Queue
+
+QUEUES = ["billing-invoices-eu", "email", "media.transcode:high", "reports", "default"]
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+REDRAW = re.compile(r"\r(?:\x1b\[2K\x1b\[1A)*\x1b\[2K")  # rich's Live: back to the frame's first line
+
+
+def busy_database(db, n_ready=12_000, t0=None):
+    """Five queues (two long names), 12,000 ready jobs, 40 runs over the last hour (some buried),
+    three stuck jobs and a paused queue. The clock is real (minus the history), for the CLI."""
+    t0 = time.time() - 3000 if t0 is None else t0
+    clock = Clock(t0)
+    q = Queue.open(db, create=True, clock=clock)
+    lines = [json.dumps({"type": ["send-invoice", "resize-image", "nightly-report"][i % 3],
+                         "queue": QUEUES[i % len(QUEUES)], "payload": {"n": i}}) for i in range(n_ready)]
+    q.insert(q.prepare_batch(lines))
+    for k in range(40):
+        clock.t = t0 + k * 60
+        job = q.claim(worker=f"web{k % 3}.example.com:{1000 + k}", lease="10m")
+        clock.t += 3 + k % 5
+        if k % 3 == 0:
+            q.fail(job.id, token=job.token, bury=True,
+                   error="exit 1: connection refused by smtp.example.com:25 while sending [invoice] 4242")
+        else:
+            q.complete(job.id, token=job.token)
+    clock.t = time.time() - 1200
+    for k in range(3):
+        q.claim(worker=f"batch{k}.example.com:77{k}", lease="1m")
+    q.pause("reports")
+    q.close()
+
+
+def watch_on_pty(db, columns, rows, frames=2, timeout=60):
+    """`stats --watch` on a pseudo-terminal of columns x rows; returns (exit code, the frames drawn,
+    each as its lines without colour codes)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen([*JOBCTL, "--db", str(db), "stats", "--watch", "--interval", "300ms"],
+                            stdin=slave, stdout=slave, stderr=slave, env={**env, "TERM": "xterm"}, close_fds=True)
+    os.close(slave)
+    seen, interrupted = b"", False
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not interrupted and seen.count(b"refreshed") > frames:
+                proc.send_signal(signal.SIGINT)
+                interrupted = True
+            if not select.select([master], [], [], 0.2)[0]:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    drawn = seen.decode("utf-8", "replace")
+    parts = REDRAW.split(drawn)
+    # The frames drawn whole (the last one may have been cut by Ctrl-C).
+    found = [ANSI.sub("", p).rstrip("\r\n").split("\r\n") for p in parts[1:-1]]
+    return code, found, drawn
+
+
+def check_frame(frame, columns, rows):
+    assert len(frame) <= rows, "\n".join(frame)
+    from rich.cells import cell_len
+
+    for line in frame:
+        assert cell_len(line) <= columns, line
+    assert frame[0].startswith("refreshed ") and "Ctrl-C to quit" in frame[0]
+
+
+@pytest.mark.slow
+def test_watch_fits_an_80x24_terminal_and_shows_what_matters(db):
+    busy_database(db)
+    code, frames, drawn = watch_on_pty(db, 80, 24)
+    assert code == 0, drawn[-3000:]
+    assert frames, drawn[-3000:]
+    frame = frames[-1]
+    check_frame(frame, 80, 24)
+    text = "\n".join(frame)
+    # every queue name whole, on one line, with its exact counts
+    for name in QUEUES:
+        assert any(line.startswith(name + " ") or line.startswith(name + "  ") for line in frame), (name, text)
+    assert "reports (paused)" in text
+    assert re.search(r"^\(all\)\s+11,957\s", text, re.M), text  # 12,000 - 40 run - 3 stuck
+    assert "…" not in "".join(line for line in frame[1:8])  # no count cut to "12…"
+    assert "stuck 3 · buried 14 · oldest ready " in text
+    for header in ("STUCK", "BURIED", "AGING"):
+        assert re.search(rf"^\s*{header}\s", text, re.M), (header, text)
+    assert "runs/min (1m, 15m, 60m): completed" in text and "run time (40 runs, last hour)" in text
+
+
+@pytest.mark.slow
+def test_watch_at_200x50_shows_every_section_in_full(db):
+    busy_database(db)
+    code, frames, drawn = watch_on_pty(db, 200, 50)
+    assert code == 0 and frames, drawn[-3000:]
+    frame = frames[-1]
+    check_frame(frame, 200, 50)
+    text = "\n".join(frame)
+    assert re.search(r"^QUEUE\s+READY\s+OLDEST\s+RUN\s+BURIED\s+SCHED\s+BLOCKED\s+STOPPING\s+DONE\s+CANCELLED$",
+                     text, re.M), text
+    assert len(re.findall(r"connection refused by smtp\.example\.com:25 while sending \[invoice\] 4242$", text, re.M)) == 10
+    assert re.search(r"^AGING\s", text, re.M) and len(re.findall(r"^\s+\d+\s+\S+\s+\S+\s+10\s+\d", text, re.M)) == 10
+    assert "LAST HOUR" in text and "run time (40 runs, last hour)" in text
+    assert "" in frame  # room for blank lines between the blocks
+
+
+def test_screen_lines_never_exceed_the_terminal(db):
+    busy_database(db, n_ready=300, t0=1_900_000_000.0 - 3000)
+    with Queue.open(db, clock=lambda: 1_900_000_000.0) as q:
+        for n in range(30):
+            q.enqueue("t", {}, queue=f"tenant-{n}-with-a-rather-long-queue-name")
+        figures = q.stats()[0]
+        now = q.now()
+    from rich.cells import cell_len
+
+    for width, height in ((80, 24), (200, 50), (40, 10), (20, 5), (80, 3), (1, 1)):
+        title = output.watch_title(now, 2, "/tmp/x.db")
+        lines = output.screen_lines(figures, now, width=width, height=height, title=title)
+        assert len(lines) <= height, (width, height)
+        assert all(cell_len(line.plain) <= width for line in lines), (width, height)
+        assert lines[0].plain.startswith("refreshed"[:width - 1])
+    lines = [line.plain for line in output.screen_lines(figures, now, width=80, height=24)]
+    assert any(line.startswith("… ") and "more queues" in line for line in lines)
+    # the queues that need a look get the room: every queue with buried jobs is listed
+    for name in QUEUES:
+        assert any(line.startswith(name) for line in lines), name
+    assert any(line.startswith("runs/min") for line in lines)
+    # without a height (stats on a terminal), everything
+    every = [line.plain for line in output.screen_lines(figures, now, width=80)]
+    assert sum(1 for line in every if "tenant-" in line) == 30
+
+
+def test_stats_on_a_narrow_terminal_keeps_names_and_counts_whole(db):
+    busy_database(db)
+    code, drawn, _ = run_on_pty([*JOBCTL, "--db", db, "stats"], columns=80)
+    assert code == 0
+    lines = ANSI.sub("", drawn).replace("\r\n", "\n").splitlines()
+    from rich.cells import cell_len
+
+    assert all(cell_len(line) <= 80 for line in lines), drawn
+    for name in QUEUES:
+        assert any(line.startswith(name) for line in lines), name
+    assert any(re.match(r"^\(all\)\s+11,957\s", line) for line in lines), drawn
+
+
+def test_recover_dry_run_fits_80_columns(db):
+    with Queue.open(db, create=True, clock=lambda: time.time() - 600) as q:
+        for n, queue in enumerate(QUEUES):
+            q.enqueue("resize-image-thumbnails", {}, queue=queue)
+            q.claim(worker=f"worker-{n}.eu-west-1.compute.internal:12345", lease="1m")
+    note_expired_leases(db)
+    code, drawn, _ = run_on_pty([*JOBCTL, "--db", db, "recover", "--dry-run"], columns=80)
+    assert code == 0
+    lines = [line for line in ANSI.sub("", drawn).replace("\r\n", "\n").splitlines() if line.strip()]
+    assert len(lines) == 1 + len(QUEUES), drawn  # a header and one line per job: nothing folded
+    from rich.cells import cell_len
+
+    assert all(cell_len(line) <= 80 for line in lines), drawn
+    assert all(line.endswith("would be requeued") for line in lines[1:]), drawn

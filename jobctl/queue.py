@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from jobctl import payloads, transitions
 from jobctl.config import Settings, duration_in_range, parse_backoff, parse_cost
@@ -17,6 +17,9 @@ from jobctl.engines.base import ClaimRequest, Engine, NewJob
 from jobctl.errors import CancelRequested, InvalidInput, NoSuchJob
 from jobctl.models import Event, Job, Record
 from jobctl.transitions import backoff_delay, one_line  # noqa: F401  (re-exported: tests and scripts use them)
+
+if TYPE_CHECKING:
+    from jobctl.limits import Limits
 
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_ID = 2**63 - 1
@@ -110,7 +113,7 @@ class Queue:
     def __init__(self, engine, settings: Settings | None = None):
         self.engine = engine
         self.settings = settings or Settings()
-        self._limits = None
+        self._limits: Limits | None = None
 
     @property
     def limits(self):

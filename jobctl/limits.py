@@ -112,3 +112,28 @@ def describe_hold(type: str, group: str | None, cost_units: int, limits: Limits,
         need = f" (this job needs {cost_units})" if cost_units > 1 else ""
         reasons.append(f"{what} is full: {held} of {limit} units running{need}")
     return "; ".join(reasons) or None
+
+
+def summary(limits: Limits, figures: dict) -> dict:
+    """The `limits` object of `stats --json`: per limited type and group, what is running of the
+    limit, the starts in the current window of the rate, and the ready jobs a limit holds back."""
+    now = figures["now"]
+    adm = figures["admission"]
+    types: dict[str, dict] = {}
+    for t in sorted({*limits.rates, *limits.types}):
+        entry: dict = {"rate_limit": None, "starts_in_window": None, "next_start_in": None,
+                       "concurrency_limit": limits.types.get(t), "units_running": None,
+                       "ready_held": figures["held_ready"].get(("type", t), 0)}
+        if t in limits.rates:
+            n, window = limits.rates[t]
+            entry["rate_limit"] = {"max_starts": n, "window": window / 1000}
+            entry["starts_in_window"] = len(figures["starts"][t])
+            if t in adm.shut_types:
+                entry["next_start_in"] = max(figures["opens_at"][t] - now, 0) / 1000
+        if t in limits.types:
+            entry["units_running"] = figures["held"].get(("type", t), 0)
+        types[t] = entry
+    groups = {g: {"concurrency_limit": limit, "units_running": figures["held"].get(("group", g), 0),
+                  "ready_held": figures["held_ready"].get(("group", g), 0)}
+              for g, limit in sorted(limits.groups.items())}
+    return {"types": types, "groups": groups}

@@ -444,7 +444,8 @@ class Queue:
         return self.engine.events(validate_job_id(job_id))
 
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
-                  limit: int = 50, stuck: bool = False, older_than=None, sort: str = "newest") -> list[Job]:
+                  limit: int = 50, stuck: bool = False, older_than=None, sort: str = "newest",
+                  held: bool = False) -> list[Job]:
         """Jobs matching all filters. stuck: running or cancel_requested with an expired lease or past
         their timeout (as in stats). older_than: created longer ago than this duration. limit 0: all."""
         from jobctl.models import LIST_SORTS
@@ -453,15 +454,16 @@ class Queue:
             raise InvalidInput(f"invalid sort {sort!r}: use one of {', '.join(LIST_SORTS)}")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= 1_000_000:
             raise InvalidInput(f"invalid limit {limit!r}: must be from 1 to 1000000, or 0 for all")
-        return self.engine.list_jobs(**self._list_filters(statuses, queue, type, stuck, older_than),
+        return self.engine.list_jobs(**self._list_filters(statuses, queue, type, stuck, older_than, held),
                                      limit=limit, sort=sort)
 
     def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
-                   stuck: bool = False, older_than=None) -> int:
+                   stuck: bool = False, older_than=None, held: bool = False) -> int:
         """How many jobs list_jobs would return without a limit."""
-        return self.engine.count_jobs(**self._list_filters(statuses, queue, type, stuck, older_than))
+        return self.engine.count_jobs(**self._list_filters(statuses, queue, type, stuck, older_than, held))
 
-    def _list_filters(self, statuses, queue, type, stuck, older_than) -> dict:
+    def _list_filters(self, statuses, queue, type, stuck, older_than, held=False) -> dict:
+        """held: only ready jobs that a limit of the config holds back (none without limits)."""
         from jobctl.models import STATES
 
         statuses = list(statuses)
@@ -475,8 +477,14 @@ class Queue:
         created_older_than_ms = None
         if older_than is not None:
             created_older_than_ms = int(parse_duration(older_than, what="--older-than") * 1000)
-        return dict(statuses=statuses, queue=queue, type=type, stuck=stuck,
-                    created_older_than_ms=created_older_than_ms)
+        filters = dict(statuses=statuses, queue=queue, type=type, stuck=stuck,
+                       created_older_than_ms=created_older_than_ms)
+        if held:
+            from jobctl.limits import Admission
+
+            figures = self.limit_figures()
+            filters["held_by"] = figures["admission"] if figures else Admission(set(), {})
+        return filters
 
     def purge(self, *, completed_older_than=None, cancelled_older_than=None, buried_older_than=None,
               dry_run: bool = False, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
@@ -521,7 +529,13 @@ class Queue:
         from jobctl.stats import collect
 
         snap = self.engine.stats_snapshot(limit=limit, queues=queues or None)
-        return collect(snap, queues=queues, limit=limit, also_known=also_known), snap["now"]
+        figures = collect(snap, queues=queues, limit=limit, also_known=also_known)
+        limit_figures = self.limit_figures()
+        if limit_figures is not None:
+            from jobctl.limits import summary
+
+            figures["limits"] = summary(self.limits, limit_figures)
+        return figures, snap["now"]
 
     @property
     def location(self) -> str:
@@ -560,8 +574,6 @@ class Queue:
         if not limits:
             return None
         figures = self.engine.limit_figures(limits)
-        figures["admission"] = policy.admission(limits, {t: len(s) for t, s in figures["starts"].items()},
-                                                figures["held"])
         figures["opens_at"] = {t: policy.window_opens_at(figures["starts"][t], n, window)
                                for t, (n, window) in limits.rates.items()}
         return figures

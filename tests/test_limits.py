@@ -142,3 +142,69 @@ def test_bad_cost_and_group_on_the_command_line(db):
     assert r.exit_code == 2 and "line 1" in r.one_error_line()
     r = run_cli("--db", db, "enqueue", "t", "--cost", "4", "--group", "gpu", "--json")
     assert r.exit_code == 0 and '"cost_units":4' in r.stdout and '"concurrency_group":"gpu"' in r.stdout
+
+
+# -- views ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def limited(tmp_path, db):
+    """A config with a rate limit of 1 start an hour and a group of 1 unit; one job of each taken."""
+    import json
+
+    cfg = tmp_path / "jobctl.toml"
+    cfg.write_text('[types.api]\ncommand = ["true"]\nrate_limit = [1, "1h"]\n'
+                   '[types.render]\ncommand = ["true"]\nconcurrency_group = "gpu"\nconcurrency_limit = 1\n')
+
+    def cli(*args, **kw):
+        return run_cli("--config", cfg, "--db", db, *args, **kw)
+
+    ids = [int(cli("enqueue", t).stdout) for t in ("api", "api", "render", "render", "other")]
+    for t in ("api", "render"):
+        assert json.loads(cli("claim", "--type", t).stdout)["type"] == t
+    return cli, ids
+
+
+def test_show_says_which_limit_holds_a_ready_job(limited):
+    cli, ids = limited
+    r = cli("show", ids[1])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    assert "held back by a limit: type api reached its rate limit 1/1h; next start possible in " in text, r.stdout
+    text = " ".join(cli("show", ids[3]).stdout.split())
+    assert "group gpu is full: 1 of 1 units running" in text
+
+
+def test_list_held(limited):
+    import json
+
+    cli, ids = limited
+    r = cli("list", "--held", "--json")
+    assert r.exit_code == 0, r.output
+    assert sorted(json.loads(line)["id"] for line in r.stdout.splitlines()) == [ids[1], ids[3]]
+
+
+def test_list_held_without_limits_is_empty(cli):
+    cli("enqueue", "t")
+    r = cli("list", "--held", "--json")
+    assert r.exit_code == 0 and r.stdout == ""
+
+
+def test_stats_has_a_limits_section(limited):
+    import json
+
+    cli, ids = limited
+    figures = json.loads(cli("stats", "--json").stdout)
+    api, gpu = figures["limits"]["types"]["api"], figures["limits"]["groups"]["gpu"]
+    assert api["rate_limit"] == {"max_starts": 1, "window": 3600.0}
+    assert (api["starts_in_window"], api["ready_held"]) == (1, 1) and 3500 < api["next_start_in"] <= 3600
+    assert gpu == {"concurrency_limit": 1, "units_running": 1, "ready_held": 1}
+    table = cli("stats").stdout
+    assert "limits" in table and "group gpu" in table and "1/1 per 1h" in table, table
+
+
+def test_stats_without_limits_has_no_limits_key(cli):
+    import json
+
+    cli("enqueue", "t")
+    assert "limits" not in json.loads(cli("stats", "--json").stdout)

@@ -164,8 +164,9 @@ class Engine(Protocol):
 
     def limit_figures(self, limits) -> dict:
         """For views and for a worker deciding how long to sleep, from one consistent read: now;
-        starts {type: [start ms, newest first]} in each rate window; held {key: units};
-        ready {type: n} of ready jobs of every limited type; ready_group {group: n}."""
+        starts {type: [start ms, newest first]} in each rate window; held {key: units running}
+        (key: limits.key_of); admission (limits.Admission); held_ready {key: ready jobs that the
+        limit of that key holds back}."""
 
     def update_job(self, job_id: int, decide: Decide, actor: str) -> Job:
         """Read the job, call decide(job, now) -> Change (which may raise to refuse), apply it,
@@ -208,12 +209,12 @@ class Engine(Protocol):
         """Queues that hold jobs or were ever paused (for shell completion)."""
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                   limit: int = 50, stuck: bool = False, created_older_than_ms: int | None = None,
-                  sort: str = "newest") -> list[Job]:
+                  sort: str = "newest", held_by=None) -> list[Job]:
         """Jobs matching every filter, in a models.LIST_SORTS order. stuck: only held jobs whose
         lease expired or that ran past their timeout. created_older_than_ms: created longer ago.
-        limit 0: every matching job."""
+        held_by (a limits.Admission): only ready jobs that it holds back. limit 0: every matching job."""
     def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
-                   stuck: bool = False, created_older_than_ms: int | None = None) -> int:
+                   stuck: bool = False, created_older_than_ms: int | None = None, held_by=None) -> int:
         """How many jobs list_jobs would return without a limit."""
     def paused_queues(self) -> set[str]: ...
 

@@ -566,13 +566,22 @@ class SQLiteEngine:
                 key = policy.key_of(r["concurrency_group"], r["type"])
                 units[key] = units.get(key, 0) + r["cost_units"]
             starts = {t: self._recent_starts(c, held, t, n, window, now) for t, (n, window) in limits.rates.items()}
+            admission = policy.admission(limits, {t: len(s) for t, s in starts.items()}, units)
             ready_sql = ("SELECT count(*) FROM jobs INDEXED BY {} WHERE status = 'pending' AND waiting_on = 0 "
-                         "AND run_at <= ? AND {}")
-            ready = {t: c.execute(ready_sql.format("jobs_ready_by_type", "type = ?"), (now, t)).fetchone()[0]
-                     for t in {*limits.rates, *limits.types}}
-            ready_group = {g: c.execute(ready_sql.format("jobs_ready", "concurrency_group = ?"), (now, g)).fetchone()[0]
-                           for g in limits.groups}
-        return {"now": now, "starts": starts, "held": units, "ready": ready, "ready_group": ready_group}
+                         "AND run_at <= ? AND {} AND queue NOT IN (SELECT name FROM queues WHERE paused = 1)")
+            held_ready: dict[tuple[str, str], int] = {}
+            for t in {*limits.rates, *limits.types}:
+                if t in admission.shut_types:  # every ready job of a rate-shut type waits
+                    sql, args = ready_sql.format("jobs_ready_by_type", "type = ?"), [now, t]
+                else:  # those that need more units than the type's limit has free
+                    sql = ready_sql.format("jobs_ready_by_type", "type = ? AND concurrency_group IS NULL AND cost_units > ?")
+                    args = [now, t, admission.room.get(("type", t), 10**12)]
+                held_ready[("type", t)] = c.execute(sql, args).fetchone()[0]
+            for g in limits.groups:
+                held_ready[("group", g)] = c.execute(
+                    ready_sql.format("jobs_ready", "concurrency_group = ? AND cost_units > ?"),
+                    (now, g, admission.room[("group", g)])).fetchone()[0]
+        return {"now": now, "starts": starts, "held": units, "admission": admission, "held_ready": held_ready}
 
     def _bury_damaged(self, c, job_id: int, damage: str, now: int, actor: str) -> None:
         """Inside the claim's transaction: the job just taken cannot be trusted; bury it instead,
@@ -769,21 +778,22 @@ class SQLiteEngine:
                     "run-at": "run_at, id", "updated": "updated_at DESC, id DESC"}  # keys: models.LIST_SORTS
 
     def list_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None, limit: int = 50,
-                  stuck: bool = False, created_older_than_ms: int | None = None, sort: str = "newest") -> list[Job]:
+                  stuck: bool = False, created_older_than_ms: int | None = None, sort: str = "newest",
+                  held_by=None) -> list[Job]:
         """limit 0: every matching job."""
-        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms)
+        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms, held_by)
         sql = f"SELECT * FROM jobs{where} ORDER BY {self._LIST_ORDERS[sort]} LIMIT ?"
         with self._read() as c:
             return self._with_after(c, [Job.from_row(r) for r in c.execute(sql, [*args, limit or -1])])
 
     def count_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None,
-                   stuck: bool = False, created_older_than_ms: int | None = None) -> int:
+                   stuck: bool = False, created_older_than_ms: int | None = None, held_by=None) -> int:
         """How many jobs list_jobs would return without a limit."""
-        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms)
+        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms, held_by)
         with self._read() as c:
             return c.execute(f"SELECT count(*) FROM jobs{where}", args).fetchone()[0]
 
-    def _job_filter(self, statuses, queue, type, stuck, created_older_than_ms) -> tuple[str, list]:
+    def _job_filter(self, statuses, queue, type, stuck, created_older_than_ms, held_by=None) -> tuple[str, list]:
         clauses, args = [], []
         statuses = list(statuses)
         if statuses:
@@ -802,6 +812,18 @@ class SQLiteEngine:
         if created_older_than_ms is not None:
             clauses.append("created_at < ?")
             args.append(now - created_older_than_ms)
+        if held_by is not None:  # ready, and held back by a limit (a limits.Admission)
+            held, held_args = ["0"], []
+            if held_by.shut_types:
+                held.append(f"type IN ({','.join('?' * len(held_by.shut_types))})")
+                held_args += sorted(held_by.shut_types)
+            for (kind, name), room in held_by.room.items():
+                held.append("(concurrency_group IS ? AND cost_units > ?)" if kind == "group" else
+                            "(concurrency_group IS NULL AND type = ? AND cost_units > ?)")
+                held_args += [name, room]
+            clauses.append("status = 'pending' AND waiting_on = 0 AND run_at <= ? "
+                           "AND queue NOT IN (SELECT name FROM queues WHERE paused = 1) AND (" + " OR ".join(held) + ")")
+            args += [now, *held_args]
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
 
     def dependencies(self, job_id: int) -> list[tuple[int, str | None]]:

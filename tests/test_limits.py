@@ -208,3 +208,17 @@ def test_stats_without_limits_has_no_limits_key(cli):
 
     cli("enqueue", "t")
     assert "limits" not in json.loads(cli("stats", "--json").stdout)
+
+
+def test_config_show_says_which_limit_a_group_runs_at(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[types.a]\ncommand = ["true"]\nrate_limit = [10, "60s"]\nconcurrency_group = "g"\n'
+                   'concurrency_limit = 4\ncost_units = 2\n[types.b]\ncommand = ["true"]\nconcurrency_group = "g"\n'
+                   'concurrency_limit = 2\n')
+    r = run_cli("--config", cfg, "config", "show")
+    assert r.exit_code == 0, r.output
+    assert "concurrency_limit = 4  # group g runs at 2, the smallest limit of its types" in r.stdout
+    assert 'rate_limit = [10, "1m"]' in r.stdout and "cost_units = 2" in r.stdout
+    again = tmp_path / "again.toml"
+    again.write_text(r.stdout)
+    assert load_settings(str(again)).types["a"].rate_limit == (10, 60.0)  # what it prints loads back

@@ -573,13 +573,16 @@ class SQLiteEngine:
             for t in {*limits.rates, *limits.types}:
                 if t in admission.shut_types:  # every ready job of a rate-shut type waits
                     sql, args = ready_sql.format("jobs_ready_by_type", "type = ?"), [now, t]
-                else:  # those that need more units than the type's limit has free
+                elif t in limits.types:  # those that need more units than the type's limit has free
                     sql = ready_sql.format("jobs_ready_by_type", "type = ? AND concurrency_group IS NULL AND cost_units > ?")
-                    args = [now, t, admission.room.get(("type", t), 10**12)]
+                    args = [now, t, admission.room[("type", t)]]
+                else:  # a rate with starts to spare holds nothing back
+                    held_ready[("type", t)] = 0
+                    continue
                 held_ready[("type", t)] = c.execute(sql, args).fetchone()[0]
             for g in limits.groups:
                 held_ready[("group", g)] = c.execute(
-                    ready_sql.format("jobs_ready", "concurrency_group = ? AND cost_units > ?"),
+                    ready_sql.format("jobs_ready_by_group", "concurrency_group = ? AND cost_units > ?"),
                     (now, g, admission.room[("group", g)])).fetchone()[0]
         return {"now": now, "starts": starts, "held": units, "admission": admission, "held_ready": held_ready}
 

@@ -1,4 +1,4 @@
-"""Handler processes on this host, for the work loop in worker.py: the payload's stdin, what a
+"""Handler processes on this host, for the worker (jobctl/worker/): the payload's stdin, what a
 finished handler left behind (its stderr tail, its result line), and the registry through which a
 later worker finds and stops a handler whose own worker was killed.
 
@@ -230,6 +230,7 @@ def stdin_for(data: bytes):
         finally:
             os.close(w)
         return os.fdopen(r, "rb", buffering=0)
+
     f = tempfile.TemporaryFile()
     f.write(data)
     f.seek(0)
@@ -266,6 +267,55 @@ def environ_holders(entry: str) -> list[int]:
     return found
 
 
+def token_holders(token: str) -> set[int]:
+    """Live processes of this user, other than this one, whose environment holds the claim's
+    JOBCTL_TOKEN: a handler and everything it started, even what left its group with setsid."""
+    if not token:
+        return set()
+    uid, me = os.getuid(), os.getpid()
+    found = set()
+    for pid in environ_holders(f"JOBCTL_TOKEN={token}"):
+        try:
+            if pid != me and os.stat(f"/proc/{pid}").st_uid == uid and proc_start(pid) is not None:
+                found.add(pid)
+        except OSError:
+            continue
+    return found
+
+
+def which(program: str, path: str | None = None) -> str | None:
+    """The executable file `program` names on PATH (shutil.which without its import cost)."""
+    if path is None:
+        path = os.environ.get("PATH", os.defpath)
+    for folder in path.split(os.pathsep):
+        candidate = os.path.join(folder or ".", program)
+        if os.access(candidate, os.X_OK) and os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def command_problems(settings, types=None) -> dict[str, str]:
+    """Handler commands that cannot be run, by type: a program that is missing, not a file or
+    not executable (looked up on PATH when it has no slash, as the worker does). `types` limits
+    the check to those types; without it every type with a command is checked."""
+    problems = {}
+    for name, tc in sorted(settings.types.items()):
+        if not tc.command or (types is not None and name not in types):
+            continue
+        program = tc.command[0]
+        if os.sep not in program:
+            if which(program) is None:
+                problems[name] = f"{program!r} is not found on PATH"
+            continue
+        if not os.path.exists(program):
+            problems[name] = f"{program} does not exist"
+        elif os.path.isdir(program):
+            problems[name] = f"{program} is a directory, not a program"
+        elif not os.access(program, os.X_OK):
+            problems[name] = f"{program} is not executable (chmod +x {program})"
+    return problems
+
+
 def describe_exit(rc: int) -> str:
     """`exit 3`, or `killed by SIGKILL` for a returncode of -9."""
     return f"exit {rc}" if rc >= 0 else f"killed by {signal_name(-rc)}"
@@ -284,6 +334,49 @@ def tail_text(f, limit: int) -> str:
     size = f.tell()
     f.seek(max(0, size - limit))
     data = f.read()
+    if size > limit:
+        cut = data.find(b"\n")
+        data = data[cut + 1:] if cut >= 0 else data
+    return data.decode("utf-8", errors="replace").strip()
+
+
+def read_result(fd: int, max_bytes: int) -> tuple[object, str | None]:
+    """The result of a handler from its stdout file: (the last non-empty line's JSON value or
+    None, None), or (None, why) when that line is JSON that jobctl cannot keep (a number with
+    more than 4,300 digits, NaN, a lone surrogate, nesting too deep). A line that is not JSON at
+    all, or too long to be a result, is no result: (None, None)."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return None, None
+    limit = max_bytes + 4096
+    start = max(0, size - limit)
+    data = os.pread(fd, size - start, start).rstrip()
+    cut = data.rfind(b"\n")
+    if cut < 0 and size > limit:
+        return None, None  # the line is longer than any result may be
+    line = data[cut + 1:].strip()
+    if not line or line[:1] not in b'{["-0123456789tfn':
+        return None, None
+    try:
+        value = payloads.parse_json(line, what="result")
+        payloads.compact(value, what="result", max_bytes=max_bytes)
+    except InvalidInput as e:
+        text = str(e)
+        if ": not JSON (" in text or " too large" in text or ": not UTF-8" in text:
+            return None, None
+        return None, f"result line is not valid JSON: {text.removeprefix('invalid result: ')}"
+    except ValueError as e:  # int("1" * 5000) and the like, raised by the decoder itself
+        return None, f"result line is not valid JSON: {e}"
+    return value, None
+
+
+def tail_fd(fd: int, limit: int) -> str:
+    """The last `limit` bytes of a file as text, starting at a whole line."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return ""
+    start = max(0, size - limit)
+    data = os.pread(fd, size - start, start)
     if size > limit:
         cut = data.find(b"\n")
         data = data[cut + 1:] if cut >= 0 else data

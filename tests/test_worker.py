@@ -152,7 +152,7 @@ def test_last_stdout_line_only_becomes_result_when_json(tmp_path, cli, db):
     assert job["status"] == "completed" and job["result"] is None
 
 
-def test_missing_command_fails_the_job_with_a_reason(tmp_path, cli, db):
+def test_missing_command_is_a_config_error_and_the_job_is_not_charged(tmp_path, cli, db):
     write_config(tmp_path, f"""
         [types.gone]
         command = ["{tmp_path}/no-such-handler"]
@@ -160,9 +160,10 @@ def test_missing_command_fails_the_job_with_a_reason(tmp_path, cli, db):
     """)
     job_id = int(cli("enqueue", "gone").stdout)
     r = work(db, "--stop-when-empty")
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 2, r.output
+    assert "type gone" in r.stderr and "no-such-handler does not exist" in r.stderr, r.stderr
     job = show(db, job_id)
-    assert job["status"] == "buried" and job["error"].startswith("cannot run ")
+    assert job["status"] == "pending" and job["attempts"] == 0
 
 
 # -- 2. payload and environment -------------------------------------------------------------

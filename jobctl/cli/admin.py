@@ -140,7 +140,7 @@ def resume(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE",
 
 @app.command()
 def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print the checks as one JSON object.")):
-    """Check the file: integrity, schema, permissions, WAL size, expired leases, damaged jobs, unrunnable jobs.
+    """Check the file: integrity, schema, permissions, WAL size, expired leases, damaged jobs, unrunnable jobs, handler commands.
 
     Exits 0 when all is well, 9 when a check found a problem, 8 when the file cannot be used.
     Example: jobctl doctor || mail -s "jobctl needs a look" ops@example.com

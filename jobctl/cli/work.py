@@ -47,7 +47,7 @@ def work(
 
     Example: jobctl work --queue billing --concurrency 4 --log-format json
     """
-    from jobctl.worker import Worker, WorkerOptions, handler_types, own_worker_id
+    from jobctl.worker import Worker, WorkerOptions, check_commands, handler_types, own_worker_id
 
     st = state(ctx)
     settings = st.settings
@@ -82,7 +82,8 @@ def work(
         log_format=log_format or ws.log_format,
         config_path=str(settings.config_path) if st.config and settings.config_path else None,
     )
-    handler_types(settings, options.types)  # a config problem is reported before any file is created
+    # a config problem (no command, or one that cannot be run) is reported before any file is created
+    check_commands(settings, handler_types(settings, options.types))
     with st.open_queue(create=True) as q:
         code = Worker(q, settings, options).run()
     if code:

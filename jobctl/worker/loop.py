@@ -1,0 +1,621 @@
+"""The work loop behind `jobctl work`: claim jobs, start their handlers, report what they came to.
+
+One thread, one loop. Signal handlers only count signals; through `signal.set_wakeup_fd` every
+signal (SIGCHLD included) also writes a byte to a pipe, so the loop sleeps in `select()` until a
+handler exits, a signal arrives or the next deadline (timeout, heartbeat, poll) is due: no
+spinning, and near-zero CPU when idle. While idle it also asks the database, cheaply, whether
+anyone committed (`queue.has_changed()`), so a job enqueued meanwhile starts at once instead of at
+the next poll.
+
+Each step of the loop reads the injected monotonic clock and acts on what is due; `step()` does
+one round without waiting, so the rules can be driven by a fake clock in unit tests. Processes are
+the supervisor's (supervisor.py), writes are the recorder's (outcomes.py).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from jobctl import handlers
+from jobctl.config import Settings
+from jobctl.durations import format_duration
+from jobctl.errors import CancelRequested, DatabaseUnusable, InvalidInput, InvalidState, JobctlError, NoSuchJob
+from jobctl.models import Job
+from jobctl.worker.log import Log
+from jobctl.worker.outcomes import Outcome, Recorder, Retry
+from jobctl.worker.supervisor import PosixLauncher, Running, SpawnError, Supervisor, close_inherited_fds
+
+STDERR_TAIL_BYTES = 4096
+HEARTBEAT_MAX_INTERVAL = 5.0  # a cancellation is noticed within this many seconds
+IDLE_MIN_DELAY = 0.05
+CHANGE_CHECK = 0.05  # while idle, how often the database is asked whether anyone committed
+SPAWN_MIN_DELAY, SPAWN_MAX_DELAY = 0.5, 30.0  # back-off after a handler could not be started
+REGISTER_AFTER = 0.002  # a handler still running this long after its start is put in the orphan registry
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+EXIT_UNUSABLE = DatabaseUnusable.exit_code
+
+
+def own_worker_id() -> str:
+    """`work`'s default worker id: JOBCTL_WORKER_ID, else host:pid of this worker process, so that
+    N workers started from one shell differ (`claim` names the calling shell instead)."""
+    return os.environ.get("JOBCTL_WORKER_ID") or f"{os.uname().nodename}:{os.getpid()}"
+
+
+@dataclass
+class WorkerOptions:
+    worker_id: str = field(default_factory=own_worker_id)
+    queues: list[str] | None = None  # None: every queue
+    types: list[str] | None = None  # None: every type with a command
+    concurrency: int = 1
+    max_jobs: int | None = None
+    max_time: float | None = None
+    stop_when_empty: bool = False
+    poll: float = 1.0
+    grace: float = 30.0
+    lease: float = 60.0
+    kill_grace: float = 5.0
+    recover_every: float = 30.0
+    purge_every: float = 600.0
+    log_format: str = "human"
+    config_path: str | None = None  # passed to handlers as JOBCTL_CONFIG when set
+
+
+def handler_types(settings: Settings, wanted: list[str] | None) -> list[str]:
+    """The types a worker claims: those named (each must have a command), else all with one."""
+    with_command = sorted(n for n, t in settings.types.items() if t.command)
+    where = f"the config file {settings.config_path}" if settings.config_path else "a config file"
+    if wanted:
+        missing = [t for t in wanted if t not in with_command]
+        if missing:
+            raise InvalidInput(
+                f"no command for type {', '.join(missing)} in {where}; add [types.{missing[0]}] with "
+                'command = ["/path/to/handler"]'
+            )
+        return list(dict.fromkeys(wanted))
+    if not with_command:
+        hint = "" if settings.config_path else " (none was found; `jobctl config init` writes one)"
+        raise InvalidInput(
+            f"no job type has a command in {where}{hint}; add [types.NAME] with "
+            'command = ["/path/to/handler"] so the worker knows what to run'
+        )
+    return with_command
+
+
+def check_commands(settings: Settings, types: list[str]) -> None:
+    """Refuse to work with a handler command that cannot be run (a config error, exit 2)."""
+    problems = handlers.command_problems(settings, types)
+    if problems:
+        where = f" in {settings.config_path}" if settings.config_path else ""
+        detail = "; ".join(f"type {t}: {p}" for t, p in problems.items())
+        raise InvalidInput(f"cannot run the handler command of {detail}; fix [types.{next(iter(problems))}] "
+                           f"command{where} (`jobctl doctor` checks every type)")
+
+
+class Worker:
+    def __init__(self, queue, settings: Settings, options: WorkerOptions, log: Log | None = None, *,
+                 clock: Callable[[], float] = time.monotonic, launcher=None):
+        self.q = queue
+        self.settings = settings
+        self.o = options
+        self.clock = clock
+        self.log = log or Log(options.worker_id, options.log_format)
+        self.types = handler_types(settings, options.types)
+        self.real = launcher is None  # real processes (not a test's fakes)
+        self.registry = (handlers.Registry(queue.engine.path, warn=lambda m: self.log("registry", m))
+                         if self.real else None)
+        self.sup = Supervisor(launcher or PosixLauncher(), clock, kill_grace=options.kill_grace,
+                              registry=self.registry, worker_id=options.worker_id, log=self.log)
+        self.rec = Recorder(queue, self.log, options.worker_id, clock)
+        self.claimed = 0
+        self.signals = 0
+        self.signals_seen = 0
+        self.last_signal = signal.SIGTERM
+        self.stopping = False
+        self.stop_at: float | None = None  # when running handlers are stopped (grace over)
+        self.exit_code = 0
+        self.empty = False
+        self.idle_delay = IDLE_MIN_DELAY
+        self.next_claim = 0.0
+        self.next_change_check = 0.0
+        self.change_delay = CHANGE_CHECK
+        # Idle workers watch the database for commits when its engine offers a cheap way to.
+        self.watch = callable(getattr(queue.engine, "has_changed", None))
+        self.spawn_delay = 0.0
+        self.heartbeat_every = max(min(options.lease / 3, HEARTBEAT_MAX_INTERVAL), 0.05)
+        env = dict(os.environ)
+        env["JOBCTL_DB"] = queue.engine.url
+        if options.config_path:
+            env["JOBCTL_CONFIG"] = os.path.abspath(options.config_path)
+        self.env = env
+        self.claim_options = dict(worker=options.worker_id, queues=options.queues, types=self.types,
+                                  lease=options.lease)
+        self.max_time_at: float | None = None
+        self.next_recover = self.next_purge = 0.0
+        self._clock_mark: tuple[float, float] | None = None  # (monotonic, wall) at the last look
+
+    # compatibility: what the old single class exposed
+    @property
+    def running(self) -> list[Running]:
+        return self.sup.running
+
+    @property
+    def unrecorded(self) -> list[Outcome]:
+        return self.rec.unrecorded
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Work until a limit or a signal stops the worker; return the exit code (0, or 8 when
+        the database became unusable)."""
+        if self.real:
+            check_commands(self.settings, self.types)
+            close_inherited_fds()
+        wake_r, saved = self._install_signals()
+        self.begin()
+        hold, release = getattr(self.log, "hold", None), getattr(self.log, "release", None)
+        try:
+            while True:
+                if hold is not None:
+                    hold()  # a round's lines (a job done, the next started) in one write
+                try:
+                    done = self.step()
+                finally:
+                    if release is not None:
+                        release()
+                if done:
+                    break
+                wait = self.next_deadline(self.clock()) - self.clock()
+                if self.sup.unregistered:
+                    # A first short wait: a handler that is over by then needs no orphan record.
+                    self._wait(wake_r, min(wait, REGISTER_AFTER))
+                    self.sup.register()
+                    continue
+                self._wait(wake_r, wait)
+        except DatabaseUnusable as e:
+            self.log("unusable", f"stopping: {e}")
+            self.exit_code = EXIT_UNUSABLE
+        finally:
+            self._abandon()
+            self.sup.close()
+            self._restore_signals(saved)
+        self.log("stopped", f"{self.claimed} job(s) started")
+        return self.exit_code
+
+    def begin(self) -> None:
+        started = self.clock()
+        self.max_time_at = started + self.o.max_time if self.o.max_time is not None else None
+        self.next_recover = started
+        self.next_purge = started
+        queues = ", ".join(self.o.queues) if self.o.queues else "all"
+        self.log("started", f"pid {os.getpid()}, types {', '.join(self.types)}; queues {queues}; "
+                            f"concurrency {self.o.concurrency}")
+
+    def step(self) -> bool:
+        """One round of the loop, without waiting; True when the worker is done."""
+        clock = self.clock
+        self._check_stop(clock())
+        if self.forced:
+            return True
+        self._reap()
+        self._retry_unrecorded(clock())
+        self.sup.supervise(clock(), self.stop_at)
+        self._heartbeats(clock())
+        self._housekeeping(clock())
+        self._claim(clock())
+        return not self.sup.running and not self.rec.unrecorded and self._done()
+
+    forced = False  # a third signal: leave at once, whatever is left
+
+    def _done(self) -> bool:
+        if self.stopping:
+            return True
+        if self.o.max_jobs is not None and self.claimed >= self.o.max_jobs:
+            return True
+        return self.o.stop_when_empty and self.empty
+
+    def _may_claim(self) -> bool:
+        return (not self.stopping and (self.o.max_jobs is None or self.claimed < self.o.max_jobs)
+                and len(self.sup.running) < self.o.concurrency and not self.rec.unrecorded)
+
+    # -- signals ---------------------------------------------------------------------------
+
+    def on_signal(self, signum) -> None:
+        self.signals += 1  # only a count: the loop acts on it
+        self.last_signal = signum
+
+    def _install_signals(self):
+        def on_stop(signum, frame):
+            self.on_signal(signum)
+
+        old = {s: signal.getsignal(s) for s in (*STOP_SIGNALS, signal.SIGCHLD)}
+        try:
+            r, w = os.pipe()
+            os.set_blocking(r, False)
+            os.set_blocking(w, False)
+            old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread: fall back to short sleeps
+            return None, None
+        for s in STOP_SIGNALS:
+            signal.signal(s, on_stop)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # so that it wakes the pipe
+        return r, (old, old_fd, r, w)
+
+    def _restore_signals(self, saved) -> None:
+        if saved is None:
+            return
+        old, old_fd, r, w = saved
+        signal.set_wakeup_fd(old_fd)
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+        os.close(r)
+        os.close(w)
+
+    def _wait(self, wake_r, timeout: float) -> None:
+        timeout = max(0.0, min(timeout, 60.0))
+        if wake_r is None:
+            time.sleep(min(timeout, 0.05))
+            return
+        if timeout > 0:
+            select.select([wake_r], [], [], timeout)
+        try:
+            while os.read(wake_r, 512):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def _check_stop(self, now: float) -> None:
+        if self.signals > self.signals_seen:
+            self.signals_seen = self.signals
+            name = handlers.signal_name(self.last_signal)
+            if self.signals_seen == 1:
+                self._begin_stop(now, self.o.grace, f"{name} received")
+            elif self.signals_seen == 2:
+                self._begin_stop(now, 0, f"second signal ({name})")
+            else:
+                self._force_stop(name)
+        if self.max_time_at is not None and now >= self.max_time_at and not self.stopping:
+            self._begin_stop(now, self.o.grace, f"--max-time {format_duration(self.o.max_time)} reached")
+
+    def _begin_stop(self, now: float, grace: float, why: str) -> None:
+        first = not self.stopping
+        self.stopping = True
+        at = now + grace
+        if self.stop_at is not None and self.stop_at <= at:
+            return
+        self.stop_at = at
+        n = len(self.sup.running)
+        if not n:
+            self.log("stopping", f"{why}; claiming nothing more")
+        elif first and grace > 0:
+            self.log("stopping", f"{why}; claiming nothing more; waiting up to {format_duration(grace)} for "
+                                 f"{n} running job(s), then stopping and releasing them")
+        else:
+            self.log("stopping", f"{why}; stopping {n} running job(s) now and releasing them")
+
+    def _force_stop(self, name: str) -> None:
+        """A third signal: kill the handlers and leave now, even with outcomes not yet written
+        (a full disk, a lock that never ends); what is left is named in the log."""
+        self.stopping = True
+        self.forced = True  # _abandon kills the handlers
+        left = self.rec.unrecorded
+        self.log("stopping", f"third signal ({name}); stopping the handlers and leaving at once"
+                 + (f" with {len(left)} outcome(s) not recorded" if left else ""))
+
+    # -- handlers --------------------------------------------------------------------------
+
+    def _start(self, job: Job) -> Running | None:
+        """Start the handler of a job just claimed (its "start" line is the caller's to log)."""
+        self.claimed += 1
+        self.empty = False
+        self.idle_delay = IDLE_MIN_DELAY
+        tc = self.settings.types.get(job.type)
+        assert tc is not None and tc.command, "only types with a command are claimed"
+        env = self.env.copy()
+        env["JOBCTL_JOB_ID"] = str(job.id)
+        env["JOBCTL_JOB_TYPE"] = job.type
+        env["JOBCTL_QUEUE"] = job.queue
+        env["JOBCTL_ATTEMPT"] = str(job.attempts)
+        env["JOBCTL_MAX_ATTEMPTS"] = str(job.max_attempts)
+        env["JOBCTL_TOKEN"] = job.token or ""
+        try:
+            return self.sup.start(job, list(tc.command), env, self.heartbeat_every)
+        except SpawnError as e:
+            self._spawn_failed(job, e)
+            return None
+
+    def _spawn_failed(self, job: Job, e: SpawnError) -> None:
+        """The worker could not start the handler: the job is not to blame. Release it (the run
+        does not count), say why, and wait before claiming again."""
+        self.claimed -= 1
+        self.spawn_delay = min(max(self.spawn_delay * 2, SPAWN_MIN_DELAY), SPAWN_MAX_DELAY)
+        now = self.clock()
+        self.next_claim = now + self.spawn_delay
+        self.log("spawn-failed", f"{e.reason}; releasing the job (this run does not count) and waiting "
+                                 f"{format_duration(self.spawn_delay)} before claiming again", job)
+        try:
+            self.rec.db(self.q.release, job.id, token=job.token, actor=self.o.worker_id,
+                        reason=f"the worker could not start its handler ({e.reason})")
+        except Retry:
+            self.rec.unrecorded.append(Outcome(Running(job, None, -1, -1, now, now, now),  # type: ignore[arg-type]  # never started
+                                               "release", 0, 0.0,
+                                               next_try=now + self.rec.delay))
+        except (InvalidState, NoSuchJob):
+            pass
+
+    def _log_start(self, r: Running | None) -> None:
+        if r is not None:
+            self.spawn_delay = 0.0
+            self.log("start", "", r.job)
+
+    def _reap(self) -> None:
+        finished = self.sup.reap()
+        if not finished:
+            return
+        outcomes = []
+        for r, rc in finished:
+            o = self._finish(r, rc)
+            if o is not None:
+                outcomes.append(o)
+        try:
+            completed = [o for o in outcomes if o.kind == "complete"]
+            if len(completed) > 1 and self._record_completions(completed):
+                outcomes = [o for o in outcomes if o.kind != "complete"]
+            for o in outcomes:
+                self._record(o)
+        except DatabaseUnusable:
+            for o in outcomes:  # none may go missing: each is logged when the worker leaves
+                if o not in self.rec.unrecorded:
+                    self.rec.unrecorded.append(o)
+            raise
+        for r, _ in finished:  # off the critical path: after the next handler started
+            self.sup.forget(r)
+
+    def _finish(self, r: Running, rc: int) -> Outcome | None:
+        duration = self.clock() - r.started
+        reason = r.stop_reason
+        try:
+            if reason == "lost":
+                return None
+            if reason == "shutdown":
+                return Outcome(r, "release", rc, duration)
+            if reason == "cancel":
+                return Outcome(r, "cancel", rc, duration)
+            if rc == 0 and reason is None:
+                result, problem = handlers.read_result(r.out, self.settings.max_payload_bytes)
+                if problem is None:
+                    return Outcome(r, "complete", rc, duration, result=result)
+                return Outcome(r, "fail", rc, duration, error=problem,
+                               details={"exit_code": 0, "duration": round(duration, 3)})
+            tail = handlers.tail_fd(r.err, STDERR_TAIL_BYTES)
+            details: dict[str, object] = (
+                {"exit_code": rc} if rc >= 0 else {"exit_code": None, "signal": handlers.signal_name(-rc)})
+            details["duration"] = round(duration, 3)
+            if tail:
+                details["stderr_tail"] = tail
+            if reason == "timeout":
+                return Outcome(r, "fail", rc, duration, details=details,
+                               error=f"timed out after {format_duration(r.job.timeout_ms / 1000)}")
+            last_err = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
+            how = handlers.describe_exit(rc)
+            tc = self.settings.types.get(r.job.type)
+            bury = bool(tc and rc in tc.bury_exit_codes)
+            return Outcome(r, "bury" if bury else "fail", rc, duration, details=details,
+                           error=f"{how}: {last_err}" if last_err else how)
+        finally:
+            self.sup.release_files(r)
+
+    # -- writing outcomes ------------------------------------------------------------------
+
+    def _record_completions(self, done: list[Outcome]) -> bool:
+        """Several handlers finished at once (--concurrency > 1): complete them all and claim as
+        many next jobs in one transaction. False when one of the claims is no longer ours: the
+        caller then writes them one by one, each logged."""
+        want = 0
+        if self._may_claim():
+            want = self.o.concurrency - len(self.sup.running)
+            if self.o.max_jobs is not None:
+                want = min(want, self.o.max_jobs - self.claimed)
+        claimed = self.rec.complete_many(done, want, self.claim_options)
+        if claimed is None:
+            return False
+        if any(o in self.rec.unrecorded for o in done):
+            return True  # kept for a retry
+        started = [self._start(job) for job in claimed]
+        for o in done:
+            self.rec.log_done(o)
+        for r in started:
+            self._log_start(r)
+        now = self.clock()
+        if claimed:
+            self.next_claim = now
+        if len(claimed) < want:
+            self._claimed_none(now)
+        return True
+
+    def _record(self, o: Outcome) -> None:
+        claim = o.kind == "complete" and self._may_claim()
+        written, nxt = self.rec.record(o, self.claim_options if claim else None)
+        if not written:
+            return
+        if o.kind == "complete":
+            started = self._start(nxt) if nxt is not None else None
+            self.rec.log_done(o)
+            if claim:
+                if nxt is None:
+                    self._claimed_none(self.clock())
+                else:
+                    self.next_claim = self.clock()
+                    self._log_start(started)
+
+    def _retry_unrecorded(self, now: float) -> None:
+        for o in self.rec.due(now):
+            self._record(o)
+
+    # -- heartbeats and housekeeping -------------------------------------------------------
+
+    def _clock_jumped(self, now: float) -> bool:
+        """Whether the wall clock (the queue's leases) moved unlike the monotonic one since the
+        last look: a step of the clock (NTP, a resumed VM) makes leases look expired."""
+        wall = self.q.now() / 1000
+        mark, self._clock_mark = self._clock_mark, (now, wall)
+        return mark is not None and abs((wall - mark[1]) - (now - mark[0])) > 1.0
+
+    def _heartbeats(self, now: float) -> None:
+        if self.sup.running and self._clock_jumped(now):
+            for r in self.sup.running:  # renew every lease now, before anyone's recovery sweep
+                r.next_heartbeat = min(r.next_heartbeat, now)
+        for r in self.sup.running:
+            if now < r.next_heartbeat or r.stop_reason == "lost":
+                continue
+            r.next_heartbeat = now + self.heartbeat_every
+            try:
+                self.rec.db(self.q.heartbeat, r.job.id, token=r.job.token, actor=self.o.worker_id)
+            except Retry:
+                r.next_heartbeat = now + min(self.heartbeat_every, max(self.rec.delay, 0.1))
+            except CancelRequested:
+                if r.stop_reason is None:
+                    self.log("cancel", "cancellation requested; stopping the handler", r.job)
+                    self.sup.stop(r, "cancel", now)
+                elif r.stop_reason == "shutdown":
+                    r.stop_reason = "cancel"
+            except (InvalidState, NoSuchJob) as e:
+                self.log("lost", f"the claim is no longer ours, stopping the handler: {e}", r.job)
+                r.stop_reason = "lost"
+                self.sup.stop(r, "lost", now)
+
+    def _housekeeping(self, now: float) -> None:
+        # Not while an outcome of ours waits to be written: its lease may have run out during a
+        # database outage, and recovering our own finished job would run it again.
+        if now >= self.next_recover and not self.rec.unrecorded:
+            self.next_recover = now + self.o.recover_every
+            # Our own running jobs are alive whatever their lease says (a wall-clock jump, a
+            # heartbeat that waited on a lock): never recover them.
+            mine = frozenset(r.job.token for r in self.sup.running if r.job.token)
+            try:
+                for job, action in self.rec.db(self.q.recover, actor=self.o.worker_id, exclude_tokens=mine):
+                    if action == "watching":  # seen expired once: a later sweep judges it
+                        continue
+                    self.log("recovered", f"{action}: worker {job.worker} lost its lease", job)
+            except Retry:
+                self.next_recover = now + min(self.o.recover_every, 5.0)
+        if now >= self.next_purge:
+            self.next_purge = now + self.o.purge_every
+            try:
+                counts = self.rec.db(self.q.purge)
+                if sum(counts.values()):
+                    detail = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+                    self.log("purged", f"{detail} (retention)", deleted=counts)
+            except Retry:
+                self.next_purge = now + min(self.o.purge_every, 5.0)
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def _claim(self, now: float) -> None:
+        if not self._may_claim():
+            return
+        by_change = False
+        if now < self.next_claim:
+            if not self.empty or self.spawn_delay or not self.watch or now < self.next_change_check:
+                return
+            # Idle: a cheap look (no lock, no I/O) at whether anyone committed since our last claim.
+            self.next_change_check = now + self.change_delay
+            try:
+                if not self.rec.db(self.q.has_changed):
+                    self.change_delay = CHANGE_CHECK  # a quiet database: the next commit is worth a claim
+                    return
+            except Retry:
+                return
+            by_change = True
+        while self._may_claim() and (now >= self.next_claim or by_change):
+            try:
+                if self.empty and self.watch:
+                    self.rec.db(self.q.has_changed)  # the mark that a later look compares with
+                job = self.rec.db(self.q.claim, **self.claim_options)
+            except Retry:
+                self.next_claim = now + self.rec.delay
+                self.empty = False
+                return
+            if job is None:
+                if by_change:
+                    # Others' commits, nothing for us (other types, a busy queue): look less often,
+                    # so idle workers do not hammer the write lock of busy ones.
+                    self.change_delay = min(self.change_delay * 2, max(CHANGE_CHECK, self.o.poll / 4))
+                    self.next_change_check = now + self.change_delay
+                else:
+                    self._claimed_none(now)
+                return
+            by_change = False
+            self.change_delay = CHANGE_CHECK
+            self.next_claim = now
+            self._log_start(self._start(job))
+            now = self.clock()
+
+    def _claimed_none(self, now: float) -> None:
+        self.empty = True
+        self.next_claim = now + self.idle_delay
+        self.next_change_check = now + self.change_delay
+        self.idle_delay = min(self.idle_delay * 2, self.o.poll)
+
+    def next_deadline(self, now: float) -> float:
+        """When the next thing is due (an absolute time on the loop's clock)."""
+        times = [now + 60.0]
+        for r in self.sup.running:
+            times.append(r.next_heartbeat)
+        self.sup.next_deadline(times)
+        if self.stop_at is not None and self.sup.running:
+            times.append(self.stop_at)
+        if self.max_time_at is not None and not self.stopping:
+            times.append(self.max_time_at)
+        if self._may_claim():
+            times.append(self.next_claim)
+            if self.empty and not self.spawn_delay and self.watch:
+                times.append(self.next_change_check)
+        times += [o.next_try for o in self.rec.unrecorded]
+        times.append(self.next_purge)
+        if not self.rec.unrecorded:  # recovery waits while an outcome of ours does: its time may be past
+            times.append(self.next_recover)
+        return min(times)
+
+    # -- leaving ---------------------------------------------------------------------------
+
+    def _abandon(self) -> None:
+        """Leaving abnormally (an unusable database, a third signal, a bug): stop every handler
+        and try to hand its job back, so that nothing is left running; what cannot be written is
+        logged, job by job, and recovered later when its lease expires."""
+        for r in list(self.sup.running):
+            if r.stop_reason is None and self.sup.launcher.exited(r.proc):
+                # It finished by itself before the worker could look: its outcome is a real one.
+                self.sup.running.remove(r)
+                self.sup.launcher.signal_group(r.proc, signal.SIGKILL)
+                rc = self.sup.launcher.reap(r.proc)
+                self.sup.forget(r)
+                o = self._finish(r, rc)
+                if o is not None:
+                    self.rec.unrecorded.append(o)
+                continue
+            rc = self.sup.abandon(r)
+            if r.stop_reason != "lost":
+                self.rec.unrecorded.append(Outcome(r, "release", rc, self.clock() - r.started))
+        for o in list(self.rec.unrecorded):
+            if self.forced and self.rec.busy_logged:
+                break  # leaving at once: no more waiting on the database
+            try:
+                written = self._record_final(o)
+            except JobctlError:
+                break
+            if not written and self.forced:
+                break
+        self.rec.log_unrecorded("before the worker stopped")
+        if self.rec.unrecorded and not self.exit_code:
+            self.exit_code = self.rec.cause_exit_code()
+
+    def _record_final(self, o: Outcome) -> bool:
+        written, _ = self.rec.record(o)
+        if written and o.kind == "complete":
+            self.rec.log_done(o)
+        return written

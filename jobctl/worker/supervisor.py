@@ -1,0 +1,444 @@
+"""Handler processes: start one, watch its clock, stop it, reap it.
+
+Handlers run with shell=False in their own session (so their process group is theirs alone and a
+Ctrl-C on the worker's terminal does not reach them). The payload is given on stdin from a pipe
+filled before the handler starts (a temporary file when it exceeds one pipe page), and
+stdout/stderr go to unnamed temporary files, so no pipe can fill up and deadlock the worker. A
+handler's exit is first observed with waitid(WNOWAIT): while the leader is an unreaped zombie its
+pid (= the group id) cannot be reused, so killing what it left behind in its group cannot hit a
+stranger.
+
+Stopping a handler (its timeout, a cancellation, the worker's shutdown) is SIGTERM to the whole
+group, then SIGKILL after kill_grace. A process that left the group with setsid() is still found by
+the claim's JOBCTL_TOKEN in its environment, and stopped too, so that it cannot overlap the next
+run of its job.
+
+Everything that touches the operating system goes through a Launcher, and every time is read from
+an injected monotonic clock: the rules here are unit-tested with fake processes and a fake clock,
+beside the real-process tests.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from jobctl import handlers
+from jobctl.models import Job
+
+# errno values of a spawn that failed on the worker's side: the job is not to blame.
+RESOURCE_ERRORS = {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOSPC, errno.EINTR}
+COMMAND_ERRORS = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR, errno.EISDIR, errno.ELOOP,
+                  errno.ENAMETOOLONG, errno.ETXTBSY, errno.EPERM}
+
+
+class SpawnError(Exception):
+    """A handler could not be started. `command` is true when the command itself is the problem
+    (missing, not executable), false for a resource of the worker (file descriptors, processes)."""
+
+    def __init__(self, reason: str, command: bool = False):
+        super().__init__(reason)
+        self.reason = reason
+        self.command = command
+
+
+class Proc:
+    """A started handler: its pid (= its process group) and, once reaped, its returncode."""
+
+    __slots__ = ("pid", "returncode")
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+
+_TMP: list[str] = []  # the folder of the scratch files, found once (as tempfile.gettempdir would)
+
+
+def _scratch_fd() -> int:
+    """An unnamed read/write temporary file (O_TMPFILE where the filesystem has it)."""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if flag:
+        if not _TMP:
+            _TMP.append(next((os.environ[v] for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)), "/tmp"))
+        try:
+            return os.open(_TMP[0], os.O_RDWR | flag | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            if e.errno in (errno.EMFILE, errno.ENFILE):
+                raise
+    import tempfile
+
+    fd, name = tempfile.mkstemp()
+    os.unlink(name)
+    return fd
+
+
+def _stdin_fd(data: bytes) -> int:
+    """The handler's stdin holding `data`: a pipe already filled and closed when the payload fits
+    in one pipe page (any pipe holds that much, so the write never blocks), else a temporary file."""
+    if len(data) <= 4096:
+        r, w = os.pipe()
+        try:
+            if data:
+                os.write(w, data)
+        finally:
+            os.close(w)
+        return r
+    fd = _scratch_fd()
+    try:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def close_inherited_fds() -> None:
+    """Mark every descriptor above stderr close-on-exec, so a handler gets only 0, 1 and 2 (what
+    close_fds does, once for the worker's life instead of at each spawn)."""
+    try:
+        fds = [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass
+
+
+class ScratchFiles:
+    """The handlers' stdout and stderr files. A handler writes through its own open file; the
+    worker reads through a read-only one. A file goes back to the pool only when no process at all
+    still has it open for writing (a read lease is granted only then): a process that escaped the
+    handler's group and kept its stdout can never write into a later run's output. Reusing a file
+    spares the filesystem an inode allocation per handler, which costs more than the rest of a
+    handler's start on ext4."""
+
+    def __init__(self, keep: int = 4):
+        self.keep = keep
+        self.free: list[int] = []
+
+    def take(self) -> tuple[int, int]:
+        """(a file descriptor for the handler to write, one for the worker to read), empty."""
+        while self.free:
+            reader = self.free.pop()
+            try:
+                writer = os.open(f"/proc/self/fd/{reader}", os.O_WRONLY | os.O_CLOEXEC)
+            except OSError:
+                os.close(reader)
+                continue
+            try:
+                os.ftruncate(writer, 0)
+            except OSError:
+                os.close(writer)
+                os.close(reader)
+                continue
+            return writer, reader
+        writer = _scratch_fd()
+        try:
+            reader = os.open(f"/proc/self/fd/{writer}", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            if e.errno in (errno.EMFILE, errno.ENFILE):
+                os.close(writer)
+                raise
+            reader = os.dup(writer)  # no /proc: never reused (a lease needs a read-only file)
+        return writer, reader
+
+    def give_back(self, reader: int) -> None:
+        if reader < 0:
+            return
+        if len(self.free) < self.keep:
+            try:
+                import fcntl
+
+                fcntl.fcntl(reader, fcntl.F_SETLEASE, fcntl.F_RDLCK)  # refused while anyone may write
+                fcntl.fcntl(reader, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+                self.free.append(reader)
+                return
+            except OSError:
+                pass
+        os.close(reader)
+
+    def close(self) -> None:
+        for fd in self.free:
+            os.close(fd)
+        self.free = []
+
+
+class PosixLauncher:
+    """The real processes: posix_spawn of a command resolved once on PATH, waitid, killpg."""
+
+    def __init__(self):
+        self._paths: dict[str, str] = {}
+
+    def resolve(self, program: str, env: dict) -> str | None:
+        if os.sep in program:
+            return program
+        path = self._paths.get(program)
+        if path is None:
+            path = handlers.which(program, env.get("PATH", os.defpath))
+            if path is None:
+                return None
+            self._paths[program] = path
+        return path
+
+    def spawn(self, argv: list[str], stdin: int, stdout: int, stderr: int, env: dict) -> Proc:
+        path = self.resolve(argv[0], env)
+        if path is None:
+            raise OSError(errno.ENOENT, "not found on PATH", argv[0])
+        try:
+            pid = os.posix_spawn(
+                path, argv, env,
+                file_actions=[(os.POSIX_SPAWN_DUP2, stdin, 0), (os.POSIX_SPAWN_DUP2, stdout, 1),
+                              (os.POSIX_SPAWN_DUP2, stderr, 2)],
+                setsid=True, setsigmask=(), setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+            )
+        except OSError:
+            self._paths.pop(argv[0], None)  # looked up again next time (reinstalled elsewhere?)
+            raise
+        return Proc(pid)
+
+    def exited(self, proc: Proc) -> bool:
+        try:
+            return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+
+    def reap(self, proc: Proc, timeout: float | None = None) -> int | None:
+        """The returncode (-N for a signal); with a timeout, None if it has not exited by then."""
+        if proc.returncode is not None:
+            return proc.returncode
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                pid, status = os.waitpid(proc.pid, 0 if deadline is None else os.WNOHANG)
+            except ChildProcessError:
+                proc.returncode = -signal.SIGKILL
+                return proc.returncode
+            if pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                return proc.returncode
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(0.01)
+
+    def signal_group(self, proc: Proc, sig: int) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def token_holders(self, token: str) -> set[int]:
+        """Processes of this user that carry the claim's token (escaped from the group or not)."""
+        return handlers.token_holders(token)
+
+    def signal_pids(self, pids: set[int], sig: int) -> None:
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
+    def stop_pids(self, pids: set[int], grace: float) -> None:
+        """SIGTERM, then SIGKILL to what is left after `grace` (blocks up to twice `grace`)."""
+        handlers.stop_processes(pids, grace)
+
+
+@dataclass
+class Running:
+    """One handler process and the claim it works for."""
+
+    job: Job
+    proc: Proc
+    out: int  # fd of its stdout file
+    err: int  # fd of its stderr file
+    started: float
+    deadline: float
+    next_heartbeat: float
+    stop_reason: str | None = None  # timeout | cancel | shutdown | lost
+    kill_at: float | None = None
+    killed: bool = False
+    spawn_ticks: tuple = (None, None)  # its /proc start time lies in this range (for the registry)
+    registered: bool = False
+
+    def close(self) -> None:
+        for fd in (self.out, self.err):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.out = self.err = -1
+
+
+class Supervisor:
+    """The running handlers of one worker and the rules of their lives: timeout, grace, kill."""
+
+    def __init__(self, launcher, clock: Callable[[], float], *, kill_grace: float, registry=None,
+                 worker_id: str = "", log=None):
+        self.launcher = launcher
+        self.clock = clock
+        self.kill_grace = kill_grace
+        self.registry = registry
+        self.worker_id = worker_id
+        self.log = log
+        self.running: list[Running] = []
+        self.files = ScratchFiles()
+        self.unregistered: list[Running] = []  # started, not yet in the orphan registry
+
+    # -- starting ------------------------------------------------------------------------------
+
+    def start(self, job: Job, command: list[str], env: dict, heartbeat_every: float) -> Running:
+        """Start a handler for a claimed job; SpawnError when it cannot be started."""
+        writers: list[int] = []
+        readers: list[int] = []
+        stdin = -1
+        try:
+            for _ in range(2):
+                w, rd = self.files.take()
+                writers.append(w)
+                readers.append(rd)
+            stdin = _stdin_fd(job.payload.encode("utf-8"))  # exactly as stored; never on a command line
+            self._stop_orphans(job)
+            before = handlers.boot_ticks()
+            proc = self.launcher.spawn(command, stdin, writers[0], writers[1], env)
+        except (OSError, ValueError, TypeError) as e:
+            for fd in writers + ([stdin] if stdin >= 0 else []):
+                os.close(fd)
+            for fd in readers:
+                self.files.give_back(fd)
+            if not isinstance(e, OSError):  # an argument with a NUL byte, say
+                raise SpawnError(f"cannot run {command[0]}: {e}", command=True) from None
+            reason = e.strerror or str(e)
+            if e.errno in COMMAND_ERRORS:
+                raise SpawnError(f"cannot run {command[0]}: {reason}", command=True) from None
+            raise SpawnError(f"cannot start a handler ({reason})") from None
+        for fd in (stdin, *writers):  # the handler has its own copies
+            os.close(fd)
+        now = self.clock()
+        r = Running(job, proc, readers[0], readers[1], now, now + job.timeout_ms / 1000, now + heartbeat_every)
+        self.running.append(r)
+        r.spawn_ticks = (before, handlers.boot_ticks())
+        if self.registry is not None:
+            self.unregistered.append(r)
+        return r
+
+    def register(self) -> None:
+        """Record the handlers started since the last call that are still running in the orphan
+        registry. The loop calls it after a first, short wait: a handler that is already over
+        needs no record (a file created and deleted per job is most of a short job's cost)."""
+        pending, self.unregistered = self.unregistered, []
+        for r in pending:
+            if r in self.running and not self.launcher.exited(r.proc):
+                self.registry.record(r.job.id, r.job.token, self.worker_id, r.proc.pid, *r.spawn_ticks)
+                r.registered = True
+
+    def release_files(self, r: Running) -> None:
+        """The run's output has been read: its files go back to the pool (or are closed)."""
+        out, err, r.out, r.err = r.out, r.err, -1, -1
+        self.files.give_back(out)
+        self.files.give_back(err)
+
+    def close(self) -> None:
+        self.files.close()
+
+    def _stop_orphans(self, job: Job) -> None:
+        """Before running a job: stop what an earlier run of it left running on this host (its
+        worker was killed), so that two runs never overlap."""
+        if self.registry is None:
+            return
+        pids, worker = self.registry.strays(job.id, job.token)
+        if pids:
+            if self.log is not None:
+                self.log("orphan", f"a handler of an earlier run (worker {worker}, pid(s) "
+                                   f"{', '.join(map(str, sorted(pids)))}) is still running on this host; stopping "
+                                   "it before this run", job)
+            self.launcher.stop_pids(pids, self.kill_grace)
+            self.registry.forget(job.id)
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    def stop(self, r: Running, reason: str, now: float) -> None:
+        """SIGTERM to the handler's whole process group (and what escaped it); SIGKILL after kill_grace."""
+        if r.stop_reason is None:
+            r.stop_reason = reason
+        if r.kill_at is None:
+            self.launcher.signal_group(r.proc, signal.SIGTERM)
+            self._signal_escaped(r, signal.SIGTERM)
+            r.kill_at = now + self.kill_grace
+
+    def kill(self, r: Running, sig: int = signal.SIGKILL) -> None:
+        if r.stop_reason is None:
+            r.stop_reason = "shutdown"
+        self.launcher.signal_group(r.proc, sig)
+        self._signal_escaped(r, sig)
+        r.killed = True
+
+    def _signal_escaped(self, r: Running, sig: int) -> None:
+        if r.job.token:
+            pids = self.launcher.token_holders(r.job.token)
+            if pids:
+                self.launcher.signal_pids(pids, sig)
+
+    def supervise(self, now: float, stop_at: float | None) -> None:
+        """Apply the clock: a timeout, the end of the shutdown grace, the end of a kill grace."""
+        for r in self.running:
+            if r.stop_reason is None and now >= r.deadline:
+                self.stop(r, "timeout", now)
+            if stop_at is not None and now >= stop_at and r.stop_reason is None:
+                self.stop(r, "shutdown", now)
+            if r.kill_at is not None and now >= r.kill_at and not r.killed:
+                self.kill(r)
+
+    def next_deadline(self, times: list[float]) -> None:
+        for r in self.running:
+            if r.stop_reason is None:
+                times.append(r.deadline)
+            if r.kill_at is not None and not r.killed:
+                times.append(r.kill_at)
+
+    # -- reaping -------------------------------------------------------------------------------
+
+    def reap(self) -> list[tuple[Running, int]]:
+        """The handlers that exited, each with its returncode, taken off the running list."""
+        done = []
+        for r in self.running:
+            if self.launcher.exited(r.proc):
+                done.append(r)
+        if not done:
+            return []
+        finished = []
+        for r in done:
+            self.running.remove(r)
+            # The leader is a zombie: its group id is still ours. Kill what it left behind.
+            self.launcher.signal_group(r.proc, signal.SIGKILL)
+            rc = self.launcher.reap(r.proc)
+            if r.stop_reason is not None and r.job.token:
+                # Stopped by us: nothing of this run may outlive it, not even what left the group.
+                left = self.launcher.token_holders(r.job.token)
+                if left:
+                    self.launcher.stop_pids(left, self.kill_grace)
+            finished.append((r, rc))
+        return finished
+
+    def forget(self, r: Running) -> None:
+        if self.registry is not None and r.registered:
+            r.registered = False
+            self.registry.forget(r.job.id)
+
+    def abandon(self, r: Running, wait: float = 5.0) -> int:
+        """Kill a handler at once and reap it (the worker is leaving); its returncode."""
+        self.kill(r)
+        rc = self.launcher.reap(r.proc, timeout=wait)
+        if r in self.running:
+            self.running.remove(r)
+        self.forget(r)
+        self.release_files(r)
+        return rc if rc is not None else -signal.SIGKILL

@@ -40,11 +40,15 @@ def default_config_path() -> Path:
 class TypeConfig(Record):
     """One `[types.NAME]` table: enqueue defaults for the type and, for workers, its handler."""
 
-    __slots__ = ("name", "command", "queue", "max_attempts", "timeout", "priority", "backoff", "bury_exit_codes")
+    __slots__ = ("name", "command", "queue", "max_attempts", "timeout", "priority", "backoff", "bury_exit_codes",
+                 "rate_limit", "concurrency_group", "concurrency_limit", "cost_units")
 
     def __init__(self, name: str, command: list[str] | None = None, queue: str | None = None,
                  max_attempts: int | None = None, timeout: float | None = None, priority: int | None = None,
-                 backoff: str | None = None, bury_exit_codes: list[int] | None = None):  # None: a new empty list
+                 backoff: str | None = None, bury_exit_codes: list[int] | None = None,  # None: a new empty list
+                 rate_limit: tuple[int, float] | None = None,  # (max starts, window seconds)
+                 concurrency_group: str | None = None, concurrency_limit: int | None = None,
+                 cost_units: int | None = None):
         self.name = name
         self.command = command
         self.queue = queue
@@ -53,6 +57,10 @@ class TypeConfig(Record):
         self.priority = priority
         self.backoff = backoff
         self.bury_exit_codes = [] if bury_exit_codes is None else bury_exit_codes
+        self.rate_limit = rate_limit
+        self.concurrency_group = concurrency_group
+        self.concurrency_limit = concurrency_limit
+        self.cost_units = cost_units
 
 
 class WorkerSettings(Record):
@@ -229,6 +237,40 @@ def _duration_in_range(value, where: str, kind: str) -> float:
 
 
 ENQUEUE_KEYS = ("queue", "max_attempts", "timeout", "priority", "backoff")  # [defaults] and [types.X] alike
+LIMIT_KEYS = ("rate_limit", "concurrency_group", "concurrency_limit", "cost_units")  # [types.X] only
+MAX_COST_UNITS = 1_000_000
+
+
+def parse_cost(value, where: str = "cost") -> int:
+    """A job's cost units: a whole number from 1 (enqueue --cost, the batch key, cost_units)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COST_UNITS:
+        raise InvalidInput(f"invalid {where} {value!r}: must be a whole number of units from 1 to {MAX_COST_UNITS}")
+    return value
+
+
+def _limit_option(key: str, value, where: str):
+    """One admission-control key of a [types.X] table."""
+    if key == "rate_limit":
+        if not isinstance(value, list) or len(value) != 2:
+            raise ConfigError(f"{where}: must be a pair [max_starts, window], such as [10, \"60s\"], not {value!r}")
+        n = _int(value[0], f"{where}[0] (max starts)", 1, 10**9)
+        window = _duration(value[1], f"{where}[1] (window)")
+        if not 0.001 <= window <= 366 * 86400:
+            raise ConfigError(f"{where}[1] (window): must be from 1ms to 366d, not {value[1]!r}")
+        return (n, window)
+    if key == "concurrency_group":
+        try:
+            return validate_name(value, "concurrency group")
+        except InvalidInput as e:
+            raise ConfigError(f"{where}: {e}") from None
+    if key == "concurrency_limit":
+        return _int(value, where, 1, 10**9)
+    try:
+        return parse_cost(value, where)
+    except InvalidInput as e:
+        raise ConfigError(str(e)) from None
 
 
 def _enqueue_option(key: str, value, where: str):
@@ -409,9 +451,11 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
                 if not isinstance(value, list):
                     raise ConfigError(f"{where}: must be a list of exit codes such as [65]")
                 tc.bury_exit_codes = [_int(v, where, 1, 255) for v in value]
+            elif key in LIMIT_KEYS:
+                setattr(tc, key, _limit_option(key, value, where))
             else:
                 raise ConfigError(
-                    f"unknown key {where!r} (known: command, queue, max_attempts, timeout, priority, backoff, bury_exit_codes)"
+                    f"unknown key {where!r} (known: command, {', '.join(ENQUEUE_KEYS)}, bury_exit_codes, {', '.join(LIMIT_KEYS)})"
                 )
         settings.types[name] = tc
         src(f"types.{name}")

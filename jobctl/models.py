@@ -68,7 +68,8 @@ class Job(Record):
     __slots__ = ("id", "queue", "type", "payload", "priority", "status", "attempts", "max_attempts", "backoff",
                  "timeout_ms", "run_at", "created_at", "updated_at", "idempotency_key", "worker", "claimed_at",
                  "heartbeat_at", "lease_expires_at", "lease_ms", "token", "progress", "error", "result",
-                 "finished_at", "waiting_on", "expiry_seen_at", "expiry_seen_hb", "after")
+                 "finished_at", "waiting_on", "expiry_seen_at", "expiry_seen_hb", "cost_units", "concurrency_group",
+                 "after")
 
     def __init__(self, id: int, queue: str, type: str,
                  payload: str,  # compact JSON text, exactly as enqueued
@@ -85,6 +86,8 @@ class Job(Record):
                  waiting_on: int = 0,  # how many `after` jobs are not completed yet
                  expiry_seen_at: int | None = None,  # when a sweep first saw its lease expired
                  expiry_seen_hb: int | None = None,  # ... and the heartbeat it saw then
+                 cost_units: int = 1,  # what it holds of its concurrency limit while it runs
+                 concurrency_group: str | None = None,
                  after: list[int] | None = None):  # None: a new empty list
         self.id = id
         self.queue = queue
@@ -113,6 +116,8 @@ class Job(Record):
         self.waiting_on = waiting_on
         self.expiry_seen_at = expiry_seen_at
         self.expiry_seen_hb = expiry_seen_hb
+        self.cost_units = cost_units
+        self.concurrency_group = concurrency_group
         self.after = [] if after is None else after
 
     @classmethod
@@ -167,6 +172,8 @@ class Job(Record):
             "created_at": to_rfc3339(self.created_at),
             "updated_at": to_rfc3339(self.updated_at),
             "finished_at": to_rfc3339(self.finished_at),
+            "cost_units": self.cost_units,
+            "concurrency_group": self.concurrency_group,
         }
         if claim:
             d["attempt"] = self.attempts

@@ -423,6 +423,13 @@ def stats_view(stats: dict, now: int, *, previous: dict | None = None, watch: bo
     parts.append(Text(""))
     parts += _section("aging (ready jobs waiting longest)", _aging_table(stats), "no ready jobs")
     parts.append(Text(""))
+    if stats.get("limits"):
+        cols, rows = limit_rows(stats)
+        table = _grid_table([(c.header, {"justify": "right"} if c.right else {}) for c in cols])
+        for row in rows:
+            table.add_row(*row)
+        parts += _section("limits", table, "none")
+        parts.append(Text(""))
     parts.append(throughput_table(stats, spark=watch))
     parts.append(durations_line(stats))
     return Group(*parts)
@@ -624,11 +631,34 @@ def _list_rows(stats: dict, now: int, which: str, highlight: bool):
             finished = parse_time(j["finished_at"]) if j["finished_at"] else None
             rows.append([str(j["id"]), text(j["queue"]), text(j["type"]), f"{j['attempts']}/{j['max_attempts']}",
                          ago(finished, now).removesuffix(" ago"), text(j["error"] or "", "red")])
+    elif which == "limits":
+        cols, rows = limit_rows(stats)
     else:
         cols = [Col("AGING", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True),
                 Col("PRI", right=True, drop=1), Col("WAITING", right=True)]
         rows = [[str(j["id"]), text(j["queue"]), text(j["type"]), str(j["priority"]), _age(j["waiting_for"])]
                 for j in stats["aging"]]
+    return cols, rows
+
+
+def limit_rows(stats: dict) -> tuple[list, list]:
+    """The limits section: per limited type and group, units running of the limit, starts in the
+    window of the rate, and ready jobs held back (with when the next start is possible)."""
+    from jobctl.durations import format_duration
+
+    cols = [Col("LIMIT", cut=True, soft=32), Col("RUNNING", right=True), Col("STARTS", right=True),
+            Col("HELD", right=True), Col("NEXT START", right=True, drop=1)]
+    rows = []
+    limits = stats.get("limits") or {"types": {}, "groups": {}}
+    for kind in ("groups", "types"):
+        for name, e in limits[kind].items():
+            running = f"{e['units_running']}/{e['concurrency_limit']}" if e["concurrency_limit"] else "-"
+            rate = e.get("rate_limit")
+            starts = f"{e['starts_in_window']}/{rate['max_starts']} per {format_duration(rate['window'])}" if rate else "-"
+            held = Text(f"{e['ready_held']:,}", style="yellow" if e["ready_held"] else "")
+            nxt = e.get("next_start_in")
+            rows.append([text(f"{kind[:-1]} {name}"), running, starts, held,
+                         "-" if nxt is None else f"in {format_duration(nxt)}"])
     return cols, rows
 
 
@@ -686,8 +716,8 @@ def screen_lines(stats: dict, now: int, *, width: int, height: int | None = None
         queues = [Text("queues: no jobs yet")]
     else:
         queues = None
-    lists = {w: _list_rows(stats, now, w, highlight) for w in ("stuck", "buried", "aging")}
-    present = [w for w in ("stuck", "buried", "aging") if lists[w][1]]
+    lists = {w: _list_rows(stats, now, w, highlight) for w in ("limits", "stuck", "buried", "aging")}
+    present = [w for w in ("limits", "stuck", "buried", "aging") if lists[w][1]]
     if queues is None:
         # Room kept below the queues: a header and a row of each list, and two lines of rates;
         # the queue table's own header, (all) and "… more queues" lines.

@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from jobctl import payloads, transitions
-from jobctl.config import Settings, duration_in_range, parse_backoff
+from jobctl.config import Settings, duration_in_range, parse_backoff, parse_cost
 from jobctl.durations import parse_duration, parse_priority, parse_time, validate_name
 from jobctl.engines.base import ClaimRequest, Engine, NewJob
 from jobctl.errors import CancelRequested, InvalidInput, NoSuchJob
 from jobctl.models import Event, Job, Record
 from jobctl.transitions import backoff_delay, one_line  # noqa: F401  (re-exported: tests and scripts use them)
 
+if TYPE_CHECKING:
+    from jobctl.limits import Limits
+
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_ID = 2**63 - 1
 BATCH_KEYS = {"type", "payload", "queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
-              "key", "unique", "after"}
+              "key", "unique", "after", "cost", "group"}
 
 
 def validate_job_id(value) -> int:
@@ -110,6 +113,16 @@ class Queue:
     def __init__(self, engine, settings: Settings | None = None):
         self.engine = engine
         self.settings = settings or Settings()
+        self._limits: Limits | None = None
+
+    @property
+    def limits(self):
+        """The admission-control limits of this queue's config (limits.Limits)."""
+        if self._limits is None:
+            from jobctl.limits import from_settings
+
+            self._limits = from_settings(self.settings)
+        return self._limits
 
     @classmethod
     def open(cls, db, settings: Settings | None = None, *, create: bool = False, read_only: bool = False,
@@ -156,7 +169,7 @@ class Queue:
 
     def prepare(self, type: str, payload=None, *, payload_text: str | bytes | None = None, queue=None,
                 priority=None, delay=None, at=None, max_attempts=None, backoff=None, timeout=None, key=None,
-                unique: bool = False, after: Iterable = ()) -> NewJob:
+                unique: bool = False, after: Iterable = (), cost=None, group=None) -> NewJob:
         """Validate one job's options into a NewJob: command line > [types.X] > [defaults]."""
         s = self.settings
         validate_name(type, "type")
@@ -196,10 +209,13 @@ class Queue:
         if isinstance(after, (str, int)):
             after = [after]
         after_ids = [validate_job_id(a) for a in after]
+        cost_units = parse_cost(cost) if cost is not None else (tc and tc.cost_units) or 1
+        group = validate_name(group, "group") if group is not None else tc and tc.concurrency_group
         return NewJob(
             queue=queue, type=type, payload=compact, payload_hash=payloads.canonical_hash(payload),
             priority=priority, max_attempts=max_attempts, backoff=backoff, timeout_ms=int(timeout_s * 1000),
             delay_ms=delay_ms, not_before=not_before, idempotency_key=key, unique=unique, after=after_ids,
+            cost_units=cost_units, concurrency_group=group,
         )
 
     def enqueue(self, type: str, payload=None, *, actor: str | None = None, **options) -> EnqueueResult:
@@ -239,7 +255,7 @@ class Queue:
             if "type" not in obj:
                 raise InvalidInput("missing \"type\"")
             opts = {k: obj[k] for k in ("queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
-                                       "key") if obj.get(k) is not None}
+                                       "key", "cost", "group") if obj.get(k) is not None}
             after = obj.get("after") or []
             if not isinstance(after, list):
                 raise InvalidInput("\"after\" must be a list of job ids")
@@ -279,7 +295,7 @@ class Queue:
         types = [validate_name(t, "type") for t in types] if types else None
         lease_ms = int(duration_in_range(lease, "lease", "lease") * 1000) if lease is not None else None
         return ClaimRequest(worker=worker or shell_worker_id(), token=os.urandom(12).hex(),
-                            queues=queues, types=types, lease_ms=lease_ms)
+                            queues=queues, types=types, lease_ms=lease_ms, limits=self.limits or None)
 
     def claim_wait(self, wait: float, poll: float = 0.5, **claim_options) -> Job | None:
         """Claim, waiting up to `wait` seconds (monotonic clock) for a job to become ready. Between
@@ -428,7 +444,8 @@ class Queue:
         return self.engine.events(validate_job_id(job_id))
 
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
-                  limit: int = 50, stuck: bool = False, older_than=None, sort: str = "newest") -> list[Job]:
+                  limit: int = 50, stuck: bool = False, older_than=None, sort: str = "newest",
+                  held: bool = False) -> list[Job]:
         """Jobs matching all filters. stuck: running or cancel_requested with an expired lease or past
         their timeout (as in stats). older_than: created longer ago than this duration. limit 0: all."""
         from jobctl.models import LIST_SORTS
@@ -437,15 +454,16 @@ class Queue:
             raise InvalidInput(f"invalid sort {sort!r}: use one of {', '.join(LIST_SORTS)}")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= 1_000_000:
             raise InvalidInput(f"invalid limit {limit!r}: must be from 1 to 1000000, or 0 for all")
-        return self.engine.list_jobs(**self._list_filters(statuses, queue, type, stuck, older_than),
+        return self.engine.list_jobs(**self._list_filters(statuses, queue, type, stuck, older_than, held),
                                      limit=limit, sort=sort)
 
     def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
-                   stuck: bool = False, older_than=None) -> int:
+                   stuck: bool = False, older_than=None, held: bool = False) -> int:
         """How many jobs list_jobs would return without a limit."""
-        return self.engine.count_jobs(**self._list_filters(statuses, queue, type, stuck, older_than))
+        return self.engine.count_jobs(**self._list_filters(statuses, queue, type, stuck, older_than, held))
 
-    def _list_filters(self, statuses, queue, type, stuck, older_than) -> dict:
+    def _list_filters(self, statuses, queue, type, stuck, older_than, held=False) -> dict:
+        """held: only ready jobs that a limit of the config holds back (none without limits)."""
         from jobctl.models import STATES
 
         statuses = list(statuses)
@@ -459,8 +477,14 @@ class Queue:
         created_older_than_ms = None
         if older_than is not None:
             created_older_than_ms = int(parse_duration(older_than, what="--older-than") * 1000)
-        return dict(statuses=statuses, queue=queue, type=type, stuck=stuck,
-                    created_older_than_ms=created_older_than_ms)
+        filters = dict(statuses=statuses, queue=queue, type=type, stuck=stuck,
+                       created_older_than_ms=created_older_than_ms)
+        if held:
+            from jobctl.limits import Admission
+
+            figures = self.limit_figures()
+            filters["held_by"] = figures["admission"] if figures else Admission(set(), {})
+        return filters
 
     def purge(self, *, completed_older_than=None, cancelled_older_than=None, buried_older_than=None,
               dry_run: bool = False, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
@@ -505,7 +529,13 @@ class Queue:
         from jobctl.stats import collect
 
         snap = self.engine.stats_snapshot(limit=limit, queues=queues or None)
-        return collect(snap, queues=queues, limit=limit, also_known=also_known), snap["now"]
+        figures = collect(snap, queues=queues, limit=limit, also_known=also_known)
+        limit_figures = self.limit_figures()
+        if limit_figures is not None:
+            from jobctl.limits import summary
+
+            figures["limits"] = summary(self.limits, limit_figures)
+        return figures, snap["now"]
 
     @property
     def location(self) -> str:
@@ -540,6 +570,40 @@ class Queue:
                 f"{self.location} is not a file that jobctl can copy; back it up with the server's own tools "
                 "(for PostgreSQL: pg_dump)")
         files.backup(dest, on_progress=on_progress)
+
+    def limit_figures(self) -> dict | None:
+        """Admission-control figures for views (None without limits): Engine.limit_figures plus the
+        admission they lead to and when each shut type's rate window opens."""
+        from jobctl import limits as policy
+
+        limits = self.limits
+        if not limits:
+            return None
+        figures = self.engine.limit_figures(limits)
+        figures["opens_at"] = {t: policy.window_opens_at(figures["starts"][t], n, window)
+                               for t, (n, window) in limits.rates.items()}
+        return figures
+
+    def held_because(self, job: Job, figures: dict | None = None) -> str | None:
+        """Why a ready job is held back by a limit, or None."""
+        from jobctl import limits as policy
+
+        figures = figures if figures is not None else self.limit_figures()
+        if figures is None:
+            return None
+        return policy.describe_hold(job.type, job.concurrency_group, job.cost_units, self.limits,
+                                    figures["admission"], figures["opens_at"], figures["now"])
+
+    def next_admission_in(self, types: list[str] | None = None) -> float | None:
+        """Seconds until the earliest rate window of a shut type (of `types`) opens; None when no
+        rate limit holds anything back. A freed concurrency slot is a commit: wait_for_change sees it."""
+        figures = self.limit_figures()
+        if figures is None:
+            return None
+        shut = [t for t in figures["admission"].shut_types if types is None or t in types]
+        if not shut:
+            return None
+        return max(min(figures["opens_at"][t] for t in shut) - figures["now"], 0) / 1000
 
     def pause(self, queue: str) -> None:
         self.engine.set_paused(validate_name(queue, "queue"), True)

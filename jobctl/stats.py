@@ -213,7 +213,7 @@ def prometheus(stats: dict) -> str:
 # -- why a job is not running (jobctl show) ----------------------------------------------------
 
 def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]] = (),
-            paused: set[str] | frozenset = frozenset()) -> str | None:
+            paused: set[str] | frozenset = frozenset(), held: str | None = None) -> str | None:
     """One or two sentences saying why this job is where it is and what would move it; None for a
     running job that is fine, or a finished job."""
     reasons = []
@@ -232,6 +232,8 @@ def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]
                            f"(in {format_duration((job.run_at - now) / 1000)})")
         if job.queue in paused:
             reasons.append(f"queue {job.queue} is paused: `jobctl resume {job.queue}`")
+        if held and not reasons:
+            reasons.append(f"held back by a limit: {held}")
         if not reasons:
             reasons.append(f"ready for {format_duration((now - job.run_at) / 1000)} but not claimed: "
                            f"is a worker serving queue {job.queue} and type {job.type}?")

@@ -84,6 +84,12 @@ STARTER = '''\
 # timeout = "2m"
 # priority = "high"
 # bury_exit_codes = [65]
+#
+# Admission control, across every worker of the database:
+# rate_limit = [10, "60s"]       # at most 10 runs may start in any 60 s window
+# concurrency_group = "openai"   # shared by every type that names it
+# concurrency_limit = 4          # at most 4 cost units of the group (or of this type) running at once
+# cost_units = 1                 # what one running job of this type holds of that limit
 '''
 
 
@@ -189,7 +195,24 @@ def effective(st) -> list[tuple[str | None, str, object, str]]:
             rows.append((table, "backoff", _backoff_value(tc.backoff), where))
         if tc.bury_exit_codes:
             rows.append((table, "bury_exit_codes", list(tc.bury_exit_codes), where))
+        if tc.rate_limit is not None:
+            rows.append((table, "rate_limit", [tc.rate_limit[0], exact_duration(tc.rate_limit[1])], where))
+        if tc.concurrency_group is not None:
+            rows.append((table, "concurrency_group", tc.concurrency_group, where))
+        if tc.concurrency_limit is not None:
+            note = where
+            group_limit = s.types and tc.concurrency_group and min(
+                (t.concurrency_limit for t in s.types.values()
+                 if t.concurrency_group == tc.concurrency_group and t.concurrency_limit is not None))
+            if group_limit and group_limit != tc.concurrency_limit:
+                note = f"{where}{NOTE}group {tc.concurrency_group} runs at {group_limit}, the smallest limit of its types"
+            rows.append((table, "concurrency_limit", tc.concurrency_limit, note))
+        if tc.cost_units is not None:
+            rows.append((table, "cost_units", tc.cost_units, where))
     return rows
+
+
+NOTE = "\0"  # separates a row's source from a note that config show prints in any case
 
 
 def _toml_key(key: str) -> str:
@@ -221,7 +244,8 @@ def config_show(
         line = tomli_w.dumps({key: value}).rstrip("\n")
         if "\n" in line:  # tomli_w breaks long arrays over lines; keep one line per key
             line = f"{_toml_key(key)} = {_inline(value)}"
-        emit(f"{line}  # {source}" if sources else line)
+        note = source.split(NOTE, 1)[1] if NOTE in source else None  # said with or without --sources
+        emit(f"{line}  # {source.replace(NOTE, '; ')}" if sources else f"{line}  # {note}" if note else line)
 
 
 def _inline(value) -> str:

@@ -97,6 +97,8 @@ def enqueue(
     key: Optional[str] = typer.Option(None, "--key", metavar="K", help="Idempotency key: the same key returns the same job."),
     unique: bool = typer.Option(False, "--unique", help="Return a pending or running twin instead of adding a job."),
     after: Optional[List[int]] = typer.Option(None, "--after", metavar="ID", help="Run only after job ID completed (repeatable)."),
+    cost: Optional[str] = typer.Option(None, "--cost", metavar="N", help="Cost units the job holds of its concurrency limit while it runs (default: the type's cost_units, else 1)."),
+    group: Optional[str] = typer.Option(None, "--group", metavar="G", help="Concurrency group whose limit the job counts against (default: the type's concurrency_group)."),
     as_json: bool = typer.Option(False, "--json", help="Print the job as JSON, with \"created\"."),
 ):
     """Add a job; print its id.
@@ -133,7 +135,7 @@ def enqueue(
 
     new_job = Queue(None, st.settings).prepare(  # bad input is refused before the file is created
         type, payload_text=text, queue=queue, priority=priority, delay=delay, at=at, max_attempts=max_attempts,
-        backoff=backoff, timeout=timeout, key=key, unique=unique, after=after or [])
+        backoff=backoff, timeout=timeout, key=key, unique=unique, after=after or [], cost=cost, group=group)
     with st.open_queue(create=True) as q:
         r = q.insert([new_job])[0]
         if as_json:

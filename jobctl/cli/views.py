@@ -17,6 +17,7 @@ def list_jobs(
     queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Only jobs of this queue."),
     type: Optional[str] = typer.Option(None, "--type", "-t", autocompletion=complete_type, help="Only jobs of this type."),
     stuck: bool = typer.Option(False, "--stuck", help="Only running jobs whose lease expired or that ran past their timeout."),
+    held: bool = typer.Option(False, "--held", help="Only ready jobs that a rate or concurrency limit of the config holds back."),
     older_than: Optional[str] = typer.Option(None, "--older-than", metavar="DUR", help="Only jobs created longer ago than this (e.g. 1h)."),
     sort: str = typer.Option("newest", "--sort", metavar="ORDER", autocompletion=complete_sort, help="newest (default), oldest, priority (claim order), run-at, updated."),
     limit: int = typer.Option(50, "--limit", "-n", min=0, max=1_000_000, help="At most this many (default 50; 0: all). Says so on stderr when more match."),
@@ -28,7 +29,7 @@ def list_jobs(
     Example: jobctl list --status pending --older-than 1h --sort oldest -q billing
     """
     st = state(ctx)
-    filters = dict(statuses=status or [], queue=queue, type=type, stuck=stuck, older_than=older_than)
+    filters = dict(statuses=status or [], queue=queue, type=type, stuck=stuck, older_than=older_than, held=held)
     with st.open_queue() as q:
         jobs = q.list_jobs(**filters, limit=limit, sort=sort)
         # Never stop at the limit without a word: a script or a person would take it for all of them.
@@ -74,8 +75,10 @@ def show(
             return
         from jobctl.stats import explain
 
+        ready = job.status == "pending" and not job.waiting_on and job.run_at <= now
         why = explain(job, now, dependencies=q.dependencies(job.id) if job.after else [],
-                      paused=q.paused_queues() if job.status == "pending" else set())
+                      paused=q.paused_queues() if job.status == "pending" else set(),
+                      held=q.held_because(job) if ready else None)
     from jobctl import output
 
     output.console().print(output.job_panel(job, events, now, st.settings.secret_keys, reveal, explanation=why))

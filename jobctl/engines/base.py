@@ -36,13 +36,15 @@ class NewJob(Record):
     (`--at`); the engine reads "now" inside the insert's transaction."""
 
     __slots__ = ("queue", "type", "payload", "payload_hash", "priority", "max_attempts", "backoff", "timeout_ms",
-                 "delay_ms", "not_before", "idempotency_key", "unique", "after", "source")
+                 "delay_ms", "not_before", "idempotency_key", "unique", "after", "source", "cost_units",
+                 "concurrency_group")
 
     def __init__(self, queue: str, type: str, payload: str, payload_hash: str, priority: int, max_attempts: int,
                  backoff: str, timeout_ms: int, delay_ms: int = 0, not_before: int | None = None,
                  idempotency_key: str | None = None, unique: bool = False,
                  after: list[int] | None = None,  # None: a new empty list
-                 source: str | None = None):  # where it came from, for errors ("line 7" of a batch)
+                 source: str | None = None,  # where it came from, for errors ("line 7" of a batch)
+                 cost_units: int = 1, concurrency_group: str | None = None):
         self.queue = queue
         self.type = type
         self.payload = payload
@@ -57,6 +59,8 @@ class NewJob(Record):
         self.unique = unique
         self.after = [] if after is None else after
         self.source = source
+        self.cost_units = cost_units
+        self.concurrency_group = concurrency_group
 
     def run_at(self, now: int) -> int:
         return max(now + self.delay_ms, self.not_before or 0)
@@ -86,17 +90,19 @@ Decide = Callable[[Job, int], "Change | None"]
 
 
 class ClaimRequest(Record):
-    __slots__ = ("worker", "token", "queues", "types", "lease_ms")
+    __slots__ = ("worker", "token", "queues", "types", "lease_ms", "limits")
 
     def __init__(self, worker: str, token: str,
                  queues: list[str] | None = None,  # in order of preference; None = every queue
                  types: list[str] | None = None,
-                 lease_ms: int | None = None):  # None = the job's timeout
+                 lease_ms: int | None = None,  # None = the job's timeout
+                 limits=None):  # limits.Limits the claim must respect (None or empty: none)
         self.worker = worker
         self.token = token
         self.queues = queues
         self.types = types
         self.lease_ms = lease_ms
+        self.limits = limits
 
 
 class Check(Record):
@@ -153,7 +159,14 @@ class Engine(Protocol):
     def claim(self, request: ClaimRequest) -> Job | None:
         """Atomically move the best ready job to running and return it. Ready: pending, run_at
         <= now, every `after` job completed, queue not paused; best: of the first listed queue that
-        has one, highest priority, then earliest run_at, then lowest id."""
+        has one, highest priority, then earliest run_at, then lowest id. With request.limits, only
+        jobs that the limits admit, counted inside the claim's transaction (limits.admission)."""
+
+    def limit_figures(self, limits) -> dict:
+        """For views and for a worker deciding how long to sleep, from one consistent read: now;
+        starts {type: [start ms, newest first]} in each rate window; held {key: units running}
+        (key: limits.key_of); admission (limits.Admission); held_ready {key: ready jobs that the
+        limit of that key holds back}."""
 
     def update_job(self, job_id: int, decide: Decide, actor: str) -> Job:
         """Read the job, call decide(job, now) -> Change (which may raise to refuse), apply it,
@@ -196,12 +209,12 @@ class Engine(Protocol):
         """Queues that hold jobs or were ever paused (for shell completion)."""
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                   limit: int = 50, stuck: bool = False, created_older_than_ms: int | None = None,
-                  sort: str = "newest") -> list[Job]:
+                  sort: str = "newest", held_by=None) -> list[Job]:
         """Jobs matching every filter, in a models.LIST_SORTS order. stuck: only held jobs whose
         lease expired or that ran past their timeout. created_older_than_ms: created longer ago.
-        limit 0: every matching job."""
+        held_by (a limits.Admission): only ready jobs that it holds back. limit 0: every matching job."""
     def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
-                   stuck: bool = False, created_older_than_ms: int | None = None) -> int:
+                   stuck: bool = False, created_older_than_ms: int | None = None, held_by=None) -> int:
         """How many jobs list_jobs would return without a limit."""
     def paused_queues(self) -> set[str]: ...
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 APPLICATION_ID = 0x6A6F6263  # "jobc"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def _v1(db) -> None:
@@ -149,7 +149,28 @@ def _v2(db) -> None:
     db.execute("ALTER TABLE jobs ADD COLUMN expiry_seen_hb INTEGER")
 
 
-MIGRATIONS = {1: _v1, 2: _v2}
+def _v3(db) -> None:
+    """Admission control (jobctl/limits.py): a job's cost units and concurrency group, stored at
+    enqueue; claims under limits look ready jobs up by type, and count recent starts of a type."""
+    db.execute("ALTER TABLE jobs ADD COLUMN cost_units INTEGER NOT NULL DEFAULT 1")
+    db.execute("ALTER TABLE jobs ADD COLUMN concurrency_group TEXT")
+    # The best ready job of one type, for a claim that must skip the types a limit holds back
+    # without walking past all their ready rows. Covering what the claim and stats filter on
+    # (paused queue, cost against the room left, group), so neither reads the table row by row.
+    db.execute(
+        "CREATE INDEX jobs_ready_by_type ON jobs (type, priority DESC, run_at, id, queue, cost_units, "
+        "concurrency_group) WHERE status = 'pending' AND waiting_on = 0"
+    )
+    # stats: the ready jobs of a concurrency group that its limit holds back (only grouped jobs).
+    db.execute(
+        "CREATE INDEX jobs_ready_by_group ON jobs (concurrency_group, cost_units, run_at, queue) "
+        "WHERE status = 'pending' AND waiting_on = 0 AND concurrency_group IS NOT NULL"
+    )
+    # Starts of a type in a rate window: ended runs here, running ones in jobs (few, by jobs_held).
+    db.execute("CREATE INDEX runs_type_started ON runs (type, started_at)")
+
+
+MIGRATIONS = {1: _v1, 2: _v2, 3: _v3}
 
 
 def migrate(conn: sqlite3.Connection, from_version: int) -> None:

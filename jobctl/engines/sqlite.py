@@ -329,8 +329,8 @@ class SQLiteEngine:
 
     _INSERT = (
         "INSERT INTO jobs (queue, type, payload, payload_hash, priority, status, max_attempts, backoff, "
-        "timeout_ms, run_at, waiting_on, unique_key, idempotency_key, created_at, updated_at) "
-        "VALUES (?,?,?,?,?,'pending',?,?,?,?,?,?,?,?,?)"
+        "timeout_ms, run_at, waiting_on, unique_key, idempotency_key, created_at, updated_at, cost_units, "
+        "concurrency_group) VALUES (?,?,?,?,?,'pending',?,?,?,?,?,?,?,?,?,?,?)"
     )
 
     PROGRESS_STEP = 1000  # jobs between two on_progress calls (all inside the one transaction)
@@ -357,7 +357,8 @@ class SQLiteEngine:
             c.executemany(
                 self._INSERT,
                 ((j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff,
-                  j.timeout_ms, j.run_at(now), 0, None, None, now, now) for j in jobs[start:start + step]),
+                  j.timeout_ms, j.run_at(now), 0, None, None, now, now, j.cost_units, j.concurrency_group)
+                 for j in jobs[start:start + step]),
             )
             if on_progress is not None:
                 on_progress(min(start + step, len(jobs)), len(jobs))
@@ -405,7 +406,7 @@ class SQLiteEngine:
         cur = c.execute(
             self._INSERT,
             (j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff, j.timeout_ms,
-             j.run_at(now), waiting, unique_key, j.idempotency_key, now, now),
+             j.run_at(now), waiting, unique_key, j.idempotency_key, now, now, j.cost_units, j.concurrency_group),
         )
         job_id = cur.lastrowid
         if after:
@@ -423,18 +424,32 @@ class SQLiteEngine:
             return self._claim(c, request, now)
 
     def _claim(self, c, request: ClaimRequest, now: int) -> Job | None:
+        if request.limits:
+            return self._claim_admitted(c, request, now)
         type_filter, type_params = "", []
         if request.types:
             type_filter = f" AND type IN ({','.join('?' * len(request.types))})"
             type_params = list(request.types)
         queues: list[str | None] = [*request.queues] if request.queues else [None]
-        while queues:
-            queue = queues[0]
+        for queue in queues:
             queue_filter = " AND queue = ?" if queue is not None else ""
             queue_params = [queue] if queue is not None else []
             # Pin the partial index that matches the claim order, so the planner never falls back
             # to sorting every pending row (its choice on a fresh file without statistics).
             index = "jobs_ready_by_queue" if queue is not None else "jobs_ready"
+            pick = (f"SELECT id FROM jobs INDEXED BY {index} "
+                    f"WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?{queue_filter}{type_filter} "
+                    f"AND queue NOT IN (SELECT name FROM queues WHERE paused = 1) "
+                    f"ORDER BY priority DESC, run_at, id LIMIT 1")
+            job = self._take(c, request, now, pick, [now, *queue_params, *type_params])
+            if job is not None:
+                return job
+        return None
+
+    def _take(self, c, request: ClaimRequest, now: int, pick: str, pick_params: list) -> Job | None:
+        """Move the job that `pick` (a SELECT of one id) finds to running, with the claim's event.
+        A damaged job is never handed out: it is buried in this transaction, and the pick runs again."""
+        while True:
             # One statement picks and takes the job: no other writer can run between the two,
             # because the whole transaction holds the write lock (BEGIN IMMEDIATE).
             rows = c.execute(
@@ -443,30 +458,133 @@ class SQLiteEngine:
                     heartbeat_at = ?, lease_ms = COALESCE(?, timeout_ms),
                     lease_expires_at = ? + COALESCE(?, timeout_ms), token = ?, progress = NULL, updated_at = ?,
                     expiry_seen_at = NULL, expiry_seen_hb = NULL
-                WHERE status = 'pending' AND id = (
-                    SELECT id FROM jobs INDEXED BY {index}
-                    WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?{queue_filter}{type_filter}
-                      AND queue NOT IN (SELECT name FROM queues WHERE paused = 1)
-                    ORDER BY priority DESC, run_at, id LIMIT 1)
+                WHERE status = 'pending' AND id = ({pick})
                 RETURNING *
                 """,
-                [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now, now,
-                 *queue_params, *type_params],
+                [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now, *pick_params],
             ).fetchall()  # fetch before COMMIT: an unfinished RETURNING cursor blocks it
             if not rows:
-                queues.pop(0)
-                continue
+                return None
             damage = row_damage(rows[0], check_hash=True)
-            if damage is not None:  # never hand out a damaged job: bury it, take the next one
-                self._bury_damaged(c, rows[0]["id"], damage, now, request.worker)
-                continue
-            job = Job.from_checked_row(rows[0])
-            if rows[0]["dep_flags"] & DEPENDS:
-                job.after = [r[0] for r in c.execute(
-                    "SELECT after_id FROM job_deps WHERE job_id = ? ORDER BY after_id", (job.id,))]
-            self._event(job.id, now, "pending", "running", request.worker, f"run {job.attempts} of {job.max_attempts}")
-            return job
+            if damage is None:
+                break
+            self._bury_damaged(c, rows[0]["id"], damage, now, request.worker)
+        job = Job.from_checked_row(rows[0])
+        if rows[0]["dep_flags"] & DEPENDS:
+            job.after = [r[0] for r in c.execute(
+                "SELECT after_id FROM job_deps WHERE job_id = ? ORDER BY after_id", (job.id,))]
+        self._event(job.id, now, "pending", "running", request.worker, f"run {job.attempts} of {job.max_attempts}")
+        return job
+
+    # -- admission control -------------------------------------------------------------------
+
+    def _held_rows(self, c) -> list:
+        """Every held job's type, group, cost and start: few rows (one per running handler)."""
+        return c.execute(
+            "SELECT type, concurrency_group, cost_units, claimed_at FROM jobs INDEXED BY jobs_held "
+            "WHERE status IN ('running', 'cancel_requested')").fetchall()  # literals: the partial index's own
+
+    def _recent_starts(self, c, held: list, type: str, n: int, window_ms: int, now: int) -> list[int]:
+        """Start times of `type` in its window (newest first, at most n): ended runs and held jobs."""
+        since = now - window_ms
+        ended = [r[0] for r in c.execute(
+            "SELECT started_at FROM runs INDEXED BY runs_type_started WHERE type = ? AND started_at > ? "
+            "ORDER BY started_at DESC LIMIT ?", (type, since, n))]
+        running = [r["claimed_at"] for r in held if r["type"] == type and r["claimed_at"] is not None
+                   and r["claimed_at"] > since]
+        return sorted(ended + running, reverse=True)[:n]
+
+    def _admission(self, c, limits, types, now: int):
+        from jobctl import limits as policy
+
+        held = self._held_rows(c)
+        units: dict[tuple[str, str], int] = {}
+        for r in held:
+            key = policy.key_of(r["concurrency_group"], r["type"])
+            units[key] = units.get(key, 0) + r["cost_units"]
+        starts = {t: len(self._recent_starts(c, held, t, n, window, now))
+                  for t, (n, window) in limits.rates.items() if types is None or t in types}
+        return policy.admission(limits, starts, units)
+
+    @staticmethod
+    def _room_filter(admission) -> tuple[str, list]:
+        """SQL that leaves out jobs whose concurrency key has no room for their cost."""
+        sql, params = "", []
+        for (kind, name), room in admission.room.items():
+            if kind == "group":
+                sql += " AND NOT (concurrency_group IS ? AND cost_units > ?)"
+            else:
+                sql += " AND NOT (concurrency_group IS NULL AND type = ? AND cost_units > ?)"
+            params += [name, room]
+        return sql, params
+
+    def _claim_admitted(self, c, request: ClaimRequest, now: int) -> Job | None:
+        """The claim under limits: the best ready job that the limits admit, counted now, in this
+        transaction. A shut type's jobs are skipped, never waited on (no head-of-line blocking)."""
+        admission = self._admission(c, request.limits, request.types, now)
+        room_sql, room_params = self._room_filter(admission)
+        paused = " AND queue NOT IN (SELECT name FROM queues WHERE paused = 1)"
+        types = request.types
+        if types is not None:
+            types = [t for t in types if t not in admission.shut_types]
+            if not types:
+                return None
+        queues: list[str | None] = [*request.queues] if request.queues else [None]
+        for queue in queues:
+            queue_filter = " AND queue = ?" if queue is not None else ""
+            queue_params = [queue] if queue is not None else []
+            if types is not None:
+                # The best ready job of each admitted type, each one index seek, then the best of
+                # those: a shut type's ready rows are never walked.
+                one = ("SELECT * FROM (SELECT id, priority, run_at FROM jobs INDEXED BY jobs_ready_by_type "
+                       f"WHERE status = 'pending' AND waiting_on = 0 AND type = ? AND run_at <= ?{queue_filter}"
+                       f"{paused}{room_sql} ORDER BY priority DESC, run_at, id LIMIT 1)")
+                pick = (f"SELECT id FROM ({' UNION ALL '.join([one] * len(types))}) "
+                        "ORDER BY priority DESC, run_at, id LIMIT 1")
+                params = [p for t in types for p in (t, now, *queue_params, *room_params)]
+            else:
+                shut = sorted(admission.shut_types)
+                shut_sql = f" AND type NOT IN ({','.join('?' * len(shut))})" if shut else ""
+                index = "jobs_ready_by_queue" if queue is not None else "jobs_ready"
+                pick = (f"SELECT id FROM jobs INDEXED BY {index} "
+                        f"WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?{queue_filter}{paused}"
+                        f"{shut_sql}{room_sql} ORDER BY priority DESC, run_at, id LIMIT 1")
+                params = [now, *queue_params, *shut, *room_params]
+            job = self._take(c, request, now, pick, params)
+            if job is not None:
+                return job
         return None
+
+    def limit_figures(self, limits) -> dict:
+        from jobctl import limits as policy
+
+        with self._read() as c:
+            now = self.now()
+            held = self._held_rows(c)
+            units: dict[tuple[str, str], int] = {}
+            for r in held:
+                key = policy.key_of(r["concurrency_group"], r["type"])
+                units[key] = units.get(key, 0) + r["cost_units"]
+            starts = {t: self._recent_starts(c, held, t, n, window, now) for t, (n, window) in limits.rates.items()}
+            admission = policy.admission(limits, {t: len(s) for t, s in starts.items()}, units)
+            ready_sql = ("SELECT count(*) FROM jobs INDEXED BY {} WHERE status = 'pending' AND waiting_on = 0 "
+                         "AND run_at <= ? AND {} AND queue NOT IN (SELECT name FROM queues WHERE paused = 1)")
+            held_ready: dict[tuple[str, str], int] = {}
+            for t in {*limits.rates, *limits.types}:
+                if t in admission.shut_types:  # every ready job of a rate-shut type waits
+                    sql, args = ready_sql.format("jobs_ready_by_type", "type = ?"), [now, t]
+                elif t in limits.types:  # those that need more units than the type's limit has free
+                    sql = ready_sql.format("jobs_ready_by_type", "type = ? AND concurrency_group IS NULL AND cost_units > ?")
+                    args = [now, t, admission.room[("type", t)]]
+                else:  # a rate with starts to spare holds nothing back
+                    held_ready[("type", t)] = 0
+                    continue
+                held_ready[("type", t)] = c.execute(sql, args).fetchone()[0]
+            for g in limits.groups:
+                held_ready[("group", g)] = c.execute(
+                    ready_sql.format("jobs_ready_by_group", "concurrency_group = ? AND cost_units > ?"),
+                    (now, g, admission.room[("group", g)])).fetchone()[0]
+        return {"now": now, "starts": starts, "held": units, "admission": admission, "held_ready": held_ready}
 
     def _bury_damaged(self, c, job_id: int, damage: str, now: int, actor: str) -> None:
         """Inside the claim's transaction: the job just taken cannot be trusted; bury it instead,
@@ -663,21 +781,22 @@ class SQLiteEngine:
                     "run-at": "run_at, id", "updated": "updated_at DESC, id DESC"}  # keys: models.LIST_SORTS
 
     def list_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None, limit: int = 50,
-                  stuck: bool = False, created_older_than_ms: int | None = None, sort: str = "newest") -> list[Job]:
+                  stuck: bool = False, created_older_than_ms: int | None = None, sort: str = "newest",
+                  held_by=None) -> list[Job]:
         """limit 0: every matching job."""
-        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms)
+        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms, held_by)
         sql = f"SELECT * FROM jobs{where} ORDER BY {self._LIST_ORDERS[sort]} LIMIT ?"
         with self._read() as c:
             return self._with_after(c, [Job.from_row(r) for r in c.execute(sql, [*args, limit or -1])])
 
     def count_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None,
-                   stuck: bool = False, created_older_than_ms: int | None = None) -> int:
+                   stuck: bool = False, created_older_than_ms: int | None = None, held_by=None) -> int:
         """How many jobs list_jobs would return without a limit."""
-        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms)
+        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms, held_by)
         with self._read() as c:
             return c.execute(f"SELECT count(*) FROM jobs{where}", args).fetchone()[0]
 
-    def _job_filter(self, statuses, queue, type, stuck, created_older_than_ms) -> tuple[str, list]:
+    def _job_filter(self, statuses, queue, type, stuck, created_older_than_ms, held_by=None) -> tuple[str, list]:
         clauses, args = [], []
         statuses = list(statuses)
         if statuses:
@@ -696,6 +815,18 @@ class SQLiteEngine:
         if created_older_than_ms is not None:
             clauses.append("created_at < ?")
             args.append(now - created_older_than_ms)
+        if held_by is not None:  # ready, and held back by a limit (a limits.Admission)
+            held, held_args = ["0"], []
+            if held_by.shut_types:
+                held.append(f"type IN ({','.join('?' * len(held_by.shut_types))})")
+                held_args += sorted(held_by.shut_types)
+            for (kind, name), room in held_by.room.items():
+                held.append("(concurrency_group IS ? AND cost_units > ?)" if kind == "group" else
+                            "(concurrency_group IS NULL AND type = ? AND cost_units > ?)")
+                held_args += [name, room]
+            clauses.append("status = 'pending' AND waiting_on = 0 AND run_at <= ? "
+                           "AND queue NOT IN (SELECT name FROM queues WHERE paused = 1) AND (" + " OR ".join(held) + ")")
+            args += [now, *held_args]
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
 
     def dependencies(self, job_id: int) -> list[tuple[int, str | None]]:

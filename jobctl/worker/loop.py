@@ -560,6 +560,17 @@ class Worker:
         self.next_claim = now + self.idle_delay
         self.next_change_check = now + self.change_delay
         self.idle_delay = min(self.idle_delay * 2, self.o.poll)
+        if self.q.limits:
+            # Ready jobs a rate limit holds back: not empty (--stop-when-empty waits for them), and
+            # the next claim is when the window opens, not a poll later. A freed concurrency slot
+            # is a commit, which the idle look at has_changed() sees.
+            try:
+                opens_in = self.rec.db(self.q.next_admission_in, self.types)
+            except Retry:
+                return
+            if opens_in is not None:
+                self.empty = False
+                self.next_claim = now + min(opens_in + 0.001, self.o.poll)
 
     def next_deadline(self, now: float) -> float:
         """When the next thing is due (an absolute time on the loop's clock)."""

@@ -469,3 +469,36 @@ def test_file_capability(engine, tmp_path):
     files.backup(dest)
     assert dest.stat().st_mode & 0o777 == 0o600
     assert len(files.checkpoint()) == 3
+
+
+# -- counting and admission control -------------------------------------------------------------
+
+
+def test_count_jobs_matches_list_jobs(engine):
+    engine.insert_jobs([new(queue="a"), new(queue="a", type="u"), new(queue="b")], "x")
+    engine.claim(req(queues=["b"]))
+    for filters in ({}, {"queue": "a"}, {"statuses": ["pending"]}, {"type": "u"}, {"stuck": True}):
+        assert engine.count_jobs(**filters) == len(engine.list_jobs(limit=0, **filters)), filters
+
+
+def test_claims_under_limits_and_the_figures_behind_them(engine, clock):
+    from jobctl.limits import Limits
+
+    limits = Limits(rates={"api": (2, 10_000)}, groups={"gpu": 2}, types={"solo": 1})
+    engine.insert_jobs([new(type="api"), new(type="api"), new(type="api"),
+                        new(type="r", concurrency_group="gpu", cost_units=2), new(type="r", concurrency_group="gpu"),
+                        new(type="solo"), new(type="solo"), new(type="free")], "x")
+    got = []
+    while (job := engine.claim(req(limits=limits))) is not None:
+        got.append(job.type)
+    assert sorted(got) == ["api", "api", "free", "r", "solo"]  # one api, one r and one solo held back
+    figures = engine.limit_figures(limits)
+    assert figures["now"] == NOW and len(figures["starts"]["api"]) == 2
+    assert figures["held"] == {("group", "gpu"): 2, ("type", "solo"): 1, ("type", "api"): 2, ("type", "free"): 1}
+    assert figures["admission"].shut_types == {"api"}
+    assert figures["held_ready"] == {("type", "api"): 1, ("type", "solo"): 1, ("group", "gpu"): 1}
+    held = engine.list_jobs(held_by=figures["admission"], limit=0)
+    assert sorted(j.type for j in held) == ["api", "r", "solo"]
+    assert engine.count_jobs(held_by=figures["admission"]) == 3
+    at(clock, NOW + 10_001)  # the rate window has moved past both starts
+    assert engine.claim(req(limits=limits)).type == "api"

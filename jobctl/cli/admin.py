@@ -120,7 +120,7 @@ def pause(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE", 
     import sys
 
     with state(ctx).open_queue() as q:
-        known = q.engine.queue_names()
+        known = q.queue_names()
         q.pause(queue)
     if queue not in known:  # legitimate ahead of time, but a typo would leave the real queue running
         sys.stderr.write(f"jobctl: note: queue {queue} has no jobs yet; paused ahead of time "

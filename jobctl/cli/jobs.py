@@ -87,6 +87,7 @@ def enqueue(
     payload: Optional[str] = typer.Argument(None, metavar="[PAYLOAD]", help="The payload as JSON (default {})."),
     payload_file: Optional[str] = typer.Option(None, "--payload-file", metavar="PATH|-", help="Read the payload from a file, or - for stdin."),
     batch: Optional[str] = typer.Option(None, "--batch", metavar="PATH|-", help="Enqueue many jobs from NDJSON (all or nothing)."),
+    chain: Optional[str] = typer.Option(None, "--chain", metavar="PATH|-", help="Like --batch, and each job waits for the one before it to complete."),
     queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="The queue (default: the type's, else 'default')."),
     priority: Optional[str] = typer.Option(None, "--priority", "-p", autocompletion=complete_priority, help="low, normal, high, critical, or -1000..1000."),
     delay: Optional[str] = typer.Option(None, "--delay", metavar="DUR", help="Run no earlier than this from now (90s, 5m, 2h)."),
@@ -99,6 +100,9 @@ def enqueue(
     after: Optional[List[int]] = typer.Option(None, "--after", metavar="ID", help="Run only after job ID completed (repeatable)."),
     cost: Optional[str] = typer.Option(None, "--cost", metavar="N", help="Cost units the job holds of its concurrency limit while it runs (default: the type's cost_units, else 1)."),
     group: Optional[str] = typer.Option(None, "--group", metavar="G", help="Concurrency group whose limit the job counts against (default: the type's concurrency_group)."),
+    on_buried: Optional[str] = typer.Option(None, "--on-buried", metavar="TYPE", autocompletion=complete_type, help="When the job is buried, enqueue a job of TYPE with it in the payload (default: the type's on_buried). With --batch/--chain: for every job that names none."),
+    on_completed: Optional[str] = typer.Option(None, "--on-completed", metavar="TYPE", autocompletion=complete_type, help="When the job completes, enqueue a job of TYPE (default: the type's on_completed)."),
+    on_cancelled: Optional[str] = typer.Option(None, "--on-cancelled", metavar="TYPE", autocompletion=complete_type, help="When the job is cancelled, enqueue a job of TYPE (default: the type's on_cancelled)."),
     as_json: bool = typer.Option(False, "--json", help="Print the job as JSON, with \"created\"."),
 ):
     """Add a job; print its id.
@@ -106,16 +110,25 @@ def enqueue(
     Example: jobctl enqueue send-invoice '{"order": 42}' -q billing -p high --key order-42
     """
     st = state(ctx)
-    if batch is not None:
+    reactions = {"on_buried": on_buried, "on_completed": on_completed, "on_cancelled": on_cancelled}
+    if batch is not None and chain is not None:
+        raise InvalidInput("give either --batch or --chain, not both")
+    if batch is not None or chain is not None:
+        flag = "--batch" if batch is not None else "--chain"
         if type is not None or payload is not None or payload_file is not None:
-            raise InvalidInput("--batch reads every job from NDJSON; give no TYPE, PAYLOAD or --payload-file with it")
-        lines = _read_batch_lines(batch, st.settings.max_payload_bytes)
+            raise InvalidInput(f"{flag} reads every job from NDJSON; give no TYPE, PAYLOAD or --payload-file with it")
+        lines = _read_batch_lines(batch if batch is not None else chain, st.settings.max_payload_bytes)  # type: ignore[arg-type]
         from jobctl.cli.progress import progress_bar
         from jobctl.queue import Queue
 
         checker = Queue(None, st.settings)  # bad input is refused before the file is created
         with progress_bar("checking", unit="lines") as on_progress:
-            prepared = checker.prepare_batch(lines, on_progress=on_progress)
+            prepared = checker.prepare_batch(lines, on_progress=on_progress, defaults=reactions)
+        if chain is not None:
+            if not prepared:
+                raise InvalidInput("--chain: no jobs in the input; nothing was enqueued")
+            for job in prepared[1:]:
+                job.after_previous = True
         with st.open_queue(create=True) as q:
             with progress_bar("enqueueing", unit="jobs") as on_progress:
                 results = q.insert(prepared, on_progress=on_progress)
@@ -135,7 +148,8 @@ def enqueue(
 
     new_job = Queue(None, st.settings).prepare(  # bad input is refused before the file is created
         type, payload_text=text, queue=queue, priority=priority, delay=delay, at=at, max_attempts=max_attempts,
-        backoff=backoff, timeout=timeout, key=key, unique=unique, after=after or [], cost=cost, group=group)
+        backoff=backoff, timeout=timeout, key=key, unique=unique, after=after or [], cost=cost, group=group,
+        **reactions)
     with st.open_queue(create=True) as q:
         r = q.insert([new_job])[0]
         if as_json:

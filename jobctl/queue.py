@@ -415,6 +415,55 @@ class Queue:
         decide = self._reacting(_decide(transitions.cancel, token, actor, reason=one_line(reason)))
         return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
+    def cancel_with_dependents(self, job_id: int, *, reason: str | None = None, actor: str | None = None) -> list[Job]:
+        """Cancel the job and every job that waits on it, directly or not, in one transaction
+        (running ones get cancel_requested, as with cancel): [the job, each dependent cancelled]."""
+        root = validate_job_id(job_id)
+        reason = one_line(reason)
+        why = f"job {root}, which it waits on, was cancelled" + (f": {reason}" if reason else "")
+
+        def decide(job: Job, now: int):
+            if job.id == root:  # already cancelled: its dependents are what is left to cancel
+                return None if job.status == "cancelled" else transitions.cancel(job, now, token=None, reason=reason)
+            return transitions.cancel_dependent(job, now, reason=why)
+
+        return self.engine.update_dependents(root, self._reacting(decide), actor or operator_name())
+
+    CANCEL_KINDS = ("pending", "scheduled", "blocked", "buried")
+
+    def cancel_matching(self, *, queue: str, type: str | None = None, statuses: Iterable[str] = (),
+                        reason: str | None = None, dry_run: bool = False, actor: str | None = None,
+                        on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """Cancel every job of `queue` (and `type`) that has not started: of `statuses` (pending:
+        any pending job, scheduled, blocked, buried; default pending), in short transactions.
+        Running jobs are never touched. Returns how many by kind (ready, scheduled, blocked, buried)."""
+        validate_name(queue, "queue")
+        if type is not None:
+            validate_name(type, "type")
+        kinds = list(dict.fromkeys(statuses)) or ["pending"]
+        for k in kinds:
+            if k not in self.CANCEL_KINDS:
+                raise InvalidInput(f"invalid status {k!r} for a cancel by filter: use one of "
+                                   f"{', '.join(self.CANCEL_KINDS)} (running jobs are cancelled by id)")
+        decide = self._reacting(_decide(transitions.cancel, None, actor, reason=one_line(reason)))
+        return self.engine.update_matching(decide, actor or operator_name(), kinds=kinds, queue=queue, type=type,
+                                           dry_run=dry_run, on_progress=on_progress)
+
+    def reschedule(self, job_id: int, *, now: bool = False, delay=None, at=None, actor: str | None = None) -> Job:
+        """Set when a pending job may run: now, after `delay` from now, or at `at` (one of them)."""
+        if sum(x is not None and x is not False for x in (now or None, delay, at)) != 1:
+            raise InvalidInput("give exactly one of --now, --in DUR or --at TIME")
+        delay_ms, not_before = 0, None
+        if delay is not None:
+            delay_ms = int(parse_duration(delay, what="--in") * 1000)
+        elif at is not None:
+            not_before = parse_time(at)
+
+        def decide(job: Job, now_ms: int):
+            return transitions.reschedule(job, now_ms, delay_ms=delay_ms, not_before=not_before)
+
+        return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
+
     def retry(self, job_id: int, *, reset_attempts: bool = False, actor: str | None = None) -> Job:
         decide = self._reacting(_retry(reset_attempts))
         return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())

@@ -148,11 +148,20 @@ def retry(job: Job, now: int, *, reset_attempts: bool) -> Change:
     return Change("pending", fields, message="retried" + (" with attempts reset" if reset_attempts else ""))
 
 
-def reschedule(job: Job, now: int, *, run_at: int) -> Change:
-    """Move the earliest start of a pending job (`run_at` <= now: ready at once)."""
+def cancel_dependent(job: Job, now: int, *, reason: str | None) -> Change | None:
+    """A job that waits on a cancelled one (cancel --with-dependents): cancelled like it; one that
+    has already finished is left as it is."""
+    if job.status in ("completed", "cancelled"):
+        return None
+    return cancel(job, now, token=None, reason=reason)
+
+
+def reschedule(job: Job, now: int, *, delay_ms: int = 0, not_before: int | None = None) -> Change:
+    """Move the earliest start of a pending job to now + delay_ms, or not_before if later (a time
+    in the past: now)."""
     if job.status != "pending":
         raise refuse(job, "reschedule it (only a pending job can be rescheduled)")
-    when = max(run_at, now)
+    when = max(now + delay_ms, not_before or 0)
     return Change("pending", {"run_at": when},
                   message="rescheduled: run now" if when <= now else f"rescheduled to {to_rfc3339(when)}")
 

@@ -733,6 +733,78 @@ class SQLiteEngine:
             params.append(type)
         return self._update_selected(lambda now: (sql + " ORDER BY id", params), decide, actor, dry_run, on_progress)
 
+    def update_dependents(self, job_id: int, decide: Decide, actor: str) -> list[Job]:
+        """decide on the job, then on every job that waits on it, directly or not (oldest first),
+        in one transaction: the job, then each dependent that changed."""
+        with self._write() as (c, now):
+            done = [self._decide_and_apply(c, job_id, decide, now, actor)]
+            rows = c.execute(
+                "WITH RECURSIVE dependents(id) AS (SELECT job_id FROM job_deps WHERE after_id = ? "
+                "UNION SELECT d.job_id FROM job_deps d JOIN dependents ON d.after_id = dependents.id) "
+                "SELECT * FROM jobs WHERE id IN (SELECT id FROM dependents) ORDER BY id", (job_id,)).fetchall()
+            for row in rows:
+                job = Job.from_row(row)
+                change = decide(job, now)
+                if change is not None:
+                    done.append(self._apply(c, job, change, now, actor))
+            return done
+
+    MATCH_KINDS = {  # update_matching's kinds of job not yet started
+        "pending": "status = 'pending'",
+        "ready": "status = 'pending' AND waiting_on = 0 AND run_at <= :now",
+        "scheduled": "status = 'pending' AND waiting_on = 0 AND run_at > :now",
+        "blocked": "status = 'pending' AND waiting_on > 0",
+        "buried": "status = 'buried'",
+    }
+    _KIND_OF = ("CASE WHEN status = 'buried' THEN 'buried' WHEN waiting_on > 0 THEN 'blocked' "
+                "WHEN run_at > :now THEN 'scheduled' ELSE 'ready' END")
+
+    def update_matching(self, decide: Decide, actor: str, *, kinds: list[str], queue: str | None = None,
+                        type: str | None = None, dry_run: bool = False, batch: int = 500,
+                        on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """Apply decide to every job of the given kinds (MATCH_KINDS: pending, ready, scheduled,
+        blocked, buried) of a queue and type, in short transactions of `batch` jobs; jobs that
+        arrive meanwhile are left alone. Returns how many changed (would, with dry_run) by kind:
+        ready, scheduled, blocked, buried. on_progress(done, total) after each batch."""
+        where = "(" + " OR ".join(self.MATCH_KINDS[k] for k in kinds) + ")"
+        params: dict = {"now": self.now()}  # one "now" decides what is scheduled, for every batch
+        if queue is not None:
+            where += " AND queue = :queue"
+            params["queue"] = queue
+        if type is not None:
+            where += " AND type = :type"
+            params["type"] = type
+        counts = {"ready": 0, "scheduled": 0, "blocked": 0, "buried": 0}
+        with self._read() as c:
+            params["last"] = c.execute("SELECT COALESCE(MAX(id), 0) FROM jobs").fetchone()[0]
+            total = 0
+            for kind, n in c.execute(f"SELECT {self._KIND_OF}, count(*) FROM jobs WHERE {where} AND id <= :last "
+                                     "GROUP BY 1", params):
+                total += n
+                if dry_run:
+                    counts[kind] = n
+        if dry_run:
+            return counts
+        after, done = 0, 0
+        while True:
+            with self._write() as (c, now):
+                rows = c.execute(f"SELECT *, {self._KIND_OF} AS kind FROM jobs WHERE {where} AND id > :after "
+                                 "AND id <= :last ORDER BY id LIMIT :batch",
+                                 {**params, "after": after, "batch": batch}).fetchall()
+                for row in rows:
+                    job = Job.from_row(row)
+                    change = decide(job, now)
+                    if change is not None:
+                        self._apply(c, job, change, now, actor)
+                        counts[row["kind"]] += 1
+            done += len(rows)
+            if rows:
+                after = rows[-1]["id"]
+                if on_progress is not None:
+                    on_progress(done, max(total, done))
+            if len(rows) < batch:
+                return counts
+
     def purge(self, status: str, older_than_ms: int, *, dry_run: bool = False, batch: int = 500,
               on_progress: Callable[[int], None] | None = None) -> int:
         """on_progress(deleted so far) is called after each batch's commit."""

@@ -230,7 +230,7 @@ class Queue:
         cost_units = parse_cost(cost) if cost is not None else (tc and tc.cost_units) or 1
         group = validate_name(group, "group") if group is not None else tc and tc.concurrency_group
         given = {"on_buried": on_buried, "on_completed": on_completed, "on_cancelled": on_cancelled}
-        reactions = {}
+        reactions: dict[str, str | None] = {}
         for name, value in given.items():
             if value is None:
                 reactions[name] = getattr(tc, name) if tc else None
@@ -243,7 +243,8 @@ class Queue:
             queue=queue, type=type, payload=compact, payload_hash=payloads.canonical_hash(payload),
             priority=priority, max_attempts=max_attempts, backoff=backoff, timeout_ms=int(timeout_s * 1000),
             delay_ms=delay_ms, not_before=not_before, idempotency_key=key, unique=unique, after=after_ids,
-            cost_units=cost_units, concurrency_group=group, **reactions,
+            cost_units=cost_units, concurrency_group=group, on_buried=reactions["on_buried"],
+            on_completed=reactions["on_completed"], on_cancelled=reactions["on_cancelled"],
         )
 
     def enqueue(self, type: str, payload=None, *, actor: str | None = None, **options) -> EnqueueResult:

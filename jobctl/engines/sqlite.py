@@ -657,7 +657,7 @@ class SQLiteEngine:
         message = change.message
         if change.to_status != job.status and change.to_status in REACTING:
             reaction_id = self._react(c, rows[0], change, now, change.actor or actor)
-            if reaction_id is not None:
+            if reaction_id is not None and change.reaction is not None:
                 message = f"{message or change.to_status}; reaction: job {reaction_id} ({change.reaction.type})"
         if change.run and job.claimed_at is not None:
             c.execute(

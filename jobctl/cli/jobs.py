@@ -1,5 +1,5 @@
 """The commands that move jobs: enqueue, claim, complete, fail, heartbeat, progress, cancel,
-retry, retry-buried. The first five are called from shell loops: keep them free of rich."""
+retry, retry-buried, reschedule. The first five are called from shell loops: keep them free of rich."""
 
 from __future__ import annotations
 

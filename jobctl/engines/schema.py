@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 APPLICATION_ID = 0x6A6F6263  # "jobc"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def _v1(db) -> None:
@@ -170,7 +170,14 @@ def _v3(db) -> None:
     db.execute("CREATE INDEX runs_type_started ON runs (type, started_at)")
 
 
-MIGRATIONS = {1: _v1, 2: _v2, 3: _v3}
+def _v4(db) -> None:
+    """Reactions: the type of the job to enqueue when a job becomes buried, completed or
+    cancelled, stored at enqueue (so a later config change does not lose them)."""
+    for column in ("on_buried", "on_completed", "on_cancelled"):
+        db.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
+
+
+MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4}
 
 
 def migrate(conn: sqlite3.Connection, from_version: int) -> None:

@@ -6,7 +6,6 @@ import os
 import subprocess
 import time
 
-
 from conftest import JOBCTL
 
 

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import stat
-import tempfile
 import time
 
 from jobctl import payloads
@@ -217,24 +216,6 @@ def boot_ticks():
         return time.clock_gettime_ns(time.CLOCK_BOOTTIME) * _TICKS // 1_000_000_000
     except (AttributeError, OSError):
         return None
-
-
-def stdin_for(data: bytes):
-    """The handler's stdin holding `data`: a pipe already filled and closed when the payload fits
-    in one pipe page (any pipe holds that much, so the write never blocks), else a temporary file."""
-    if len(data) <= 4096:
-        r, w = os.pipe()
-        try:
-            if data:
-                os.write(w, data)
-        finally:
-            os.close(w)
-        return os.fdopen(r, "rb", buffering=0)
-
-    f = tempfile.TemporaryFile()
-    f.write(data)
-    f.seek(0)
-    return f
 
 
 def proc_start(pid: int):

@@ -250,9 +250,10 @@ def test_a_dropped_column_under_a_running_handler_stops_it_and_logs_its_job(tmp_
 
 SHIFTED_WORKER = textwrap.dedent("""
     import os, sys, time
-    real_time, flag, jump = time.time, sys.argv[1], float(sys.argv[2])
-    # the wall clock (what the queue's timestamps use) jumps once the handler has started
+    real_time, real_ns, flag, jump = time.time, time.time_ns, sys.argv[1], float(sys.argv[2])
+    # the wall clock (what the queue's timestamps use: time_ns on SQLite) jumps once the handler has started
     time.time = lambda: real_time() + (jump if os.path.exists(flag) else 0.0)
+    time.time_ns = lambda: real_ns() + (int(jump * 1e9) if os.path.exists(flag) else 0)
     from jobctl.cli import main
     sys.argv = ["jobctl", *sys.argv[3:]]
     main()

@@ -2,7 +2,8 @@
 jump of the wall clock (an hour forward, or back) neither kills a handler early nor lets one
 overrun its timeout.
 
-The worker runs as a real process whose wall clock (time.time, which the queue's timestamps use)
+The worker runs as a real process whose wall clock (time.time and time.time_ns, which the
+database's timestamps use)
 jumps by an hour half a second after it starts, while the handler is running; the monotonic clock
 and the handler's own time are untouched, as in a real clock step (NTP, a VM resumed).
 """
@@ -19,9 +20,11 @@ from .util import jobctl, show_json
 
 SHIFTED_WORKER = textwrap.dedent("""
     import sys, time
-    real_time, started = time.time, time.monotonic()
+    real_time, real_ns, started = time.time, time.time_ns, time.monotonic()
     jump = float(sys.argv[1])
-    time.time = lambda: real_time() + (jump if time.monotonic() - started > 0.5 else 0.0)
+    shift = lambda: jump if time.monotonic() - started > 0.5 else 0.0  # noqa: E731
+    time.time = lambda: real_time() + shift()
+    time.time_ns = lambda: real_ns() + int(shift() * 1e9)  # the SQLite engine's clock
     from jobctl.cli import main
     sys.argv = ["jobctl", *sys.argv[2:]]
     main()

@@ -258,3 +258,25 @@ def note_expired_leases(db, seconds_ago: float = 60, **recover_options):
         noted = q.recover(**recover_options)
     assert all(action == "watching" for _, action in noted), noted
     return [job.id for job, _ in noted]
+
+
+def start_worker(tmp_path, db, *args, name="worker", env=None, stdout=subprocess.PIPE):
+    """`jobctl work` as a real process, its log (stderr) in tmp_path/NAME.log."""
+    log = open(tmp_path / f"{name}.log", "wb")
+    proc = subprocess.Popen([*JOBCTL, "--db", str(db), "work", *map(str, args)], stdout=stdout,
+                            stderr=log, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    proc.log_path = tmp_path / f"{name}.log"  # type: ignore[attr-defined]
+    log.close()
+    return proc
+
+
+def finish(proc, timeout=30):
+    """Wait for a worker from start_worker: (exit code, its log); kill it and fail if it hangs."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError("worker did not exit:\n" + proc.log_path.read_text())
+    return proc.returncode, proc.log_path.read_text()
+

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import JOBCTL, run_cli, run_inproc
+from conftest import JOBCTL, finish, run_cli, run_inproc, start_worker
 
 PY = sys.executable
 
@@ -59,23 +59,8 @@ def alive(pid: int) -> bool:
         return False
 
 
-def start_worker(tmp_path, db, *args, name="worker"):
-    log = open(tmp_path / f"{name}.log", "wb")
-    proc = subprocess.Popen([*JOBCTL, "--db", str(db), "work", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=log, stdin=subprocess.DEVNULL)
-    proc.log_path = tmp_path / f"{name}.log"
-    log.close()
-    return proc
 
 
-def finish(proc, timeout=30):
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise AssertionError("worker did not exit:\n" + proc.log_path.read_text())
-    return proc.returncode, proc.log_path.read_text()
 
 
 def work(db, *args, timeout=60):

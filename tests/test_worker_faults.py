@@ -13,7 +13,7 @@ import sys
 import textwrap
 import time
 
-from conftest import JOBCTL, run_cli
+from conftest import JOBCTL, finish, run_cli, start_worker
 
 PY = sys.executable
 WORKER_CONF = 'lease = "1s"\nkill_grace = "300ms"\nrecover_every = "200ms"\npoll = "100ms"'
@@ -54,23 +54,8 @@ def wait_for(predicate, timeout=20.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def start_worker(tmp_path, db, *args, name="worker", env=None):
-    log = open(tmp_path / f"{name}.log", "wb")
-    proc = subprocess.Popen([*JOBCTL, "--db", str(db), "work", *map(str, args)], stdout=subprocess.DEVNULL,
-                            stderr=log, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
-    proc.log_path = tmp_path / f"{name}.log"
-    log.close()
-    return proc
 
 
-def finish(proc, timeout=30):
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise AssertionError("worker did not exit:\n" + proc.log_path.read_text())
-    return proc.returncode, proc.log_path.read_text()
 
 
 # -- result lines and bury reasons ---------------------------------------------------------------

@@ -164,7 +164,8 @@ def cli_process(db):
     return _run
 
 
-def run_on_pty(argv, *, columns=100, stdout=None, stderr=None, until: bytes = b"", times: int = 1, timeout=60):
+def run_on_pty(argv, *, columns=100, rows=60, stdout=None, stderr=None, until: bytes = b"", times: int = 1,
+               timeout=60):
     """Run `argv` as at a terminal `columns` wide: stdin, and stdout and stderr unless given (an open
     file, or subprocess.PIPE), on a pseudo-terminal. With `until`, send SIGINT once that has been
     drawn `times` times (stats --watch), then read what follows. Returns (exit code, what the
@@ -177,7 +178,7 @@ def run_on_pty(argv, *, columns=100, stdout=None, stderr=None, until: bytes = b"
     import termios
 
     master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, columns, 0, 0))
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}  # the pty's size rules
     proc = subprocess.Popen([*map(str, argv)], stdin=slave, stdout=stdout or slave, stderr=stderr or slave,
                             env={**env, "TERM": "xterm"}, close_fds=True)

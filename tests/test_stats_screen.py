@@ -1,16 +1,8 @@
 """The stats screen on real terminals (a pty of 80x24 and of 200x50): one line per row, nothing
 folded or cut that matters, never taller than the terminal; and `recover --dry-run` at 80 columns."""
 
-import fcntl
 import json
-import os
-import pty
 import re
-import select
-import signal
-import struct
-import subprocess
-import termios
 import time
 
 import pytest
@@ -52,37 +44,8 @@ def busy_database(db, n_ready=12_000, t0=None):
 def watch_on_pty(db, columns, rows, frames=2, timeout=60):
     """`stats --watch` on a pseudo-terminal of columns x rows; returns (exit code, the frames drawn,
     each as its lines without colour codes)."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    proc = subprocess.Popen([*JOBCTL, "--db", str(db), "stats", "--watch", "--interval", "300ms"],
-                            stdin=slave, stdout=slave, stderr=slave, env={**env, "TERM": "xterm"}, close_fds=True)
-    os.close(slave)
-    seen, interrupted = b"", False
-    try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not interrupted and seen.count(b"refreshed") > frames:
-                proc.send_signal(signal.SIGINT)
-                interrupted = True
-            if not select.select([master], [], [], 0.2)[0]:
-                if proc.poll() is not None:
-                    break
-                continue
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-        code = proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
-    drawn = seen.decode("utf-8", "replace")
+    code, drawn, _ = run_on_pty([*JOBCTL, "--db", str(db), "stats", "--watch", "--interval", "300ms"],
+                                columns=columns, rows=rows, until=b"refreshed", times=frames + 1, timeout=timeout)
     parts = REDRAW.split(drawn)
     # The frames drawn whole (the last one may have been cut by Ctrl-C).
     found = [ANSI.sub("", p).rstrip("\r\n").split("\r\n") for p in parts[1:-1]]

@@ -8,22 +8,8 @@ import time
 
 import pytest
 
-from .test_worker_torture import Env, wait_for
+from .test_worker_torture import wait_for
 from .util import hold, integrity, jobs, release
-
-
-@pytest.fixture
-def env(tmp_path):
-    made = []
-
-    def make(**kw):
-        e = Env(tmp_path, **kw)
-        made.append(e)
-        return e
-
-    yield make
-    for e in made:
-        e.stop_all()
 
 
 @pytest.fixture

@@ -79,20 +79,6 @@ class Env:
             p.wait()
 
 
-@pytest.fixture
-def env(tmp_path):
-    made = []
-
-    def make(**kw):
-        e = Env(tmp_path, **kw)
-        made.append(e)
-        return e
-
-    yield make
-    for e in made:
-        e.stop_all()
-
-
 def drain(e: Env, timeout: float = 120) -> None:
     """Run a last worker until every job has finished (expired leases of killed workers included)."""
     deadline = time.monotonic() + timeout

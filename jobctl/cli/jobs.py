@@ -100,12 +100,19 @@ def enqueue(
     cost: Optional[str] = typer.Option(None, "--cost", metavar="N", help="Cost units the job holds of its concurrency limit while it runs (default: the type's cost_units, else 1)."),
     group: Optional[str] = typer.Option(None, "--group", metavar="G", help="Concurrency group whose limit the job counts against (default: the type's concurrency_group)."),
     as_json: bool = typer.Option(False, "--json", help="Print the job as JSON, with \"created\"."),
+    wait: bool = typer.Option(False, "--wait", help="Wait until the job is finished and print its result (JSON) instead of its id: exit 0 completed, 4 buried or cancelled, 5 --wait-timeout passed."),
+    wait_timeout: Optional[str] = typer.Option(None, "--wait-timeout", metavar="DUR", help="With --wait: give up waiting after this long (exit 5; the job stays queued)."),
 ):
     """Add a job; print its id.
 
     Example: jobctl enqueue send-invoice '{"order": 42}' -q billing -p high --key order-42
     """
     st = state(ctx)
+    if wait_timeout is not None and not wait:
+        raise InvalidInput("--wait-timeout is a limit of --wait: give --wait too")
+    from jobctl.cli.foreground import parse_wait_timeout, wait_and_print
+
+    wait_s = parse_wait_timeout(wait_timeout, "--wait-timeout")
     if batch is not None:
         if type is not None or payload is not None or payload_file is not None:
             raise InvalidInput("--batch reads every job from NDJSON; give no TYPE, PAYLOAD or --payload-file with it")
@@ -119,6 +126,9 @@ def enqueue(
         with st.open_queue(create=True) as q:
             with progress_bar("enqueueing", unit="jobs") as on_progress:
                 results = q.insert(prepared, on_progress=on_progress)
+            if wait:  # one line per job, in input order: its result, or null when it did not complete
+                return wait_and_print(q, [r.id for r in results], wait_s, results=True, as_json=as_json,
+                                      placeholders=True)
             if as_json:
                 jobs = q.get_many([r.id for r in results])
                 for job, r in zip(jobs, results):
@@ -138,6 +148,8 @@ def enqueue(
         backoff=backoff, timeout=timeout, key=key, unique=unique, after=after or [], cost=cost, group=group)
     with st.open_queue(create=True) as q:
         r = q.insert([new_job])[0]
+        if wait:
+            return wait_and_print(q, [r.id], wait_s, results=True, as_json=as_json)
         if as_json:
             emit_json({**q.get(r.id).to_dict(), "created": r.created})
         else:

@@ -177,9 +177,9 @@ def claim(
         options = dict(worker=worker, queues=queue, types=type, lease=lease)
         job = q.claim_wait(wait_s, **options) if wait_s else q.claim(**options)
         if job is None:
-            paused = sorted(set(queue or ()) & q.engine.paused_queues())
-            why = (f"; queue {', '.join(paused)} is paused (`jobctl resume {paused[0]}`)" if len(paused) == 1 else
-                   f"; queues {', '.join(paused)} are paused (`jobctl resume QUEUE`)" if paused else "")
+            from jobctl.pauses import pauses_in_the_way
+
+            why = pauses_in_the_way(q.pauses(), queue, type, q.now())
             raise NothingToClaim("no job is ready" + (f" after waiting {wait}" if wait else "") + why)
         emit_json(job.to_dict(claim=True))
 

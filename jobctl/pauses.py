@@ -8,9 +8,10 @@ from jobctl.durations import format_duration, to_rfc3339
 
 
 def until_text(until: int | None, now: int) -> str:
+    """` until … (in …)` for a pause that ends by itself; "" for one that lasts until resumed."""
     if until is None:
-        return "until resumed"
-    return f"until {to_rfc3339(until)} (in {format_duration(max(until - now, 0) / 1000)})"
+        return ""
+    return f" until {to_rfc3339(until)} (in {format_duration(max(until - now, 0) / 1000)})"
 
 
 def pause_label(q: dict) -> str | None:
@@ -33,8 +34,8 @@ def pauses_in_the_way(pauses: Sequence[tuple[str, str | None, int | None]], queu
         if queues and queue not in queues:
             continue
         if type_ is None and queues:
-            found.append(f"queue {queue} is paused {until_text(until, now)} (`jobctl resume {queue}`)")
+            found.append(f"queue {queue} is paused{until_text(until, now)} (`jobctl resume {queue}`)")
         elif type_ is not None and types and type_ in types:
-            found.append(f"type {type_} is paused in queue {queue} {until_text(until, now)} "
+            found.append(f"type {type_} is paused in queue {queue}{until_text(until, now)} "
                          f"(`jobctl resume {queue} --type {type_}`)")
     return "".join("; " + f for f in found)

@@ -237,9 +237,9 @@ def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]
         mine = [(t, u) for q, t, u in pauses if q == job.queue and t in (None, job.type)]
         for type_, until in mine:
             if type_ is None:
-                reasons.append(f"queue {job.queue} is paused {_until(until, now)}: `jobctl resume {job.queue}`")
+                reasons.append(f"queue {job.queue} is paused{_until(until, now)}: `jobctl resume {job.queue}`")
             else:
-                reasons.append(f"type {job.type} is paused in queue {job.queue} {_until(until, now)}: "
+                reasons.append(f"type {job.type} is paused in queue {job.queue}{_until(until, now)}: "
                                f"`jobctl resume {job.queue} --type {job.type}`")
         if job.queue in paused and not any(t is None for t, _ in mine):
             reasons.append(f"queue {job.queue} is paused: `jobctl resume {job.queue}`")

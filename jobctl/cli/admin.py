@@ -118,8 +118,10 @@ def pause(
     for_: Optional[str] = typer.Option(None, "--for", metavar="DUR", help="Resume by itself after this long (90s, 30m, 2h)."),
     until: Optional[str] = typer.Option(None, "--until", metavar="TIME", help="Resume by itself at this time (ISO 8601)."),
 ):
-    """Stop claims from a queue, or of one type in it (enqueue still works); a queue with no jobs
-    yet can be paused ahead. With --for or --until the pause ends by itself.
+    """Stop claims from a queue, or of one type in it; enqueue still works.
+
+    A queue with no jobs yet can be paused ahead. With --for or --until the pause ends by itself;
+    `jobctl resume` ends it sooner.
 
     Example: jobctl pause billing --type send-invoice --for 30m
     """
@@ -139,8 +141,9 @@ def resume(
     queue: str = typer.Argument(..., metavar="QUEUE", autocompletion=complete_queue, help="The paused queue."),
     type: Optional[str] = typer.Option(None, "--type", "-t", metavar="T", autocompletion=complete_type, help="End only the pause of this type in the queue."),
 ):
-    """Let workers claim from a paused queue again, every type in it too; with --type, end only that
-    type's pause (a queue or type that is not paused is refused, exit 2).
+    """Let workers claim from a paused queue again, and from every type paused in it.
+
+    With --type, only that type's pause ends. A queue or type that is not paused is refused (exit 2).
 
     Example: jobctl resume billing
     """

@@ -82,7 +82,7 @@ def run_cli(*args, db=None, input=None, env=None, timeout=60, preexec_fn=None, b
 
 # Commands that belong to a whole process (signal handlers, child processes, the parent's id in the
 # default worker id): run_inproc runs them as a real process instead.
-PROCESS_COMMANDS = {"work"}
+PROCESS_COMMANDS = {"work", "run"}  # run: the handler writes to the real stdout and stderr
 
 
 def _command(args) -> str | None:

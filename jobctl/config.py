@@ -41,14 +41,17 @@ class TypeConfig(Record):
     """One `[types.NAME]` table: enqueue defaults for the type and, for workers, its handler."""
 
     __slots__ = ("name", "command", "queue", "max_attempts", "timeout", "priority", "backoff", "bury_exit_codes",
-                 "rate_limit", "concurrency_group", "concurrency_limit", "cost_units")
+                 "rate_limit", "concurrency_group", "concurrency_limit", "cost_units", "on_buried", "on_completed",
+                 "on_cancelled")
 
     def __init__(self, name: str, command: list[str] | None = None, queue: str | None = None,
                  max_attempts: int | None = None, timeout: float | None = None, priority: int | None = None,
                  backoff: str | None = None, bury_exit_codes: list[int] | None = None,  # None: a new empty list
                  rate_limit: tuple[int, float] | None = None,  # (max starts, window seconds)
                  concurrency_group: str | None = None, concurrency_limit: int | None = None,
-                 cost_units: int | None = None):
+                 cost_units: int | None = None,
+                 on_buried: str | None = None,  # the type of a job enqueued when one of this type is buried
+                 on_completed: str | None = None, on_cancelled: str | None = None):
         self.name = name
         self.command = command
         self.queue = queue
@@ -61,6 +64,9 @@ class TypeConfig(Record):
         self.concurrency_group = concurrency_group
         self.concurrency_limit = concurrency_limit
         self.cost_units = cost_units
+        self.on_buried = on_buried
+        self.on_completed = on_completed
+        self.on_cancelled = on_cancelled
 
 
 class WorkerSettings(Record):
@@ -238,6 +244,7 @@ def _duration_in_range(value, where: str, kind: str) -> float:
 
 ENQUEUE_KEYS = ("queue", "max_attempts", "timeout", "priority", "backoff")  # [defaults] and [types.X] alike
 LIMIT_KEYS = ("rate_limit", "concurrency_group", "concurrency_limit", "cost_units")  # [types.X] only
+REACTION_KEYS = ("on_buried", "on_completed", "on_cancelled")  # [types.X] only: the type of a reaction job
 MAX_COST_UNITS = 1_000_000
 
 
@@ -453,9 +460,18 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
                 tc.bury_exit_codes = [_int(v, where, 1, 255) for v in value]
             elif key in LIMIT_KEYS:
                 setattr(tc, key, _limit_option(key, value, where))
+            elif key in REACTION_KEYS:
+                try:
+                    reaction = validate_name(value, "type")
+                except InvalidInput as e:
+                    raise ConfigError(f"{where}: {e}") from None
+                if reaction == name:
+                    raise ConfigError(f"{where}: a type cannot react to itself; name another type")
+                setattr(tc, key, reaction)
             else:
                 raise ConfigError(
-                    f"unknown key {where!r} (known: command, {', '.join(ENQUEUE_KEYS)}, bury_exit_codes, {', '.join(LIMIT_KEYS)})"
+                    f"unknown key {where!r} (known: command, {', '.join(ENQUEUE_KEYS)}, bury_exit_codes, "
+                    f"{', '.join(LIMIT_KEYS)}, {', '.join(REACTION_KEYS)})"
                 )
         settings.types[name] = tc
         src(f"types.{name}")

@@ -69,7 +69,7 @@ class Job(Record):
                  "timeout_ms", "run_at", "created_at", "updated_at", "idempotency_key", "worker", "claimed_at",
                  "heartbeat_at", "lease_expires_at", "lease_ms", "token", "progress", "error", "result",
                  "finished_at", "waiting_on", "expiry_seen_at", "expiry_seen_hb", "cost_units", "concurrency_group",
-                 "after")
+                 "on_buried", "on_completed", "on_cancelled", "after")
 
     def __init__(self, id: int, queue: str, type: str,
                  payload: str,  # compact JSON text, exactly as enqueued
@@ -88,6 +88,9 @@ class Job(Record):
                  expiry_seen_hb: int | None = None,  # ... and the heartbeat it saw then
                  cost_units: int = 1,  # what it holds of its concurrency limit while it runs
                  concurrency_group: str | None = None,
+                 on_buried: str | None = None,  # reaction types: a job of that type is enqueued when it
+                 on_completed: str | None = None,  # becomes buried / completed / cancelled (stored at enqueue)
+                 on_cancelled: str | None = None,
                  after: list[int] | None = None):  # None: a new empty list
         self.id = id
         self.queue = queue
@@ -118,7 +121,15 @@ class Job(Record):
         self.expiry_seen_hb = expiry_seen_hb
         self.cost_units = cost_units
         self.concurrency_group = concurrency_group
+        self.on_buried = on_buried
+        self.on_completed = on_completed
+        self.on_cancelled = on_cancelled
         self.after = [] if after is None else after
+
+    def reaction_type(self, status: str) -> str | None:
+        """The type of the job to enqueue when this job becomes `status` (None: no reaction)."""
+        return {"buried": self.on_buried, "completed": self.on_completed,
+                "cancelled": self.on_cancelled}.get(status)
 
     @classmethod
     def from_row(cls, row: dict, after: list[int] | None = None) -> "Job":
@@ -174,6 +185,9 @@ class Job(Record):
             "finished_at": to_rfc3339(self.finished_at),
             "cost_units": self.cost_units,
             "concurrency_group": self.concurrency_group,
+            "on_buried": self.on_buried,
+            "on_completed": self.on_completed,
+            "on_cancelled": self.on_cancelled,
         }
         if claim:
             d["attempt"] = self.attempts
@@ -187,7 +201,7 @@ _INTEGERS = ("id", "priority", "attempts", "max_attempts", "timeout_ms", "waitin
 _TIMES = ("run_at", "created_at", "updated_at")
 _OPTIONAL_TIMES = ("claimed_at", "heartbeat_at", "lease_expires_at", "finished_at")
 _TEXTS = ("queue", "type", "backoff")
-_OPTIONAL_TEXTS = ("idempotency_key", "worker", "token", "error")
+_OPTIONAL_TEXTS = ("idempotency_key", "worker", "token", "error", "on_buried", "on_completed", "on_cancelled")
 _MAX_MS = 253402300799999  # 9999-12-31T23:59:59.999Z: the last time RFC 3339 can write
 _BACKOFF_NAMES = ("exponential", "linear", "fixed")
 

@@ -192,6 +192,9 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
         ("run at", f"{to_rfc3339(job.run_at)} ({ago(job.run_at, now)})"),
         ("after", ", ".join(map(str, job.after)) if job.after else None),
         ("key", text(job.idempotency_key) if job.idempotency_key else None),
+        ("reactions", text(", ".join(f"{state}: {kind}" for state, kind in (
+            ("buried", job.on_buried), ("completed", job.on_completed), ("cancelled", job.on_cancelled)) if kind))
+         if job.on_buried or job.on_completed or job.on_cancelled else None),
         ("worker", text(job.worker) if job.worker else None),
         ("claimed", f"{to_rfc3339(job.claimed_at)} ({ago(job.claimed_at, now)})" if job.claimed_at and job.worker else None),
         ("lease until", f"{to_rfc3339(job.lease_expires_at)} ({ago(job.lease_expires_at, now)})" if job.lease_expires_at else None),

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_ID = 2**63 - 1
 BATCH_KEYS = {"type", "payload", "queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
-              "key", "unique", "after", "cost", "group"}
+              "key", "unique", "after", "cost", "group", "on_buried", "on_completed", "on_cancelled"}
+REACTIONS = ("on_buried", "on_completed", "on_cancelled")
 
 
 def validate_job_id(value) -> int:
@@ -114,6 +115,22 @@ class Queue:
         self.engine = engine
         self.settings = settings or Settings()
         self._limits: Limits | None = None
+        self._reaction_jobs: dict[str, NewJob] = {}
+
+    def _reaction_job(self, type: str) -> NewJob:
+        """The job a reaction of `type` enqueues, from that type's config, like any enqueue (the
+        engine fills in its payload)."""
+        if type not in self._reaction_jobs:
+            self._reaction_jobs[type] = self.prepare(type)
+        return self._reaction_jobs[type]
+
+    def _reacting(self, decide):
+        """decide, plus the reaction a job has to the state the change puts it in (transitions.with_reaction).
+        Every decide handed to the engine goes through here."""
+        def with_reaction(job: Job, now: int):
+            return transitions.with_reaction(decide(job, now), job, self._reaction_job)
+
+        return with_reaction
 
     @property
     def limits(self):
@@ -169,7 +186,8 @@ class Queue:
 
     def prepare(self, type: str, payload=None, *, payload_text: str | bytes | None = None, queue=None,
                 priority=None, delay=None, at=None, max_attempts=None, backoff=None, timeout=None, key=None,
-                unique: bool = False, after: Iterable = (), cost=None, group=None) -> NewJob:
+                unique: bool = False, after: Iterable = (), cost=None, group=None, on_buried=None, on_completed=None,
+                on_cancelled=None) -> NewJob:
         """Validate one job's options into a NewJob: command line > [types.X] > [defaults]."""
         s = self.settings
         validate_name(type, "type")
@@ -211,11 +229,22 @@ class Queue:
         after_ids = [validate_job_id(a) for a in after]
         cost_units = parse_cost(cost) if cost is not None else (tc and tc.cost_units) or 1
         group = validate_name(group, "group") if group is not None else tc and tc.concurrency_group
+        given = {"on_buried": on_buried, "on_completed": on_completed, "on_cancelled": on_cancelled}
+        reactions: dict[str, str | None] = {}
+        for name, value in given.items():
+            if value is None:
+                reactions[name] = getattr(tc, name) if tc else None
+                continue
+            reactions[name] = validate_name(value, f"--{name.replace('_', '-')} type")
+            if reactions[name] == type:
+                raise InvalidInput(f"invalid --{name.replace('_', '-')} {value!r}: a job of type {type} cannot react "
+                                   "to itself; name another type")
         return NewJob(
             queue=queue, type=type, payload=compact, payload_hash=payloads.canonical_hash(payload),
             priority=priority, max_attempts=max_attempts, backoff=backoff, timeout_ms=int(timeout_s * 1000),
             delay_ms=delay_ms, not_before=not_before, idempotency_key=key, unique=unique, after=after_ids,
-            cost_units=cost_units, concurrency_group=group,
+            cost_units=cost_units, concurrency_group=group, on_buried=reactions["on_buried"],
+            on_completed=reactions["on_completed"], on_cancelled=reactions["on_cancelled"],
         )
 
     def enqueue(self, type: str, payload=None, *, actor: str | None = None, **options) -> EnqueueResult:
@@ -238,8 +267,9 @@ class Queue:
             raise NoSuchJob(e.job_id, where=f"{source}: \"after\": ") from None
         return [EnqueueResult(i, c) for i, c in inserted]
 
-    def prepare_batch_line(self, text: str, lineno: int) -> NewJob | None:
-        """One NDJSON line of `enqueue --batch` (None for a blank line); errors name the line."""
+    def prepare_batch_line(self, text: str, lineno: int, defaults: dict | None = None) -> NewJob | None:
+        """One NDJSON line of `enqueue --batch` (None for a blank line); errors name the line.
+        defaults: options for a line that does not give them (the reactions of --on-buried, ...)."""
         if not text.strip():
             return None
         try:
@@ -255,7 +285,10 @@ class Queue:
             if "type" not in obj:
                 raise InvalidInput("missing \"type\"")
             opts = {k: obj[k] for k in ("queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
-                                       "key", "cost", "group") if obj.get(k) is not None}
+                                       "key", "cost", "group", *REACTIONS) if obj.get(k) is not None}
+            for k, v in (defaults or {}).items():
+                if v is not None and obj.get(k) is None:
+                    opts[k] = v
             after = obj.get("after") or []
             if not isinstance(after, list):
                 raise InvalidInput("\"after\" must be a list of job ids")
@@ -269,11 +302,11 @@ class Queue:
             raise InvalidInput(f"line {lineno}: {e}; nothing was enqueued") from None
 
     def prepare_batch(self, lines: list[str], *, on_progress: Callable[[int, int], None] | None = None,
-                      step: int = 1000) -> list[NewJob]:
+                      step: int = 1000, defaults: dict | None = None) -> list[NewJob]:
         """Validate every line (blank ones skipped); on_progress(lines done, total) every `step` lines."""
         jobs = []
         for n, line in enumerate(lines, 1):
-            job = self.prepare_batch_line(line, n)
+            job = self.prepare_batch_line(line, n, defaults)
             if job is not None:
                 jobs.append(job)
             if on_progress is not None and (n % step == 0 or n == len(lines)):
@@ -340,7 +373,7 @@ class Queue:
             result_text = payloads.compact(
                 payloads.parse_json(result, what="result") if isinstance(result, (str, bytes)) else result,
                 what="result", max_bytes=self.settings.max_payload_bytes)
-        return _decide(transitions.complete, token, actor, result_text=result_text)
+        return self._reacting(_decide(transitions.complete, token, actor, result_text=result_text))
 
     def fail(self, job_id: int, *, token: str | None = None, error: str | None = None, bury: bool = False,
              retry_in=None, actor: str | None = None, details: dict | None = None,
@@ -353,8 +386,8 @@ class Queue:
             import random  # only a jittered backoff needs it: one-shot commands start sooner
 
             jitter = 1 + random.uniform(-self.settings.backoff_jitter, self.settings.backoff_jitter)
-        decide = _decide(transitions.fail, token, actor, error=one_line(error) or "failed", bury=bury,
-                         bury_reason=bury_reason, retry_in=retry_s, jitter=jitter, details=details)
+        decide = self._reacting(_decide(transitions.fail, token, actor, error=one_line(error) or "failed", bury=bury,
+                                        bury_reason=bury_reason, retry_in=retry_s, jitter=jitter, details=details))
         return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     def heartbeat(self, job_id: int, *, token: str | None = None, extend=None, actor: str | None = None) -> Job:
@@ -380,11 +413,60 @@ class Queue:
 
     def cancel(self, job_id: int, *, token: str | None = None, reason: str | None = None,
                actor: str | None = None) -> Job:
-        decide = _decide(transitions.cancel, token, actor, reason=one_line(reason))
+        decide = self._reacting(_decide(transitions.cancel, token, actor, reason=one_line(reason)))
+        return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
+
+    def cancel_with_dependents(self, job_id: int, *, reason: str | None = None, actor: str | None = None) -> list[Job]:
+        """Cancel the job and every job that waits on it, directly or not, in one transaction
+        (running ones get cancel_requested, as with cancel): [the job, each dependent cancelled]."""
+        root = validate_job_id(job_id)
+        reason = one_line(reason)
+        why = f"job {root}, which it waits on, was cancelled" + (f": {reason}" if reason else "")
+
+        def decide(job: Job, now: int):
+            if job.id == root:  # already cancelled: its dependents are what is left to cancel
+                return None if job.status == "cancelled" else transitions.cancel(job, now, token=None, reason=reason)
+            return transitions.cancel_dependent(job, now, reason=why)
+
+        return self.engine.update_dependents(root, self._reacting(decide), actor or operator_name())
+
+    CANCEL_KINDS = ("pending", "scheduled", "blocked", "buried")
+
+    def cancel_matching(self, *, queue: str, type: str | None = None, statuses: Iterable[str] = (),
+                        reason: str | None = None, dry_run: bool = False, actor: str | None = None,
+                        on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """Cancel every job of `queue` (and `type`) that has not started: of `statuses` (pending:
+        any pending job, scheduled, blocked, buried; default pending), in short transactions.
+        Running jobs are never touched. Returns how many by kind (ready, scheduled, blocked, buried)."""
+        validate_name(queue, "queue")
+        if type is not None:
+            validate_name(type, "type")
+        kinds = list(dict.fromkeys(statuses)) or ["pending"]
+        for k in kinds:
+            if k not in self.CANCEL_KINDS:
+                raise InvalidInput(f"invalid status {k!r} for a cancel by filter: use one of "
+                                   f"{', '.join(self.CANCEL_KINDS)} (running jobs are cancelled by id)")
+        decide = self._reacting(_decide(transitions.cancel, None, actor, reason=one_line(reason)))
+        return self.engine.update_matching(decide, actor or operator_name(), kinds=kinds, queue=queue, type=type,
+                                           dry_run=dry_run, on_progress=on_progress)
+
+    def reschedule(self, job_id: int, *, now: bool = False, delay=None, at=None, actor: str | None = None) -> Job:
+        """Set when a pending job may run: now, after `delay` from now, or at `at` (one of them)."""
+        if sum(x is not None and x is not False for x in (now or None, delay, at)) != 1:
+            raise InvalidInput("give exactly one of --now, --in DUR or --at TIME")
+        delay_ms, not_before = 0, None
+        if delay is not None:
+            delay_ms = int(parse_duration(delay, what="--in") * 1000)
+        elif at is not None:
+            not_before = parse_time(at)
+
+        def decide(job: Job, now_ms: int):
+            return transitions.reschedule(job, now_ms, delay_ms=delay_ms, not_before=not_before)
+
         return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     def retry(self, job_id: int, *, reset_attempts: bool = False, actor: str | None = None) -> Job:
-        decide = _retry(reset_attempts)
+        decide = self._reacting(_retry(reset_attempts))
         return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     def retry_buried(self, *, queue: str | None = None, type: str | None = None, reset_attempts: bool = False,
@@ -396,7 +478,7 @@ class Queue:
         if type is not None:
             validate_name(type, "type")
         extra = {} if on_progress is None else {"on_progress": on_progress}
-        done = self.engine.update_buried(_retry(reset_attempts), actor or operator_name(),
+        done = self.engine.update_buried(self._reacting(_retry(reset_attempts)), actor or operator_name(),
                                          queue=queue, type=type, dry_run=dry_run, **extra)
         return [job for job, _ in done]
 
@@ -424,7 +506,7 @@ class Queue:
             silent_before = None if silent_for_ms is None else now - silent_for_ms
             return transitions.recover(job, now, silent_before=silent_before)
 
-        done = self.engine.update_expired(decide, actor or operator_name(), silent_for_ms=silent_for_ms,
+        done = self.engine.update_expired(self._reacting(decide), actor or operator_name(), silent_for_ms=silent_for_ms,
                                           dry_run=dry_run)
         actions = {"pending": "requeued", "buried": "buried", "cancelled": "cancelled"}
         return [(found[job.id], "watching" if transitions.is_watch(change, found[job.id]) else actions[change.to_status])
@@ -432,7 +514,7 @@ class Queue:
 
     def release(self, job_id: int, *, token: str, actor: str | None = None, reason: str = "worker shutting down") -> Job:
         """A worker gives back a job it could not finish: that run does not count."""
-        decide = _decide(transitions.release, token, actor, holder=False, reason=reason)
+        decide = self._reacting(_decide(transitions.release, token, actor, holder=False, reason=reason))
         return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     # -- views and housekeeping ------------------------------------------------------------

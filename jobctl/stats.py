@@ -225,12 +225,17 @@ def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]
         waiting = [(d, s) for d, s in dependencies if s != "completed"]
         if job.waiting_on and waiting:
             parts = [f"job {d} ({s or 'deleted'})" for d, s in waiting]
-            stuck_deps = [d for d, s in waiting if s in ("buried", "cancelled", None)]
-            hint = ""
-            if stuck_deps:
-                hint = (f"; job {stuck_deps[0]} will not complete by itself: `jobctl retry {stuck_deps[0]}` "
-                        f"or cancel this job")
-            reasons.append("blocked by " + ", ".join(parts) + hint)
+            hints = []
+            for d, s in waiting:
+                if s == "buried":  # a retried dependency that completes lets this job continue
+                    hints.append(f"job {d} will not complete by itself (it is buried): `jobctl retry {d}`; "
+                                 "this job runs once it completes")
+                elif s == "cancelled":
+                    hints.append(f"job {d} was cancelled and will never complete: `jobctl cancel {job.id}` "
+                                 f"(this job), or `jobctl cancel {d} --with-dependents` (every job waiting on it)")
+                elif s is None:
+                    hints.append(f"job {d} was deleted and will never complete: `jobctl cancel {job.id}`")
+            reasons.append("blocked by " + ", ".join(parts) + "".join(f"; {h}" for h in hints[:2]))
         if job.run_at > now:
             reasons.append(f"scheduled: not before {to_rfc3339(job.run_at)} "
                            f"(in {format_duration((job.run_at - now) / 1000)})")

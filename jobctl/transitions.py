@@ -11,11 +11,14 @@ return None for "nothing to change".
 from __future__ import annotations
 
 from jobctl.durations import format_duration, to_rfc3339
-from jobctl.engines.base import Change
+from typing import Callable
+
+from jobctl.engines.base import Change, NewJob
 from jobctl.errors import InvalidState, StaleToken
 from jobctl.models import Job
 
 HELD = ("running", "cancel_requested")
+REACTING = ("buried", "completed", "cancelled")  # the states a job may react to (Job.reaction_type)
 
 # What a finished claim leaves behind: no worker, lease or token.
 CLEAR_CLAIM = {"worker": None, "lease_expires_at": None, "lease_ms": None, "token": None, "heartbeat_at": None,
@@ -143,6 +146,37 @@ def retry(job: Job, now: int, *, reset_attempts: bool) -> Change:
     if reset_attempts:
         fields["attempts"] = 0
     return Change("pending", fields, message="retried" + (" with attempts reset" if reset_attempts else ""))
+
+
+def cancel_dependent(job: Job, now: int, *, reason: str | None) -> Change | None:
+    """A job that waits on a cancelled one (cancel --with-dependents): cancelled like it; one that
+    has already finished is left as it is."""
+    if job.status in ("completed", "cancelled"):
+        return None
+    return cancel(job, now, token=None, reason=reason)
+
+
+def reschedule(job: Job, now: int, *, delay_ms: int = 0, not_before: int | None = None) -> Change:
+    """Move the earliest start of a pending job to now + delay_ms, or not_before if later (a time
+    in the past: now)."""
+    if job.status != "pending":
+        raise refuse(job, "reschedule it (only a pending job can be rescheduled)")
+    when = max(now + delay_ms, not_before or 0)
+    return Change("pending", {"run_at": when},
+                  message="rescheduled: run now" if when <= now else f"rescheduled to {to_rfc3339(when)}")
+
+
+def with_reaction(change: Change | None, job: Job, prepare: Callable[[str], NewJob]) -> Change | None:
+    """A change that makes a job buried, completed or cancelled also enqueues a job of the type the
+    job reacts with to that state (job.on_buried, ...), in the same transaction: the Change carries
+    it (prepare(type) -> the reaction's NewJob, validated from its own type's config), and the
+    engine inserts it with the changed job in its payload."""
+    if change is None or change.to_status == job.status or change.to_status not in REACTING:
+        return change
+    reaction_type = job.reaction_type(change.to_status)
+    if reaction_type is not None:
+        change.reaction = prepare(reaction_type)
+    return change
 
 
 def lost_after_ms(job: Job) -> int:

@@ -19,8 +19,8 @@ def pytest_configure(config):
         import tempfile
 
         config._jobctl_pycache = tempfile.mkdtemp(prefix="jobctl-tests-pycache-")
+        config._jobctl_dont_write = os.environ.pop("PYTHONDONTWRITEBYTECODE")
         os.environ["PYTHONPYCACHEPREFIX"] = config._jobctl_pycache
-        del os.environ["PYTHONDONTWRITEBYTECODE"]
 
 
 def pytest_unconfigure(config):
@@ -30,7 +30,7 @@ def pytest_unconfigure(config):
 
         shutil.rmtree(folder, ignore_errors=True)
         os.environ.pop("PYTHONPYCACHEPREFIX", None)
-        os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+        os.environ["PYTHONDONTWRITEBYTECODE"] = config._jobctl_dont_write
 
 
 @pytest.fixture(autouse=True)
@@ -80,9 +80,9 @@ def run_cli(*args, db=None, input=None, env=None, timeout=60, preexec_fn=None, b
     return Result(proc)
 
 
-# Commands that belong to a whole process (signal handlers, child processes, the parent's id in the
-# default worker id): run_inproc runs them as a real process instead.
-PROCESS_COMMANDS = {"work", "run"}  # run: the handler writes to the real stdout and stderr
+# Commands that belong to a whole process (signal handlers, child processes): run_inproc runs them
+# as a real process instead. run: the handler writes to the real stdout and stderr.
+PROCESS_COMMANDS = {"work", "run"}
 
 
 def _command(args) -> str | None:
@@ -100,7 +100,8 @@ def run_inproc(*args, db=None, input=None, env=None, timeout=60, preexec_fn=None
     error line as run_cli, without a process start (~0.2 s) per call. stdin, stdout and stderr are
     byte streams decoded as a child's would be (UTF-8; stdout strict, stderr backslashreplace;
     text=True translates newlines as subprocess does), `env` is set for the call only (TZ included).
-    `work`, and anything with a preexec_fn, runs as a real process (run_cli)."""
+    `work`, and anything with a preexec_fn, runs as a real process (run_cli). One difference is
+    left: the default worker id (host:parent pid) names pytest's parent here; tests of it use run_cli."""
     import contextlib
     import io
     import types

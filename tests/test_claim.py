@@ -2,9 +2,9 @@
 dependencies, paused queues, --type, --wait."""
 
 import json
+import os
 import subprocess
 import time
-
 
 from conftest import JOBCTL
 
@@ -153,15 +153,15 @@ def test_nothing_to_claim_is_exit_5_with_nothing_on_stdout(cli):
     assert r.stderr.startswith("jobctl: error: ") and len(r.stderr.splitlines()) == 1
 
 
-def test_claim_output_and_worker_id(cli):
+def test_claim_output_and_worker_id(cli, cli_process):
     job_id = int(cli("enqueue", "t", '{"k": [1, "two"]}').stdout)
     job = json.loads(cli("claim", env={"JOBCTL_WORKER_ID": "box:7"}).stdout)
     assert job["id"] == job_id and job["worker"] == "box:7" and job["payload"] == {"k": [1, "two"]}
     assert job["attempt"] == 1 and job["claimed_at"].endswith("Z") and job["lease_expires_at"].endswith("Z")
     cli("enqueue", "t")
-    job = json.loads(cli("claim").stdout)
+    job = json.loads(cli_process("claim").stdout)  # a real process: its parent is this one
     host, _, pid = job["worker"].rpartition(":")
-    assert host and pid.isdigit()  # host:pid of the calling process's parent
+    assert host and pid == str(os.getpid())  # host:pid of the calling process's parent
 
 
 def test_lease_defaults_to_the_timeout(q, clock):

@@ -471,6 +471,145 @@ def test_file_capability(engine, tmp_path):
     assert len(files.checkpoint()) == 3
 
 
+# -- counting and admission control -------------------------------------------------------------
+
+
+def test_count_jobs_matches_list_jobs(engine):
+    engine.insert_jobs([new(queue="a"), new(queue="a", type="u"), new(queue="b")], "x")
+    engine.claim(req(queues=["b"]))
+    for filters in ({}, {"queue": "a"}, {"statuses": ["pending"]}, {"type": "u"}, {"stuck": True}):
+        assert engine.count_jobs(**filters) == len(engine.list_jobs(limit=0, **filters)), filters
+
+
+def test_claims_under_limits_and_the_figures_behind_them(engine, clock):
+    from jobctl.limits import Limits
+
+    limits = Limits(rates={"api": (2, 10_000)}, groups={"gpu": 2}, types={"solo": 1})
+    engine.insert_jobs([new(type="api"), new(type="api"), new(type="api"),
+                        new(type="r", concurrency_group="gpu", cost_units=2), new(type="r", concurrency_group="gpu"),
+                        new(type="solo"), new(type="solo"), new(type="free")], "x")
+    got = []
+    while (job := engine.claim(req(limits=limits))) is not None:
+        got.append(job.type)
+    assert sorted(got) == ["api", "api", "free", "r", "solo"]  # one api, one r and one solo held back
+    figures = engine.limit_figures(limits)
+    assert figures["now"] == NOW and len(figures["starts"]["api"]) == 2
+    assert figures["held"] == {("group", "gpu"): 2, ("type", "solo"): 1, ("type", "api"): 2, ("type", "free"): 1}
+    assert figures["admission"].shut_types == {"api"}
+    assert figures["held_ready"] == {("type", "api"): 1, ("type", "solo"): 1, ("group", "gpu"): 1}
+    held = engine.list_jobs(held_by=figures["admission"], limit=0)
+    assert sorted(j.type for j in held) == ["api", "r", "solo"]
+    assert engine.count_jobs(held_by=figures["admission"]) == 3
+    at(clock, NOW + 10_001)  # the rate window has moved past both starts
+    assert engine.claim(req(limits=limits)).type == "api"
+
+
+# -- flows: reactions, chains, dependents, cancel by filter -------------------------------------
+
+
+def test_a_change_carries_out_its_reaction_in_the_same_step(engine, clock):
+    import json
+
+    engine.insert_jobs([new(type="work", payload='{"a":1}', on_buried="alert")], "a")
+    job = engine.claim(req())
+    at(clock, NOW + 5)
+    reaction = new(type="alert", queue="ops", priority=50, max_attempts=7)
+
+    def bury(job, now):
+        return Change("buried", {"error": "boom"}, message="boom", run="failed", reaction=reaction)
+
+    buried = engine.update_job(job.id, bury, "w")
+    assert buried.status == "buried" and buried.on_buried == "alert"
+    (r,) = engine.list_jobs(type="alert")
+    body = json.loads(r.payload)
+    assert body["event"] == "buried"
+    assert body["job"] == buried.to_dict()  # the job after the change, as `show --json` prints it
+    assert (r.queue, r.priority, r.max_attempts, r.status, r.run_at) == ("ops", 50, 7, "pending", NOW + 5)
+    assert [e.message for e in engine.events(r.id)] == [f"enqueued: reaction to job {job.id} (buried)"]
+    assert f"reaction: job {r.id} (alert)" in engine.events(job.id)[-1].message
+    assert reaction.payload == "{}"  # the template is not changed: a decide may run twice
+
+
+def test_a_reaction_the_change_leaves_out_is_refused_and_nothing_changes(engine):
+    engine.insert_jobs([new(on_completed="notify")], "a")
+    job = engine.claim(req())
+    with pytest.raises(InvalidState, match="reaction"):
+        engine.update_job(job.id, set_to("completed"), "w")
+    assert engine.get_job(job.id).status == "running"
+    assert engine.count_jobs() == 1
+    engine.update_job(job.id, set_to("pending"), "w")  # not a state it reacts to: fine
+    assert engine.get_job(job.id).status == "pending"
+
+
+def test_insert_after_previous_makes_a_chain(engine):
+    ids = [i for i, _ in engine.insert_jobs([new(type="a"), new(type="b", after_previous=True),
+                                             new(type="c", after_previous=True)], "a")]
+    assert [engine.get_job(i).after for i in ids] == [[], [ids[0]], [ids[1]]]
+    assert [j.type for j in [engine.claim(req())]] == ["a"]
+    assert engine.claim(req()) is None
+    with pytest.raises(NoSuchJob):  # all or nothing
+        engine.insert_jobs([new(type="d"), new(type="e", after_previous=True, after=[999])], "a")
+    assert engine.count_jobs() == 3
+
+
+def test_update_dependents_reaches_every_job_waiting_directly_or_not(engine):
+    engine.insert_jobs([new(), new(), new()], "a")  # 1, 2, 3
+    engine.insert_jobs([new(after=[1])], "a")  # 4
+    engine.insert_jobs([new(after=[4]), new(after=[2])], "a")  # 5 (through 4), 6 (not)
+    engine.insert_jobs([new(after=[5, 3])], "a")  # 7
+    seen = []
+
+    def cancel(job, now):
+        seen.append(job.id)
+        return Change("cancelled", {}, message="cancelled")
+
+    done = engine.update_dependents(1, cancel, "op")
+    assert [j.id for j in done] == [1, 4, 5, 7] and seen == [1, 4, 5, 7]
+    assert statuses(engine) == {1: "cancelled", 2: "pending", 3: "pending", 4: "cancelled", 5: "cancelled",
+                                6: "pending", 7: "cancelled"}
+    with pytest.raises(NoSuchJob):
+        engine.update_dependents(99, cancel, "op")
+
+
+def test_update_dependents_is_one_step(engine):
+    engine.insert_jobs([new(), new()], "a")
+    engine.insert_jobs([new(after=[1]), new(after=[1])], "a")
+
+    def cancel_but_refuse_4(job, now):
+        if job.id == 4:
+            raise InvalidState("no")
+        return Change("cancelled", {}, message="cancelled")
+
+    with pytest.raises(InvalidState):
+        engine.update_dependents(1, cancel_but_refuse_4, "op")
+    assert set(statuses(engine).values()) == {"pending"}
+
+
+def test_update_matching_by_kind_in_short_steps(engine, clock):
+    engine.insert_jobs([new(queue="q"), new(queue="q", delay_ms=60_000), new(queue="q", type="u"),
+                        new(queue="other")], "a")  # 1 ready, 2 scheduled, 3 ready (type u), 4 elsewhere
+    engine.insert_jobs([new(queue="q", after=[1])], "a")  # 5 blocked
+    engine.insert_jobs([new(queue="q"), new(queue="q")], "a")  # 6 (buried below), 7 ready
+    assert [engine.claim(req(queues=["q"], types=["t"])).id for _ in range(2)] == [1, 6]
+    engine.update_job(6, set_to("buried"), "w")
+    cancel = set_to("cancelled")
+    assert engine.update_matching(cancel, "op", kinds=["pending", "buried"], queue="q", dry_run=True) == {
+        "ready": 2, "scheduled": 1, "blocked": 1, "buried": 1}
+    assert engine.get_job(2).status == "pending"
+    progress = []
+    done = engine.update_matching(cancel, "op", kinds=["scheduled"], queue="q", batch=1,
+                                  on_progress=lambda d, t: progress.append((d, t)))
+    assert done == {"ready": 0, "scheduled": 1, "blocked": 0, "buried": 0} and progress == [(1, 1)]
+    assert engine.update_matching(cancel, "op", kinds=["blocked"], queue="q") == {
+        "ready": 0, "scheduled": 0, "blocked": 1, "buried": 0}
+    done = engine.update_matching(cancel, "op", kinds=["pending", "buried"], queue="q", type="t", batch=1,
+                                  on_progress=lambda d, t: progress.append((d, t)))
+    assert done == {"ready": 1, "scheduled": 0, "blocked": 0, "buried": 1} and progress[-1] == (2, 2)
+    assert statuses(engine) == {1: "running", 2: "cancelled", 3: "pending", 4: "pending", 5: "cancelled",
+                                6: "cancelled", 7: "cancelled"}
+    assert [e.to_status for e in engine.events(7)] == ["pending", "cancelled"]
+
+
 # -- pauses of one type, and pauses that end by themselves --------------------------------------
 
 

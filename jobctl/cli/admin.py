@@ -128,7 +128,7 @@ def pause(
     import sys
 
     with state(ctx).open_queue() as q:
-        known = q.engine.queue_names()
+        known = q.queue_names()
         q.pause(queue, type=type, for_=for_, until=until)
     if queue not in known:  # legitimate ahead of time, but a typo would leave the real queue running
         sys.stderr.write(f"jobctl: note: queue {queue} has no jobs yet; paused ahead of time "

@@ -90,6 +90,12 @@ STARTER = '''\
 # concurrency_group = "openai"   # shared by every type that names it
 # concurrency_limit = 4          # at most 4 cost units of the group (or of this type) running at once
 # cost_units = 1                 # what one running job of this type holds of that limit
+#
+# Reactions: when a job of this type is buried (completed, cancelled), a job of the named type
+# is enqueued in the same transaction, its payload {"event": "buried", "job": {...}}:
+# on_buried = "alert-oncall"
+# on_completed = "notify-customer"
+# on_cancelled = "release-stock"
 '''
 
 
@@ -209,6 +215,9 @@ def effective(st) -> list[tuple[str | None, str, object, str]]:
             rows.append((table, "concurrency_limit", tc.concurrency_limit, note))
         if tc.cost_units is not None:
             rows.append((table, "cost_units", tc.cost_units, where))
+        for key in ("on_buried", "on_completed", "on_cancelled"):
+            if getattr(tc, key) is not None:
+                rows.append((table, key, getattr(tc, key), where))
     return rows
 
 

@@ -1,5 +1,5 @@
 """The commands that move jobs: enqueue, claim, complete, fail, heartbeat, progress, cancel,
-retry, retry-buried. The first five are called from shell loops: keep them free of rich."""
+retry, retry-buried, reschedule. The first five are called from shell loops: keep them free of rich."""
 
 from __future__ import annotations
 
@@ -87,6 +87,7 @@ def enqueue(
     payload: Optional[str] = typer.Argument(None, metavar="[PAYLOAD]", help="The payload as JSON (default {})."),
     payload_file: Optional[str] = typer.Option(None, "--payload-file", metavar="PATH|-", help="Read the payload from a file, or - for stdin."),
     batch: Optional[str] = typer.Option(None, "--batch", metavar="PATH|-", help="Enqueue many jobs from NDJSON (all or nothing)."),
+    chain: Optional[str] = typer.Option(None, "--chain", metavar="PATH|-", help="Like --batch, and each job waits for the one before it to complete."),
     queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="The queue (default: the type's, else 'default')."),
     priority: Optional[str] = typer.Option(None, "--priority", "-p", autocompletion=complete_priority, help="low, normal, high, critical, or -1000..1000."),
     delay: Optional[str] = typer.Option(None, "--delay", metavar="DUR", help="Run no earlier than this from now (90s, 5m, 2h)."),
@@ -99,6 +100,9 @@ def enqueue(
     after: Optional[List[int]] = typer.Option(None, "--after", metavar="ID", help="Run only after job ID completed (repeatable)."),
     cost: Optional[str] = typer.Option(None, "--cost", metavar="N", help="Cost units the job holds of its concurrency limit while it runs (default: the type's cost_units, else 1)."),
     group: Optional[str] = typer.Option(None, "--group", metavar="G", help="Concurrency group whose limit the job counts against (default: the type's concurrency_group)."),
+    on_buried: Optional[str] = typer.Option(None, "--on-buried", metavar="TYPE", autocompletion=complete_type, help="When the job is buried, enqueue a job of TYPE with it in the payload (default: the type's on_buried). With --batch/--chain: for every job that names none."),
+    on_completed: Optional[str] = typer.Option(None, "--on-completed", metavar="TYPE", autocompletion=complete_type, help="When the job completes, enqueue a job of TYPE (default: the type's on_completed)."),
+    on_cancelled: Optional[str] = typer.Option(None, "--on-cancelled", metavar="TYPE", autocompletion=complete_type, help="When the job is cancelled, enqueue a job of TYPE (default: the type's on_cancelled)."),
     as_json: bool = typer.Option(False, "--json", help="Print the job as JSON, with \"created\"."),
     wait: bool = typer.Option(False, "--wait", help="Wait until the job is finished and print its result (JSON) instead of its id: exit 0 completed, 4 buried or cancelled, 5 --wait-timeout passed."),
     wait_timeout: Optional[str] = typer.Option(None, "--wait-timeout", metavar="DUR", help="With --wait: give up waiting after this long (exit 5; the job stays queued)."),
@@ -113,16 +117,25 @@ def enqueue(
     from jobctl.cli.foreground import parse_wait_timeout, wait_and_print
 
     wait_s = parse_wait_timeout(wait_timeout, "--wait-timeout")
-    if batch is not None:
+    reactions = {"on_buried": on_buried, "on_completed": on_completed, "on_cancelled": on_cancelled}
+    if batch is not None and chain is not None:
+        raise InvalidInput("give either --batch or --chain, not both")
+    if batch is not None or chain is not None:
+        flag = "--batch" if batch is not None else "--chain"
         if type is not None or payload is not None or payload_file is not None:
-            raise InvalidInput("--batch reads every job from NDJSON; give no TYPE, PAYLOAD or --payload-file with it")
-        lines = _read_batch_lines(batch, st.settings.max_payload_bytes)
+            raise InvalidInput(f"{flag} reads every job from NDJSON; give no TYPE, PAYLOAD or --payload-file with it")
+        lines = _read_batch_lines(batch if batch is not None else chain, st.settings.max_payload_bytes)  # type: ignore[arg-type]
         from jobctl.cli.progress import progress_bar
         from jobctl.queue import Queue
 
         checker = Queue(None, st.settings)  # bad input is refused before the file is created
         with progress_bar("checking", unit="lines") as on_progress:
-            prepared = checker.prepare_batch(lines, on_progress=on_progress)
+            prepared = checker.prepare_batch(lines, on_progress=on_progress, defaults=reactions)
+        if chain is not None:
+            if not prepared:
+                raise InvalidInput("--chain: no jobs in the input; nothing was enqueued")
+            for job in prepared[1:]:
+                job.after_previous = True
         with st.open_queue(create=True) as q:
             with progress_bar("enqueueing", unit="jobs") as on_progress:
                 results = q.insert(prepared, on_progress=on_progress)
@@ -145,7 +158,8 @@ def enqueue(
 
     new_job = Queue(None, st.settings).prepare(  # bad input is refused before the file is created
         type, payload_text=text, queue=queue, priority=priority, delay=delay, at=at, max_attempts=max_attempts,
-        backoff=backoff, timeout=timeout, key=key, unique=unique, after=after or [], cost=cost, group=group)
+        backoff=backoff, timeout=timeout, key=key, unique=unique, after=after or [], cost=cost, group=group,
+        **reactions)
     with st.open_queue(create=True) as q:
         r = q.insert([new_job])[0]
         if wait:
@@ -256,8 +270,9 @@ def progress(
         q.progress(job_id, token=token, message=message, percent=percent)
 
 
-def _each(ctx, job_ids: List[int], action, as_json: bool) -> None:
-    """Apply an action to several jobs; report every one; exit with the first error's code."""
+def _each(ctx, job_ids: List[int], action, as_json: bool, line=None) -> None:
+    """Apply an action to several jobs; report every one; exit with the first error's code.
+    An action may return a job or a list of jobs; line(job) is the human line (default: id and state)."""
     from jobctl.errors import JobctlError
     from jobctl.queue import validate_job_id
 
@@ -275,7 +290,8 @@ def _each(ctx, job_ids: List[int], action, as_json: bool) -> None:
 
                     _fail(e.message, e.exit_code)
                 continue
-            emit_json(job.to_dict()) if as_json else emit(f"{job.id} {job.status}")
+            for each in job if isinstance(job, list) else [job]:
+                emit_json(each.to_dict()) if as_json else emit(line(each) if line else f"{each.id} {each.status}")
     if first_error is not None:
         if len(job_ids) > 1:
             raise typer.Exit(first_error.exit_code)
@@ -285,16 +301,70 @@ def _each(ctx, job_ids: List[int], action, as_json: bool) -> None:
 @app.command()
 def cancel(
     ctx: typer.Context,
-    job_ids: List[int] = typer.Argument(..., metavar="ID...", help="One or more job ids."),
+    job_ids: Optional[List[int]] = typer.Argument(None, metavar="[ID...]", help="One or more job ids (or filter with --queue)."),
     reason: Optional[str] = typer.Option(None, "--reason", metavar="R", help="Why, kept in the job's history."),
     token: Optional[str] = typer.Option(None, "--token", metavar="T", help="As the claim's holder: confirm that the job stopped."),
-    as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line)."),
+    with_dependents: bool = typer.Option(False, "--with-dependents", help="Also cancel every job that waits on it, directly or not (one transaction)."),
+    queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Instead of ids: every job of this queue that has not started."),
+    type: Optional[str] = typer.Option(None, "--type", "-t", autocompletion=complete_type, help="With --queue: only jobs of this type."),
+    status: Optional[List[str]] = typer.Option(None, "--status", "-s", metavar="STATE", help="With --queue: pending (default; any pending job), scheduled, blocked or buried (repeatable)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="With --queue: only count them."),
+    as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line); with --queue the counts."),
 ):
     """Cancel jobs: pending and buried ones at once, running ones by asking their worker.
 
-    Example: jobctl cancel 42 43 --reason "customer left"
+    With --queue instead of ids, cancel every job of the queue not yet started (never a running
+    one), in short transactions; print how many.
+
+    Example: jobctl cancel 42 43 --reason "customer left"; jobctl cancel -q imports --status scheduled
     """
+    filtered = queue is not None or type is not None or status or dry_run
+    if filtered:
+        if job_ids:
+            raise InvalidInput("give job ids or a filter (--queue, --type, --status, --dry-run), not both")
+        if queue is None:
+            raise InvalidInput("a cancel by filter needs --queue Q (add --type or --status to narrow it)")
+        if token is not None or with_dependents:
+            raise InvalidInput("--token and --with-dependents work on job ids, not with --queue")
+        from jobctl.cli.progress import progress_bar
+
+        with state(ctx).open_queue() as q, progress_bar("cancelling", unit="jobs") as on_progress:
+            counts = q.cancel_matching(queue=queue, type=type, statuses=status or [], reason=reason, dry_run=dry_run,
+                                       on_progress=on_progress)
+        if as_json:
+            emit_json({"count": sum(counts.values()), "counts": counts, "dry_run": dry_run})
+        else:
+            emit(str(sum(counts.values())))
+        return
+    if not job_ids:
+        raise InvalidInput("missing job ids: `jobctl cancel ID...`, or `jobctl cancel --queue Q` for every job not yet started")
+    if with_dependents:
+        if token is not None:
+            raise InvalidInput("--with-dependents is an operator's cancel; give no --token with it")
+        _each(ctx, job_ids, lambda q, i: q.cancel_with_dependents(i, reason=reason), as_json)
+        return
     _each(ctx, job_ids, lambda q, i: q.cancel(i, token=token, reason=reason), as_json)
+
+
+@app.command()
+def reschedule(
+    ctx: typer.Context,
+    job_ids: List[int] = typer.Argument(..., metavar="ID...", help="One or more pending job ids."),
+    now: bool = typer.Option(False, "--now", help="Ready at once."),
+    delay: Optional[str] = typer.Option(None, "--in", metavar="DUR", help="Ready this long from now (90s, 5m, 2h)."),
+    at: Optional[str] = typer.Option(None, "--at", metavar="TIME", help="Ready at this time (ISO 8601)."),
+    as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line)."),
+):
+    """Set when pending jobs may run; print each id with its new run_at.
+
+    Example: jobctl reschedule 42 --now
+    """
+    from jobctl.durations import to_rfc3339
+
+    if sum((now, delay is not None, at is not None)) != 1:
+        raise InvalidInput("give exactly one of --now, --in DUR or --at TIME")
+    _each(ctx, job_ids, lambda q, i: q.reschedule(i, now=now, delay=delay, at=at), as_json,
+          line=lambda job: f"{job.id} {to_rfc3339(job.run_at)}")
 
 
 @app.command()

@@ -76,7 +76,7 @@ def stats(
             return q.stats(queues=queue, limit=limit, also_known=configured)
 
         if watch and sys.stdout.isatty():
-            _watch(snapshot, interval_s, q.engine.location)
+            _watch(snapshot, interval_s, q.location)
             return
         figures, now = snapshot()
 

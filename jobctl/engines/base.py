@@ -37,14 +37,16 @@ class NewJob(Record):
 
     __slots__ = ("queue", "type", "payload", "payload_hash", "priority", "max_attempts", "backoff", "timeout_ms",
                  "delay_ms", "not_before", "idempotency_key", "unique", "after", "source", "cost_units",
-                 "concurrency_group")
+                 "concurrency_group", "on_buried", "on_completed", "on_cancelled", "after_previous")
 
     def __init__(self, queue: str, type: str, payload: str, payload_hash: str, priority: int, max_attempts: int,
                  backoff: str, timeout_ms: int, delay_ms: int = 0, not_before: int | None = None,
                  idempotency_key: str | None = None, unique: bool = False,
                  after: list[int] | None = None,  # None: a new empty list
                  source: str | None = None,  # where it came from, for errors ("line 7" of a batch)
-                 cost_units: int = 1, concurrency_group: str | None = None):
+                 cost_units: int = 1, concurrency_group: str | None = None,
+                 on_buried: str | None = None, on_completed: str | None = None, on_cancelled: str | None = None,
+                 after_previous: bool = False):  # also wait for the job before it in the same insert (a chain)
         self.queue = queue
         self.type = type
         self.payload = payload
@@ -61,6 +63,10 @@ class NewJob(Record):
         self.source = source
         self.cost_units = cost_units
         self.concurrency_group = concurrency_group
+        self.on_buried = on_buried  # reaction types (Job.reaction_type)
+        self.on_completed = on_completed
+        self.on_cancelled = on_cancelled
+        self.after_previous = after_previous
 
     def run_at(self, now: int) -> int:
         return max(now + self.delay_ms, self.not_before or 0)
@@ -71,19 +77,28 @@ class Change(Record):
 
     `run` ends the current run with that outcome in the run log (completed, failed, lost,
     cancelled, released), which feeds throughput and duration figures. A Change that keeps the
-    status and has no message writes no event (a heartbeat, a progress report)."""
+    status and has no message writes no event (a heartbeat, a progress report).
 
-    __slots__ = ("to_status", "fields", "message", "details", "run", "actor")
+    `reaction` (transitions.with_reaction): a job to insert in the same transaction, after the
+    change is applied. Its payload is filled in by the engine: {"event": the new status, "job": the
+    changed job's to_dict(), as it is after the change}; its enqueue event names the job it reacts
+    to. The engine refuses (InvalidState) a change that makes a job buried, completed or cancelled
+    when the job has a reaction type for that state and the Change carries no reaction: a
+    reaction is never lost silently."""
+
+    __slots__ = ("to_status", "fields", "message", "details", "run", "actor", "reaction")
 
     def __init__(self, to_status: str, fields: dict, message: str | None = None, details: dict | None = None,
                  run: str | None = None,
-                 actor: str | None = None):  # who made it, when not the caller's actor: the claim's holder
+                 actor: str | None = None,  # who made it, when not the caller's actor: the claim's holder
+                 reaction: NewJob | None = None):  # a job to enqueue with this change (see below)
         self.to_status = to_status
         self.fields = fields
         self.message = message
         self.details = details
         self.run = run
         self.actor = actor
+        self.reaction = reaction
 
 
 Decide = Callable[[Job, int], "Change | None"]
@@ -153,7 +168,9 @@ class Engine(Protocol):
         """Insert all jobs or none; return (id, created) per job, in order. A job whose idempotency
         key exists returns the existing job (created=False) when type and payload hash match, else
         raises InvalidState naming it; a `unique` job returns a pending/running twin with the same
-        queue, type and payload. An `after` id that does not exist raises NoSuchJob.
+        queue, type and payload. An `after` id that does not exist raises NoSuchJob. A job with
+        `after_previous` also waits for the job listed before it (its id, or the existing job that
+        it returned), so a list of such jobs is a chain.
         on_progress(done, total) is called between chunks, inside the one transaction."""
 
     def claim(self, request: ClaimRequest) -> Job | None:
@@ -190,6 +207,21 @@ class Engine(Protocol):
                       on_progress: Callable[[int, int], None] | None = None) -> list[tuple[Job, Change]]:
         """Apply decide to every buried job (optionally of one queue and type), one transaction;
         on_progress(done, total) as it goes."""
+
+    def update_dependents(self, job_id: int, decide: Decide, actor: str) -> list[Job]:
+        """Apply decide to the job, then to every job that waits on it (`after`), directly or
+        through others, oldest first, in ONE transaction; return the job and each dependent that
+        changed. Raises NoSuchJob; if any decide refuses, nothing changes."""
+
+    def update_matching(self, decide: Decide, actor: str, *, kinds: list[str], queue: str | None = None,
+                        type: str | None = None, dry_run: bool = False, batch: int = 500,
+                        on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """Apply decide to every job of `kinds` ("pending": any pending job; "ready", "scheduled":
+        pending with run_at in the future, "blocked": pending and waiting on `after` jobs; "buried")
+        of a queue and type, in short transactions of `batch` jobs each, so workers are never held
+        up long; jobs enqueued meanwhile are left alone. Returns how many changed (would change,
+        with dry_run) by kind: {"ready", "scheduled", "blocked", "buried": n}.
+        on_progress(done, total) after each batch."""
 
     def purge(self, status: str, older_than_ms: int, *, dry_run: bool = False, batch: int = 500,
               on_progress: Callable[[int], None] | None = None) -> int:

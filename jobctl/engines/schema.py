@@ -170,6 +170,13 @@ def _v3(db) -> None:
     db.execute("CREATE INDEX runs_type_started ON runs (type, started_at)")
 
 
+def _v4(db) -> None:
+    """Reactions: the type of the job to enqueue when a job becomes buried, completed or
+    cancelled, stored at enqueue (so a later config change does not lose them)."""
+    for column in ("on_buried", "on_completed", "on_cancelled"):
+        db.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
+
+
 def _v5(db) -> None:
     """Pauses of one type in a queue, and pauses that end by themselves. A pause whose end has
     passed is simply ignored by the claim (no process has to wake up to resume it). The claim
@@ -181,7 +188,7 @@ def _v5(db) -> None:
     )
 
 
-MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 5: _v5}
+MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5}
 
 
 def migrate(conn: sqlite3.Connection, from_version: int) -> None:
@@ -190,7 +197,6 @@ def migrate(conn: sqlite3.Connection, from_version: int) -> None:
 
     db = sqlite_utils.Database(conn)
     for version in range(from_version + 1, SCHEMA_VERSION + 1):
-        if version in MIGRATIONS:  # a number may be unused (kept for a step of another branch)
-            MIGRATIONS[version](db)
+        MIGRATIONS[version](db)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")

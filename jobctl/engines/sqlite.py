@@ -25,9 +25,11 @@ from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob
 from jobctl.engines.schema import APPLICATION_ID, SCHEMA_VERSION  # sqlite-utils loads only on migrate
 from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, InvalidState, NoSuchJob
 from jobctl.models import FINISHED, Event, Job, row_damage
+from jobctl import payloads
 from jobctl.payloads import sha256
 
 HELD = ("running", "cancel_requested")
+REACTING = ("buried", "completed", "cancelled")  # the states a job may have a reaction to (Job.reaction_type)
 _TEXT = partial(str, encoding="utf-8", errors="surrogateescape")
 DEPENDS, DEPENDED_ON = 1, 2  # bits of jobs.dep_flags (schema.py)
 UNIQUE_LIVE = ("pending", "running", "cancel_requested")
@@ -337,7 +339,7 @@ class SQLiteEngine:
     _INSERT = (
         "INSERT INTO jobs (queue, type, payload, payload_hash, priority, status, max_attempts, backoff, "
         "timeout_ms, run_at, waiting_on, unique_key, idempotency_key, created_at, updated_at, cost_units, "
-        "concurrency_group) VALUES (?,?,?,?,?,'pending',?,?,?,?,?,?,?,?,?,?,?)"
+        "concurrency_group, on_buried, on_completed, on_cancelled) VALUES (?,?,?,?,?,'pending',?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
     )
 
     PROGRESS_STEP = 1000  # jobs between two on_progress calls (all inside the one transaction)
@@ -345,10 +347,13 @@ class SQLiteEngine:
     def insert_jobs(self, jobs: list[NewJob], actor: str, *,
                     on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
         with self._write() as (c, now):
-            if all(not (j.idempotency_key or j.unique or j.after) for j in jobs):
+            if all(not (j.idempotency_key or j.unique or j.after or j.after_previous) for j in jobs):
                 return self._insert_plain(c, jobs, now, actor, on_progress)
-            done = []
+            done: list[tuple[int, bool]] = []
             for j in jobs:
+                if j.after_previous and done:
+                    j = NewJob(**{k: getattr(j, k) for k in NewJob.__slots__})
+                    j.after = [*j.after, done[-1][0]]
                 done.append(self._insert_one(c, j, now, actor))
                 if on_progress is not None and (len(done) % self.PROGRESS_STEP == 0 or len(done) == len(jobs)):
                     on_progress(len(done), len(jobs))
@@ -364,7 +369,8 @@ class SQLiteEngine:
             c.executemany(
                 self._INSERT,
                 ((j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff,
-                  j.timeout_ms, j.run_at(now), 0, None, None, now, now, j.cost_units, j.concurrency_group)
+                  j.timeout_ms, j.run_at(now), 0, None, None, now, now, j.cost_units, j.concurrency_group,
+                  j.on_buried, j.on_completed, j.on_cancelled)
                  for j in jobs[start:start + step]),
             )
             if on_progress is not None:
@@ -379,7 +385,7 @@ class SQLiteEngine:
         )
         return [(i, True) for i in range(first, last + 1)]
 
-    def _insert_one(self, c, j: NewJob, now: int, actor: str) -> tuple[int, bool]:
+    def _insert_one(self, c, j: NewJob, now: int, actor: str, message: str = "enqueued") -> tuple[int, bool]:
         if j.idempotency_key is not None:
             row = c.execute(
                 "SELECT id, type, payload_hash FROM jobs WHERE idempotency_key = ?", (j.idempotency_key,)
@@ -413,7 +419,8 @@ class SQLiteEngine:
         cur = c.execute(
             self._INSERT,
             (j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff, j.timeout_ms,
-             j.run_at(now), waiting, unique_key, j.idempotency_key, now, now, j.cost_units, j.concurrency_group),
+             j.run_at(now), waiting, unique_key, j.idempotency_key, now, now, j.cost_units, j.concurrency_group,
+             j.on_buried, j.on_completed, j.on_cancelled),
         )
         job_id = cur.lastrowid
         if after:
@@ -421,7 +428,7 @@ class SQLiteEngine:
             c.execute(
                 f"UPDATE jobs SET dep_flags = dep_flags | CASE WHEN id = ? THEN {DEPENDS} ELSE {DEPENDED_ON} END "
                 f"WHERE id IN (?,{','.join('?' * len(after))})", [job_id, job_id, *after])
-        self._event(job_id, now, None, "pending", actor, "enqueued")
+        self._event(job_id, now, None, "pending", actor, message)
         return job_id, True
 
     # -- claim -----------------------------------------------------------------------------
@@ -656,16 +663,42 @@ class SQLiteEngine:
                 "(SELECT job_id FROM job_deps WHERE after_id = ?)",
                 (now, job.id),
             )
+        message = change.message
+        if change.to_status != job.status and change.to_status in REACTING:
+            reaction_id = self._react(c, rows[0], change, now, change.actor or actor)
+            if reaction_id is not None and change.reaction is not None:
+                message = f"{message or change.to_status}; reaction: job {reaction_id} ({change.reaction.type})"
         if change.run and job.claimed_at is not None:
             c.execute(
                 "INSERT INTO runs (job_id, queue, type, worker, ready_at, started_at, ended_at, outcome) "
                 "VALUES (?,?,?,?,?,?,?,?)",
                 (job.id, job.queue, job.type, job.worker, job.run_at, job.claimed_at, now, change.run),
             )
-        if change.message is not None or change.to_status != job.status:
-            self._event(job.id, now, job.status, change.to_status, change.actor or actor, change.message,
-                        change.details)
+        if message is not None or change.to_status != job.status:
+            self._event(job.id, now, job.status, change.to_status, change.actor or actor, message, change.details)
         return Job.from_row(rows[0])
+
+    def _react(self, c, row, change: Change, now: int, actor: str) -> int | None:
+        """Inside the transaction that made the job of `row` become change.to_status: enqueue the
+        reaction the Change carries, with the job as it is now in its payload; its id (None: none).
+        A job with a reaction type for that state and a Change without one is refused."""
+        if change.reaction is None:
+            wanted = row[f"on_{change.to_status}"]
+            if wanted is not None:
+                raise InvalidState(
+                    f"job {row['id']} has a reaction ({wanted}) to becoming {change.to_status}, and this change "
+                    "would not enqueue it; nothing changed (make the change through jobctl's Queue)")
+            return None
+        changed = self._with_after(c, [Job.from_row(row)])[0]
+        body = {"event": change.to_status, "job": changed.to_dict()}
+        r = change.reaction
+        reaction = NewJob(**{k: getattr(r, k) for k in NewJob.__slots__})  # the template may be shared
+        reaction.payload = payloads.compact(body, depth_checked=True)
+        reaction.payload_hash = payloads.canonical_hash(body)
+        reaction.after, reaction.idempotency_key, reaction.unique = [], None, False
+        reaction_id, _ = self._insert_one(c, reaction, now, actor,
+                                          f"enqueued: reaction to job {row['id']} ({change.to_status})")
+        return reaction_id
 
     def _update_selected(self, select: Callable[[int], tuple[str, list]], decide: Decide, actor: str,
                          dry_run: bool, on_progress: Callable[[int, int], None] | None = None
@@ -708,6 +741,78 @@ class SQLiteEngine:
             sql += " AND type = ?"
             params.append(type)
         return self._update_selected(lambda now: (sql + " ORDER BY id", params), decide, actor, dry_run, on_progress)
+
+    def update_dependents(self, job_id: int, decide: Decide, actor: str) -> list[Job]:
+        """decide on the job, then on every job that waits on it, directly or not (oldest first),
+        in one transaction: the job, then each dependent that changed."""
+        with self._write() as (c, now):
+            done = [self._decide_and_apply(c, job_id, decide, now, actor)]
+            rows = c.execute(
+                "WITH RECURSIVE dependents(id) AS (SELECT job_id FROM job_deps WHERE after_id = ? "
+                "UNION SELECT d.job_id FROM job_deps d JOIN dependents ON d.after_id = dependents.id) "
+                "SELECT * FROM jobs WHERE id IN (SELECT id FROM dependents) ORDER BY id", (job_id,)).fetchall()
+            for row in rows:
+                job = Job.from_row(row)
+                change = decide(job, now)
+                if change is not None:
+                    done.append(self._apply(c, job, change, now, actor))
+            return done
+
+    MATCH_KINDS = {  # update_matching's kinds of job not yet started
+        "pending": "status = 'pending'",
+        "ready": "status = 'pending' AND waiting_on = 0 AND run_at <= :now",
+        "scheduled": "status = 'pending' AND waiting_on = 0 AND run_at > :now",
+        "blocked": "status = 'pending' AND waiting_on > 0",
+        "buried": "status = 'buried'",
+    }
+    _KIND_OF = ("CASE WHEN status = 'buried' THEN 'buried' WHEN waiting_on > 0 THEN 'blocked' "
+                "WHEN run_at > :now THEN 'scheduled' ELSE 'ready' END")
+
+    def update_matching(self, decide: Decide, actor: str, *, kinds: list[str], queue: str | None = None,
+                        type: str | None = None, dry_run: bool = False, batch: int = 500,
+                        on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """Apply decide to every job of the given kinds (MATCH_KINDS: pending, ready, scheduled,
+        blocked, buried) of a queue and type, in short transactions of `batch` jobs; jobs that
+        arrive meanwhile are left alone. Returns how many changed (would, with dry_run) by kind:
+        ready, scheduled, blocked, buried. on_progress(done, total) after each batch."""
+        where = "(" + " OR ".join(self.MATCH_KINDS[k] for k in kinds) + ")"
+        params: dict = {"now": self.now()}  # one "now" decides what is scheduled, for every batch
+        if queue is not None:
+            where += " AND queue = :queue"
+            params["queue"] = queue
+        if type is not None:
+            where += " AND type = :type"
+            params["type"] = type
+        counts = {"ready": 0, "scheduled": 0, "blocked": 0, "buried": 0}
+        with self._read() as c:
+            params["last"] = c.execute("SELECT COALESCE(MAX(id), 0) FROM jobs").fetchone()[0]
+            total = 0
+            for kind, n in c.execute(f"SELECT {self._KIND_OF}, count(*) FROM jobs WHERE {where} AND id <= :last "
+                                     "GROUP BY 1", params):
+                total += n
+                if dry_run:
+                    counts[kind] = n
+        if dry_run:
+            return counts
+        after, done = 0, 0
+        while True:
+            with self._write() as (c, now):
+                rows = c.execute(f"SELECT *, {self._KIND_OF} AS kind FROM jobs WHERE {where} AND id > :after "
+                                 "AND id <= :last ORDER BY id LIMIT :batch",
+                                 {**params, "after": after, "batch": batch}).fetchall()
+                for row in rows:
+                    job = Job.from_row(row)
+                    change = decide(job, now)
+                    if change is not None:
+                        self._apply(c, job, change, now, actor)
+                        counts[row["kind"]] += 1
+            done += len(rows)
+            if rows:
+                after = rows[-1]["id"]
+                if on_progress is not None:
+                    on_progress(done, max(total, done))
+            if len(rows) < batch:
+                return counts
 
     def purge(self, status: str, older_than_ms: int, *, dry_run: bool = False, batch: int = 500,
               on_progress: Callable[[int], None] | None = None) -> int:

@@ -46,6 +46,18 @@ def own_worker_id() -> str:
     return os.environ.get("JOBCTL_WORKER_ID") or f"{os.uname().nodename}:{os.getpid()}"
 
 
+def registry_base(engine) -> str:
+    """Where this host's records of running handlers live: beside a database file
+    (`<db>-handlers/`), else in this user's state folder, named after the database's identity."""
+    files = getattr(engine, "files", None)
+    if files is not None:
+        return files.path
+    import hashlib
+
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "jobctl", hashlib.sha256(engine.identity.encode()).hexdigest()[:16])
+
+
 @dataclass
 class WorkerOptions:
     worker_id: str = field(default_factory=own_worker_id)
@@ -106,7 +118,7 @@ class Worker:
         self.log = log or Log(options.worker_id, options.log_format)
         self.types = handler_types(settings, options.types)
         self.real = launcher is None  # real processes (not a test's fakes)
-        self.registry = (handlers.Registry(queue.engine.path, warn=lambda m: self.log("registry", m))
+        self.registry = (handlers.Registry(registry_base(queue.engine), warn=lambda m: self.log("registry", m))
                          if self.real else None)
         self.sup = Supervisor(launcher or PosixLauncher(), clock, kill_grace=options.kill_grace,
                               registry=self.registry, worker_id=options.worker_id, log=self.log)

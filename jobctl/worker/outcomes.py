@@ -94,7 +94,7 @@ class Recorder:
             # what fills it: a checkpoint that truncates it can give the space back.
             if not self.checkpoint_tried:
                 self.checkpoint_tried = True
-                checkpoint = getattr(self.q.engine, "checkpoint", None)
+                checkpoint = getattr(getattr(self.q.engine, "files", None), "checkpoint", None)
                 if checkpoint is not None:
                     try:
                         checkpoint()

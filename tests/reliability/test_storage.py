@@ -347,3 +347,29 @@ def test_group_or_world_writable_database_is_refused_with_the_reason(db, mode):
     assert files_state(db.parent) == before
     os.chmod(db, 0o600)
     assert run_inproc("list", db=db).exit_code == 0
+
+
+def test_a_disk_full_to_the_last_byte_says_full_not_an_io_error(small_disk):
+    """With no byte left, SQLite cannot even make its -shm file and says I/O error (SHMSIZE):
+    every command names the cause, the full disk."""
+    mnt, mounted = small_disk
+    if not mounted:
+        pytest.skip("needs a small tmpfs (root): a file-size limit cannot fill the disk for other files")
+    db = mnt / "jobs.db"
+    assert jobctl("enqueue", "t", db=db).exit_code == 0
+    with open(mnt / "filler", "wb") as f:  # every byte that is left
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    try:
+        for args in (["list"], ["claim"], ["enqueue", "t"], ["stats"]):
+            r = jobctl(*args, db=db)
+            assert r.exit_code == 8, (args, r.output)
+            line = r.one_error_line()
+            assert "full" in line and "SHMSIZE" not in line, (args, line)
+    finally:
+        os.unlink(mnt / "filler")
+    assert jobctl("list", "--json", db=db).exit_code == 0

@@ -27,7 +27,8 @@ def pause_label(q: dict) -> str | None:
 
 def pauses_in_the_way(pauses: Sequence[tuple[str, str | None, int | None]], queues: Sequence[str] | None,
                       types: Sequence[str] | None, now: int) -> str:
-    """For `claim` that found nothing: the pauses of the queues (and types) it asked for, as
+    """For `claim` that found nothing: the pauses of the queues and types it asked for (every type
+    pause of the queues named, when no type was), as
     `; queue billing is paused until … (`jobctl resume billing`)`, or ""."""
     found = []
     for queue, type_, until in pauses:
@@ -35,7 +36,7 @@ def pauses_in_the_way(pauses: Sequence[tuple[str, str | None, int | None]], queu
             continue
         if type_ is None and queues:
             found.append(f"queue {queue} is paused{until_text(until, now)} (`jobctl resume {queue}`)")
-        elif type_ is not None and types and type_ in types:
+        elif type_ is not None and (type_ in types if types else bool(queues)):
             found.append(f"type {type_} is paused in queue {queue}{until_text(until, now)} "
                          f"(`jobctl resume {queue} --type {type_}`)")
     return "".join("; " + f for f in found)

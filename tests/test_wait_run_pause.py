@@ -288,7 +288,11 @@ def test_pause_a_type_holds_only_it_and_every_view_says_so(cli, db):
     queue = json.loads(cli("stats", "--json").stdout)["queues"]["billing"]
     assert (queue["paused"], queue["paused_until"], queue["paused_types"]) == (False, None, {"a": None})
     assert "paused types: a" in cli("stats").stdout
-    assert json.loads(cli("claim").stdout)["id"] == 2  # type b still flows
+    r = cli("claim", "-q", "billing", "--type", "c")
+    assert r.exit_code == 5 and r.one_error_line() == "jobctl: error: no job is ready"  # not what it asked for
+    assert json.loads(cli("claim", "-q", "billing").stdout)["id"] == 2  # type b still flows
+    r = cli("claim", "-q", "billing")
+    assert r.exit_code == 5 and "type a is paused in queue billing" in r.one_error_line()
     r = cli("resume", "billing", "--type", "b")
     assert r.exit_code == 2 and "type b is not paused in queue billing" in r.one_error_line()
     assert cli("resume", "billing", "--type", "a").exit_code == 0

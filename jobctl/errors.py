@@ -89,3 +89,25 @@ class DamagedJob(DatabaseUnusable):
         super().__init__(f"damaged job {job_id}: {reason}; `jobctl doctor` says more")
         self.job_id = job_id
         self.reason = reason
+
+
+class WaitTimedOut(JobctlError):
+    """the jobs did not finish in time"""
+
+    exit_code = 5
+
+
+class CannotRun(JobctlError):
+    """the handler could not be started (127: not found; 126: found but cannot be run, as a shell says)"""
+
+    exit_code = 127
+
+    def __init__(self, message: str | None = None, exit_code: int = 127):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class HandlerTimedOut(JobctlError):
+    """the handler ran past its timeout and was stopped"""
+
+    exit_code = 124

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from jobctl.durations import format_duration, to_rfc3339
 from jobctl.models import Event, Job
+from jobctl.pauses import pause_label
 from jobctl.untrusted import mask, safe  # noqa: F401  (re-exported: output.safe, output.mask)
 
 STATUS_STYLE = {
@@ -340,8 +341,9 @@ def queues_table(stats: dict, previous: dict | None = None) -> Table:
         growing = name in before and q["ready"] > before[name]["ready"]
         ready = Text(_count(q["ready"]) + (" ↑" if growing else ""), style="bold yellow" if growing else "")
         label = text(name)
-        if q["paused"]:
-            label.append(" (paused)", style="magenta")
+        paused = pause_label(q)
+        if paused:
+            label.append(f" ({paused})", style="magenta")
         table.add_row(
             label, ready, _count(q["scheduled"]), _count(q["blocked"]), _count(q["running"]),
             _count(q["cancel_requested"]), Text(_count(q["buried"]), style="red" if q["buried"] else ""),
@@ -579,7 +581,8 @@ def queue_lines(stats: dict, width: int, previous: dict | None = None, max_rows:
         if name is None:
             label = Cell(Text("(all)", style="bold"))
         else:
-            label = Cell(text(name), Text(" (paused)", style="magenta") if r.get("paused") else None)
+            paused = pause_label(r)
+            label = Cell(text(name), Text(f" ({paused})", style="magenta") if paused else None)
         row: list[Cell | Text | str] = [label]
         for key, _, _ in QUEUE_COLUMNS:
             if key == "oldest_ready_age":
@@ -610,8 +613,9 @@ def summary_line(stats: dict) -> Text:
     if ages:
         age, name = max(ages, key=lambda a: (a[0], a[1]))
         line.append(f"oldest ready {_age(age)} in {safe(name)}")
-        if stats["queues"][name]["paused"]:
-            line.append(" (paused)", style="magenta")
+        paused = pause_label(stats["queues"][name])
+        if paused:
+            line.append(f" ({paused})", style="magenta")
     else:
         line.append("no ready jobs")
     return line

@@ -687,16 +687,51 @@ class Queue:
             return None
         return max(min(figures["opens_at"][t] for t in shut) - figures["now"], 0) / 1000
 
-    def pause(self, queue: str) -> None:
-        self.engine.set_paused(validate_name(queue, "queue"), True)
-
-    def resume(self, queue: str) -> None:
-        """Refused (InvalidInput) for a queue that is not paused: a typo must not pass for done."""
+    def pause(self, queue: str, *, type: str | None = None, for_=None, until=None) -> int | None:
+        """Pause claims from a queue, or of one type in it; `for_` (a duration) or `until` (a time)
+        end it by itself. Returns the end (ms) or None."""
         name = validate_name(queue, "queue")
-        paused = self.engine.paused_queues()
-        if name not in paused:
+        type = validate_name(type, "type") if type is not None else None
+        if for_ is not None and until is not None:
+            raise InvalidInput("--for and --until cannot be used together; give one of them")
+        end = None
+        if for_ is not None:
+            seconds = parse_duration(for_, what="--for")
+            if seconds <= 0:
+                raise InvalidInput("invalid --for: must be more than 0")
+            end = self.engine.now() + int(seconds * 1000)
+        elif until is not None:
+            end = parse_time(until)
+            if end <= self.engine.now():
+                raise InvalidInput(f"--until {until} is not in the future; give a later time, or --for DUR")
+        self.engine.set_paused(name, True, type=type, until=end)
+        return end
+
+    def pauses(self) -> list[tuple[str, str | None, int | None]]:
+        """The pauses in force: (queue, type or None for the whole queue, until ms or None)."""
+        pauses = getattr(self.engine, "pauses", None)
+        if pauses is None:
+            return [(name, None, None) for name in sorted(self.engine.paused_queues())]
+        return pauses()
+
+    def resume(self, queue: str, *, type: str | None = None) -> None:
+        """Refused (InvalidInput) for a queue or type that is not paused: a typo must not pass for
+        done. Without `type`, the queue and every type paused in it flow again."""
+        name = validate_name(queue, "queue")
+        type = validate_name(type, "type") if type is not None else None
+        pauses = self.pauses()
+        here = [p for p in pauses if p[0] == name]
+        if type is not None:
+            if not any(p[1] == type for p in here):
+                types = sorted(p[1] for p in here if p[1] is not None)
+                raise InvalidInput(f"type {type} is not paused in queue {name}; paused types there: "
+                                   f"{', '.join(types) or 'none'}"
+                                   + (f" (the whole queue is paused: `jobctl resume {name}`)"
+                                      if any(p[1] is None for p in here) else ""))
+        elif not here:
             known = self.engine.queue_names()
+            paused = sorted({p[0] for p in pauses})
             what = f"queue {name} is not paused" if name in known else f"there is no queue named {name!r}"
-            raise InvalidInput(f"{what}; paused queues: {', '.join(sorted(paused)) or 'none'}"
+            raise InvalidInput(f"{what}; paused queues: {', '.join(paused) or 'none'}"
                                + (f"; known queues: {', '.join(known)}" if name not in known else ""))
-        self.engine.set_paused(name, False)
+        self.engine.set_paused(name, False, type=type)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from jobctl.durations import format_duration, parse_time, to_rfc3339
 from jobctl.models import Job
+from jobctl.pauses import until_text as _until
 
 if TYPE_CHECKING:
     pass
@@ -70,6 +71,8 @@ def collect(snap: dict, *, queues: list[str] | None = None, limit: int = 10,
             "cancelled": c.get("cancelled", 0),
             "oldest_ready_age": _seconds(now - oldest) if oldest is not None else None,
             "paused": snap["paused"].get(name, False),
+            "paused_until": to_rfc3339(snap.get("paused_until", {}).get(name)),
+            "paused_types": {t: to_rfc3339(u) for t, u in sorted(snap.get("paused_types", {}).get(name, {}).items())},
         }
 
     def keep(jobs: list[Job]) -> list[Job]:
@@ -213,7 +216,8 @@ def prometheus(stats: dict) -> str:
 # -- why a job is not running (jobctl show) ----------------------------------------------------
 
 def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]] = (),
-            paused: set[str] | frozenset = frozenset(), held: str | None = None) -> str | None:
+            paused: set[str] | frozenset = frozenset(), held: str | None = None,
+            pauses: Sequence[tuple[str, str | None, int | None]] = ()) -> str | None:
     """One or two sentences saying why this job is where it is and what would move it; None for a
     running job that is fine, or a finished job."""
     reasons = []
@@ -235,7 +239,14 @@ def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]
         if job.run_at > now:
             reasons.append(f"scheduled: not before {to_rfc3339(job.run_at)} "
                            f"(in {format_duration((job.run_at - now) / 1000)})")
-        if job.queue in paused:
+        mine = [(t, u) for q, t, u in pauses if q == job.queue and t in (None, job.type)]
+        for type_, until in mine:
+            if type_ is None:
+                reasons.append(f"queue {job.queue} is paused{_until(until, now)}: `jobctl resume {job.queue}`")
+            else:
+                reasons.append(f"type {job.type} is paused in queue {job.queue}{_until(until, now)}: "
+                               f"`jobctl resume {job.queue} --type {job.type}`")
+        if job.queue in paused and not any(t is None for t, _ in mine):
             reasons.append(f"queue {job.queue} is paused: `jobctl resume {job.queue}`")
         if held and not reasons:
             reasons.append(f"held back by a limit: {held}")

@@ -81,8 +81,8 @@ def run_cli(*args, db=None, input=None, env=None, timeout=60, preexec_fn=None, b
 
 
 # Commands that belong to a whole process (signal handlers, child processes): run_inproc runs them
-# as a real process instead.
-PROCESS_COMMANDS = {"work"}
+# as a real process instead. run: the handler writes to the real stdout and stderr.
+PROCESS_COMMANDS = {"work", "run"}
 
 
 def _command(args) -> str | None:

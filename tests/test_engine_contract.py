@@ -608,3 +608,56 @@ def test_update_matching_by_kind_in_short_steps(engine, clock):
     assert statuses(engine) == {1: "running", 2: "cancelled", 3: "pending", 4: "pending", 5: "cancelled",
                                 6: "cancelled", 7: "cancelled"}
     assert [e.to_status for e in engine.events(7)] == ["pending", "cancelled"]
+
+
+# -- pauses of one type, and pauses that end by themselves --------------------------------------
+
+
+def test_a_type_pause_holds_only_that_type_in_that_queue(engine):
+    from jobctl.limits import Limits
+
+    engine.insert_jobs([new(queue="a", type="x", priority=30), new(queue="b", type="x", priority=20),
+                        new(queue="a", type="y")], "a")
+    engine.set_paused("a", True, type="x")
+    assert engine.pauses() == [("a", "x", None)]
+    assert engine.paused_queues() == set()  # the queue as a whole is not paused
+    assert "a" in engine.queue_names()
+    limits = Limits(types={"x": 5})
+    # every claim path: any queue, the queue named, the types named, and under limits (both paths)
+    assert engine.claim(req(queues=["a"], types=["x"])) is None
+    assert engine.claim(req(queues=["a"], types=["x"], limits=limits)) is None
+    assert engine.claim(req(queues=["a"], limits=limits)).id == 3
+    assert engine.claim(req(types=["x"])).id == 2  # the same type in another queue still runs
+    assert engine.claim(req(limits=limits)) is None
+    engine.set_paused("a", False, type="x")
+    assert engine.pauses() == []
+    assert engine.claim(req(types=["x"], limits=limits)).id == 1
+
+
+def test_a_pause_with_an_end_lifts_by_itself(engine, clock):
+    engine.insert_jobs([new(queue="a", type="x"), new(queue="a", type="y")], "a")
+    engine.set_paused("a", True, until=NOW + 60_000)
+    engine.set_paused("a", True, type="y", until=NOW + 120_000)
+    assert engine.pauses() == [("a", None, NOW + 60_000), ("a", "y", NOW + 120_000)]
+    assert engine.paused_queues() == {"a"}
+    snap = engine.stats_snapshot()
+    assert snap["paused"]["a"] is True and snap["paused_until"] == {"a": NOW + 60_000}
+    assert snap["paused_types"] == {"a": {"y": NOW + 120_000}}
+    assert engine.claim(req()) is None
+    at(clock, NOW + 60_000)  # the queue's pause ends at this very moment: nothing has to run to lift it
+    assert engine.paused_queues() == set() and engine.stats_snapshot()["paused"]["a"] is False
+    assert engine.claim(req()).id == 1
+    assert engine.claim(req()) is None  # y is still paused
+    at(clock, NOW + 120_001)
+    assert engine.pauses() == [] and engine.stats_snapshot()["paused_types"] == {}
+    assert engine.claim(req()).id == 2
+
+
+def test_resuming_a_queue_ends_its_type_pauses_too(engine):
+    engine.insert_jobs([new(queue="a", type="x")], "a")
+    engine.set_paused("a", True)
+    engine.set_paused("a", True, type="x")
+    engine.set_paused("b", True, type="x")
+    engine.set_paused("a", False)
+    assert engine.pauses() == [("b", "x", None)]
+    assert engine.claim(req()).id == 1

@@ -56,6 +56,7 @@ def test_stats_figures_of_a_known_database(db):
     assert s["generated_at"] == "2027-01-15T08:10:00.000Z"
     zero = dict.fromkeys(("ready", "scheduled", "blocked", "running", "cancel_requested", "buried", "completed",
                           "cancelled"), 0)
+    zero.update(paused_until=None, paused_types={})  # no pause ends by itself, no type is paused
     assert s["queues"] == {
         "billing": {**zero, "ready": 2, "scheduled": 1, "oldest_ready_age": 600.0, "paused": False},
         "default": {**zero, "ready": 1, "blocked": 1, "completed": 1, "oldest_ready_age": 600.0, "paused": False},
@@ -108,7 +109,8 @@ def test_stats_json_from_the_command_line(cli, db):
     assert set(s) >= {"generated_at", "queues", "stuck", "buried", "aging", "throughput"}
     assert set(s["queues"]) == {"billing", "default", "email", "idle"}
     assert set(s["queues"]["billing"]) == {"ready", "scheduled", "blocked", "running", "cancel_requested", "buried",
-                                           "completed", "cancelled", "oldest_ready_age", "paused"}
+                                           "completed", "cancelled", "oldest_ready_age", "paused", "paused_until",
+                                           "paused_types"}
     # payloads in --json exactly as enqueued, never masked
     assert s["buried"][0]["payload"] == {"password": "hunter2"}
     r = cli("stats", "--json", "-q", "email")

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from jobctl.cli.app import app, emit, emit_json, state
-from jobctl.completion import complete_queue
+from jobctl.completion import complete_queue, complete_type
 from jobctl.errors import CheckFailed, InvalidInput
 
 
@@ -111,31 +111,49 @@ def purge(
 
 
 @app.command()
-def pause(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE", autocompletion=complete_queue,
-                                                          help="The queue to pause.")):
-    """Stop claims from a queue (enqueue still works); a queue with no jobs yet can be paused ahead.
+def pause(
+    ctx: typer.Context,
+    queue: str = typer.Argument(..., metavar="QUEUE", autocompletion=complete_queue, help="The queue to pause."),
+    type: Optional[str] = typer.Option(None, "--type", "-t", metavar="T", autocompletion=complete_type, help="Pause only the jobs of this type in the queue."),
+    for_: Optional[str] = typer.Option(None, "--for", metavar="DUR", help="Resume by itself after this long (90s, 30m, 2h)."),
+    until: Optional[str] = typer.Option(None, "--until", metavar="TIME", help="Resume by itself at this time (ISO 8601)."),
+):
+    """Stop claims from a queue, or of one type in it; enqueue still works.
 
-    Example: jobctl pause billing
+    A queue with no jobs yet can be paused ahead. With --for or --until the pause ends by itself;
+    `jobctl resume` ends it sooner.
+
+    Example: jobctl pause billing --type send-invoice --for 30m
     """
     import sys
 
     with state(ctx).open_queue() as q:
         known = q.queue_names()
-        q.pause(queue)
+        q.pause(queue, type=type, for_=for_, until=until)
     if queue not in known:  # legitimate ahead of time, but a typo would leave the real queue running
         sys.stderr.write(f"jobctl: note: queue {queue} has no jobs yet; paused ahead of time "
                          f"(known queues: {', '.join(known) or 'none'})\n")
 
 
 @app.command()
-def resume(ctx: typer.Context, queue: str = typer.Argument(..., metavar="QUEUE", autocompletion=complete_queue,
-                                                           help="The paused queue.")):
-    """Let workers claim from a paused queue again (a queue that is not paused is refused, exit 2).
+def resume(
+    ctx: typer.Context,
+    queue: str = typer.Argument(..., metavar="QUEUE", autocompletion=complete_queue, help="The paused queue."),
+    type: Optional[str] = typer.Option(None, "--type", "-t", metavar="T", autocompletion=complete_type, help="End only the pause of this type in the queue."),
+):
+    """Let workers claim from a paused queue again, and from every type paused in it.
+
+    With --type, only that type's pause ends. A queue or type that is not paused is refused (exit 2).
 
     Example: jobctl resume billing
     """
+    import sys
+
     with state(ctx).open_queue() as q:
-        q.resume(queue)
+        q.resume(queue, type=type)
+        if type is not None and queue in q.paused_queues():
+            sys.stderr.write(f"jobctl: note: type {type} resumed, but the whole queue {queue} is still paused "
+                             f"(`jobctl resume {queue}`)\n")
 
 
 @app.command()

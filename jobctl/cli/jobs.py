@@ -104,12 +104,19 @@ def enqueue(
     on_completed: Optional[str] = typer.Option(None, "--on-completed", metavar="TYPE", autocompletion=complete_type, help="When the job completes, enqueue a job of TYPE (default: the type's on_completed)."),
     on_cancelled: Optional[str] = typer.Option(None, "--on-cancelled", metavar="TYPE", autocompletion=complete_type, help="When the job is cancelled, enqueue a job of TYPE (default: the type's on_cancelled)."),
     as_json: bool = typer.Option(False, "--json", help="Print the job as JSON, with \"created\"."),
+    wait: bool = typer.Option(False, "--wait", help="Wait until the job is finished and print its result (JSON) instead of its id: exit 0 completed, 4 buried or cancelled, 5 --wait-timeout passed."),
+    wait_timeout: Optional[str] = typer.Option(None, "--wait-timeout", metavar="DUR", help="With --wait: give up waiting after this long (exit 5; the job stays queued)."),
 ):
     """Add a job; print its id.
 
     Example: jobctl enqueue send-invoice '{"order": 42}' -q billing -p high --key order-42
     """
     st = state(ctx)
+    if wait_timeout is not None and not wait:
+        raise InvalidInput("--wait-timeout is a limit of --wait: give --wait too")
+    from jobctl.cli.foreground import parse_wait_timeout, wait_and_print
+
+    wait_s = parse_wait_timeout(wait_timeout, "--wait-timeout")
     reactions = {"on_buried": on_buried, "on_completed": on_completed, "on_cancelled": on_cancelled}
     if batch is not None and chain is not None:
         raise InvalidInput("give either --batch or --chain, not both")
@@ -132,6 +139,9 @@ def enqueue(
         with st.open_queue(create=True) as q:
             with progress_bar("enqueueing", unit="jobs") as on_progress:
                 results = q.insert(prepared, on_progress=on_progress)
+            if wait:  # one line per job, in input order: its result, or null when it did not complete
+                return wait_and_print(q, [r.id for r in results], wait_s, results=True, as_json=as_json,
+                                      placeholders=True)
             if as_json:
                 jobs = q.get_many([r.id for r in results])
                 for job, r in zip(jobs, results):
@@ -152,6 +162,8 @@ def enqueue(
         **reactions)
     with st.open_queue(create=True) as q:
         r = q.insert([new_job])[0]
+        if wait:
+            return wait_and_print(q, [r.id], wait_s, results=True, as_json=as_json)
         if as_json:
             emit_json({**q.get(r.id).to_dict(), "created": r.created})
         else:
@@ -179,9 +191,9 @@ def claim(
         options = dict(worker=worker, queues=queue, types=type, lease=lease)
         job = q.claim_wait(wait_s, **options) if wait_s else q.claim(**options)
         if job is None:
-            paused = sorted(set(queue or ()) & q.paused_queues())
-            why = (f"; queue {', '.join(paused)} is paused (`jobctl resume {paused[0]}`)" if len(paused) == 1 else
-                   f"; queues {', '.join(paused)} are paused (`jobctl resume QUEUE`)" if paused else "")
+            from jobctl.pauses import pauses_in_the_way
+
+            why = pauses_in_the_way(q.pauses(), queue, type, q.now())
             raise NothingToClaim("no job is ready" + (f" after waiting {wait}" if wait else "") + why)
         emit_json(job.to_dict(claim=True))
 

@@ -77,7 +77,7 @@ def show(
 
         ready = job.status == "pending" and not job.waiting_on and job.run_at <= now
         why = explain(job, now, dependencies=q.dependencies(job.id) if job.after else [],
-                      paused=q.paused_queues() if job.status == "pending" else set(),
+                      pauses=q.pauses() if job.status == "pending" else [],
                       held=q.held_because(job) if ready else None)
     from jobctl import output
 

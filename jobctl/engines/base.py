@@ -175,7 +175,8 @@ class Engine(Protocol):
 
     def claim(self, request: ClaimRequest) -> Job | None:
         """Atomically move the best ready job to running and return it. Ready: pending, run_at
-        <= now, every `after` job completed, queue not paused; best: of the first listed queue that
+        <= now, every `after` job completed, neither its queue nor its type in that queue paused by a
+        pause that has not ended (see set_paused); best: of the first listed queue that
         has one, highest priority, then earliest run_at, then lowest id. With request.limits, only
         jobs that the limits admit, counted inside the claim's transaction (limits.admission)."""
 
@@ -228,7 +229,12 @@ class Engine(Protocol):
         history, in short transactions of `batch` jobs so workers are never held up long;
         on_progress(deleted so far) after each batch. Returns how many (would be, with dry_run)."""
 
-    def set_paused(self, queue: str, paused: bool) -> None: ...
+    def set_paused(self, queue: str, paused: bool, *, type: str | None = None, until: int | None = None) -> None:
+        """Pause (or resume) claims from a queue, or with `type` of that type in that queue only;
+        `until` (ms since the epoch; None: until resumed) ends the pause by itself: a pause whose
+        end has passed is ignored by claims and views, with no process needed to lift it. Pausing
+        again replaces the end. Resuming a queue without `type` also ends its types' pauses. One
+        transaction; the queue becomes known (queue_names) either way."""
 
     # -- reads: one consistent snapshot each ----------------------------------------------
     def get_job(self, job_id: int) -> Job: ...
@@ -248,13 +254,19 @@ class Engine(Protocol):
     def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                    stuck: bool = False, created_older_than_ms: int | None = None, held_by=None) -> int:
         """How many jobs list_jobs would return without a limit."""
-    def paused_queues(self) -> set[str]: ...
+    def paused_queues(self) -> set[str]:
+        """Queues whose whole-queue pause has not ended."""
+    def pauses(self) -> list[tuple[str, str | None, int | None]]:
+        """Every pause in force now, as (queue, type or None for the whole queue, until ms or None),
+        by queue, the whole-queue pause first, then types by name."""
 
     def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000, queues: list[str] | None = None) -> dict:
         """The raw figures of `jobctl stats`, all from ONE consistent read, as a dict:
         now (the snapshot's time, ms); counts {queue: {state: n}} (a pending job waiting on
         `after` jobs counts as "blocked", not "pending"); paused {queue: bool} (every row of the
-        queues table); scheduled {queue: n} (pending, not blocked, run_at > now); oldest_ready
+        queues table; true while a whole-queue pause is in force); paused_until {queue: ms or None}
+        (the queues paused now, and when that ends); paused_types {queue: {type: ms or None}} (type
+        pauses in force); scheduled {queue: n} (pending, not blocked, run_at > now); oldest_ready
         {queue: run_at ms} (of the oldest pending, unblocked job with run_at <= now); aging [Job]
         (those jobs, oldest run_at first, at most `limit`); stuck [Job] (running or
         cancel_requested whose lease expired or that ran past claimed_at + timeout; oldest claim

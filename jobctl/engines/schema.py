@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 APPLICATION_ID = 0x6A6F6263  # "jobc"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def _v1(db) -> None:
@@ -177,7 +177,18 @@ def _v4(db) -> None:
         db.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
 
 
-MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4}
+def _v5(db) -> None:
+    """Pauses of one type in a queue, and pauses that end by themselves. A pause whose end has
+    passed is simply ignored by the claim (no process has to wake up to resume it). The claim
+    looks a candidate's (queue, type) up by this table's primary key, inside its one statement."""
+    db.execute("ALTER TABLE queues ADD COLUMN paused_until INTEGER")  # NULL: until resumed
+    db.execute(
+        "CREATE TABLE paused_types (queue TEXT NOT NULL, type TEXT NOT NULL, until INTEGER, "
+        "updated_at INTEGER NOT NULL, PRIMARY KEY (queue, type)) WITHOUT ROWID"
+    )
+
+
+MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5}
 
 
 def migrate(conn: sqlite3.Connection, from_version: int) -> None:

@@ -126,6 +126,13 @@ def _create_database(path: Path) -> None:
                 pass
 
 
+# A ready job is held while its queue is paused, or its type is paused in its queue, by a pause
+# that has not ended (an ended pause is ignored: nothing has to wake up to resume it). Both are
+# key lookups inside the claim's one statement. Its two parameters are both "now".
+NOT_PAUSED = (" AND queue NOT IN (SELECT name FROM queues WHERE paused = 1 AND (paused_until IS NULL OR paused_until > ?))"
+              " AND NOT EXISTS (SELECT 1 FROM paused_types p WHERE p.queue = jobs.queue AND p.type = jobs.type"
+              " AND (p.until IS NULL OR p.until > ?))")
+
 class SQLiteEngine:
     """The Engine contract (engines/base.py) on one SQLite file."""
 
@@ -445,10 +452,9 @@ class SQLiteEngine:
             # to sorting every pending row (its choice on a fresh file without statistics).
             index = "jobs_ready_by_queue" if queue is not None else "jobs_ready"
             pick = (f"SELECT id FROM jobs INDEXED BY {index} "
-                    f"WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?{queue_filter}{type_filter} "
-                    f"AND queue NOT IN (SELECT name FROM queues WHERE paused = 1) "
-                    f"ORDER BY priority DESC, run_at, id LIMIT 1")
-            job = self._take(c, request, now, pick, [now, *queue_params, *type_params])
+                    f"WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?{queue_filter}{type_filter}"
+                    f"{NOT_PAUSED} ORDER BY priority DESC, run_at, id LIMIT 1")
+            job = self._take(c, request, now, pick, [now, *queue_params, *type_params, now, now])
             if job is not None:
                 return job
         return None
@@ -530,7 +536,7 @@ class SQLiteEngine:
         transaction. A shut type's jobs are skipped, never waited on (no head-of-line blocking)."""
         admission = self._admission(c, request.limits, request.types, now)
         room_sql, room_params = self._room_filter(admission)
-        paused = " AND queue NOT IN (SELECT name FROM queues WHERE paused = 1)"
+        paused = NOT_PAUSED
         types = request.types
         if types is not None:
             types = [t for t in types if t not in admission.shut_types]
@@ -548,7 +554,7 @@ class SQLiteEngine:
                        f"{paused}{room_sql} ORDER BY priority DESC, run_at, id LIMIT 1)")
                 pick = (f"SELECT id FROM ({' UNION ALL '.join([one] * len(types))}) "
                         "ORDER BY priority DESC, run_at, id LIMIT 1")
-                params = [p for t in types for p in (t, now, *queue_params, *room_params)]
+                params = [p for t in types for p in (t, now, *queue_params, now, now, *room_params)]
             else:
                 shut = sorted(admission.shut_types)
                 shut_sql = f" AND type NOT IN ({','.join('?' * len(shut))})" if shut else ""
@@ -556,7 +562,7 @@ class SQLiteEngine:
                 pick = (f"SELECT id FROM jobs INDEXED BY {index} "
                         f"WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?{queue_filter}{paused}"
                         f"{shut_sql}{room_sql} ORDER BY priority DESC, run_at, id LIMIT 1")
-                params = [now, *queue_params, *shut, *room_params]
+                params = [now, *queue_params, now, now, *shut, *room_params]
             job = self._take(c, request, now, pick, params)
             if job is not None:
                 return job
@@ -575,7 +581,7 @@ class SQLiteEngine:
             starts = {t: self._recent_starts(c, held, t, n, window, now) for t, (n, window) in limits.rates.items()}
             admission = policy.admission(limits, {t: len(s) for t, s in starts.items()}, units)
             ready_sql = ("SELECT count(*) FROM jobs INDEXED BY {} WHERE status = 'pending' AND waiting_on = 0 "
-                         "AND run_at <= ? AND {} AND queue NOT IN (SELECT name FROM queues WHERE paused = 1)")
+                         "AND run_at <= ? AND {}" + NOT_PAUSED)
             held_ready: dict[tuple[str, str], int] = {}
             for t in {*limits.rates, *limits.types}:
                 if t in admission.shut_types:  # every ready job of a rate-shut type waits
@@ -586,11 +592,11 @@ class SQLiteEngine:
                 else:  # a rate with starts to spare holds nothing back
                     held_ready[("type", t)] = 0
                     continue
-                held_ready[("type", t)] = c.execute(sql, args).fetchone()[0]
+                held_ready[("type", t)] = c.execute(sql, [*args, now, now]).fetchone()[0]
             for g in limits.groups:
                 held_ready[("group", g)] = c.execute(
                     ready_sql.format("jobs_ready_by_group", "concurrency_group = ? AND cost_units > ?"),
-                    (now, g, admission.room[("group", g)])).fetchone()[0]
+                    (now, g, admission.room[("group", g)], now, now)).fetchone()[0]
         return {"now": now, "starts": starts, "held": units, "admission": admission, "held_ready": held_ready}
 
     def _bury_damaged(self, c, job_id: int, damage: str, now: int, actor: str) -> None:
@@ -833,13 +839,27 @@ class SQLiteEngine:
             if len(ids) < batch:
                 return total
 
-    def set_paused(self, queue: str, paused: bool) -> None:
+    def set_paused(self, queue: str, paused: bool, *, type: str | None = None, until: int | None = None) -> None:
         with self._write() as (c, now):
-            c.execute(
-                "INSERT INTO queues (name, paused, updated_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at",
-                (queue, int(paused), now),
-            )
+            if type is None:
+                c.execute(
+                    "INSERT INTO queues (name, paused, paused_until, updated_at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, paused_until = excluded.paused_until, "
+                    "updated_at = excluded.updated_at",
+                    (queue, int(paused), until if paused else None, now),
+                )
+                if not paused:  # the whole queue flows again, every type in it too
+                    c.execute("DELETE FROM paused_types WHERE queue = ?", (queue,))
+                return
+            c.execute("INSERT INTO queues (name, paused, updated_at) VALUES (?, 0, ?) ON CONFLICT (name) DO NOTHING",
+                      (queue, now))  # a known queue (completion, stats), not a paused one
+            if paused:
+                c.execute(
+                    "INSERT INTO paused_types (queue, type, until, updated_at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (queue, type) DO UPDATE SET until = excluded.until, updated_at = excluded.updated_at",
+                    (queue, type, until, now))
+            else:
+                c.execute("DELETE FROM paused_types WHERE queue = ? AND type = ?", (queue, type))
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -929,9 +949,9 @@ class SQLiteEngine:
                 held.append("(concurrency_group IS ? AND cost_units > ?)" if kind == "group" else
                             "(concurrency_group IS NULL AND type = ? AND cost_units > ?)")
                 held_args += [name, room]
-            clauses.append("status = 'pending' AND waiting_on = 0 AND run_at <= ? "
-                           "AND queue NOT IN (SELECT name FROM queues WHERE paused = 1) AND (" + " OR ".join(held) + ")")
-            args += [now, *held_args]
+            clauses.append("status = 'pending' AND waiting_on = 0 AND run_at <= ?" + NOT_PAUSED +
+                           " AND (" + " OR ".join(held) + ")")
+            args += [now, now, now, *held_args]
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
 
     def dependencies(self, job_id: int) -> list[tuple[int, str | None]]:
@@ -943,7 +963,19 @@ class SQLiteEngine:
 
     def paused_queues(self) -> set[str]:
         with self._errors():
-            return {r[0] for r in self.conn.execute("SELECT name FROM queues WHERE paused = 1")}
+            return {r[0] for r in self.conn.execute(
+                "SELECT name FROM queues WHERE paused = 1 AND (paused_until IS NULL OR paused_until > ?)", (self.now(),))}
+
+    def pauses(self) -> list[tuple[str, str | None, int | None]]:
+        with self._read() as c:
+            return self._pauses(c, self.now())
+
+    @staticmethod
+    def _pauses(c, now: int) -> list[tuple[str, str | None, int | None]]:
+        rows = c.execute(
+            "SELECT name, NULL, paused_until FROM queues WHERE paused = 1 AND (paused_until IS NULL OR paused_until > ?) "
+            "UNION ALL SELECT queue, type, until FROM paused_types WHERE until IS NULL OR until > ?", (now, now)).fetchall()
+        return sorted(((r[0], r[1], r[2]) for r in rows), key=lambda p: (p[0], p[1] is not None, p[1] or ""))
 
     def queue_names(self) -> list[str]:
         with self._errors():
@@ -970,8 +1002,16 @@ class SQLiteEngine:
                 known.add(queue)
                 if n and (not queues or queue in queues):
                     counts.setdefault(queue, {})[state_] = n
-            paused = {r[0]: bool(r[1]) for r in c.execute("SELECT name, paused FROM queues")}
+            paused = {r[0]: False for r in c.execute("SELECT name FROM queues")}
             known |= set(paused)
+            paused_until: dict[str, int | None] = {}
+            paused_types: dict[str, dict[str, int | None]] = {}
+            for queue, type_, until in self._pauses(c, now):
+                if type_ is None:
+                    paused[queue] = True
+                    paused_until[queue] = until
+                else:
+                    paused_types.setdefault(queue, {})[type_] = until
             scheduled, oldest_ready, aging = {}, {}, []
             for queue, by_state in counts.items():
                 if not by_state.get("pending"):
@@ -1010,7 +1050,8 @@ class SQLiteEngine:
             ).fetchall()
             self._with_after(c, stuck + buried + aging)
         return {
-            "now": now, "counts": counts, "paused": paused, "known": sorted(known), "scheduled": scheduled,
+            "now": now, "counts": counts, "paused": paused, "paused_until": paused_until, "paused_types": paused_types,
+            "known": sorted(known), "scheduled": scheduled,
             "oldest_ready": oldest_ready,
             "stuck": stuck, "stuck_total": stuck_total, "buried": buried, "aging": aging,
             "runs_by_minute": [(m, outcome, n) for m, outcome, n in by_minute],

@@ -1,0 +1,80 @@
+"""Waiting for jobs to finish (`jobctl wait`, `enqueue --wait`).
+
+No busy polling: between looks at the jobs the wait sleeps on the engine's wake-up (a commit by
+anyone; SQLite's data_version, read without I/O), and looks again at the latest after a backoff
+that grows to a cap, so an engine without wake-ups still sees the jobs finish. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from jobctl.errors import InvalidState, NoSuchJob, WaitTimedOut
+from jobctl.models import Job
+
+FINISHED = ("completed", "buried", "cancelled")
+FIRST_LOOK = 0.05  # seconds until the second look without a commit seen; doubles up to the cap
+LOOK_CAP = 2.0
+
+
+def wait_finished(q, job_ids: list[int], timeout: float | None = None, *, cap: float = LOOK_CAP) -> list[Job]:
+    """Block until every job is finished; the jobs in the order asked (each id once).
+
+    NoSuchJob for an id that does not exist (at the first look, or purged meanwhile); WaitTimedOut
+    (exit 5) when `timeout` seconds pass first, naming what is still unfinished."""
+    ids = list(dict.fromkeys(job_ids))
+    deadline = None if timeout is None else time.monotonic() + timeout
+    step = FIRST_LOOK
+    watch = callable(getattr(q.engine, "has_changed", None))
+    while True:
+        if watch:
+            q.has_changed()  # the mark: a commit after this line wakes the wait below
+        jobs = q.get_many(ids)
+        if len(jobs) != len(ids):
+            found = {j.id for j in jobs}
+            raise NoSuchJob(next(i for i in ids if i not in found))
+        left_ids = [j.id for j in jobs if j.status not in FINISHED]
+        if not left_ids:
+            return jobs
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            shown = ", ".join(f"{j.id} ({j.status})" for j in jobs if j.status not in FINISHED)
+            raise WaitTimedOut(f"timed out after {_seconds(timeout)}: not finished yet: {shown}; nothing was "
+                               f"changed; `jobctl wait {' '.join(map(str, left_ids))}` waits again")
+        pause = step if left is None else min(step, left)
+        if watch:
+            _sleep_until_change(q, pause)
+        else:
+            time.sleep(pause)
+        step = min(step * 2, cap)
+
+
+def _sleep_until_change(q, seconds: float, tick: float = 0.02) -> None:
+    """Sleep up to `seconds`, returning early when anyone commits (since the mark set by the caller)."""
+    end = time.monotonic() + seconds
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(tick, left))
+        if q.has_changed():
+            return
+
+
+def _seconds(timeout) -> str:
+    from jobctl.durations import format_duration
+
+    return format_duration(timeout)
+
+
+def outcome_error(jobs: list[Job]) -> InvalidState | None:
+    """Exit 4 when any job ended buried or cancelled: one line naming them (and a buried job's error)."""
+    bad = [j for j in jobs if j.status != "completed"]
+    if not bad:
+        return None
+    parts = [f"job {j.id} ended {j.status}" + (f" ({_short(j.error)})" if j.error else "") for j in bad]
+    return InvalidState("; ".join(parts) + f"; see `jobctl show {bad[0].id}`")
+
+
+def _short(text: str, most: int = 200) -> str:
+    return text if len(text) <= most else text[:most] + "..."

@@ -1,0 +1,142 @@
+"""`jobctl run`: one handler in the foreground, started and stopped exactly as a worker would,
+with no job in the database (the database is not even opened).
+
+It reuses the worker's launcher (supervisor.PosixLauncher: posix_spawn in a session of its own,
+the payload on stdin from a filled pipe or a scratch file) and its rules: the type's timeout, then
+SIGTERM to the handler's group, SIGKILL after the kill grace; and, when the handler exits, SIGKILL
+to whatever it left behind in its group. Unlike a worker, the handler's stdout and stderr are this
+process's own, so they pass straight through.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from jobctl import engines
+from jobctl.errors import CannotRun, HandlerTimedOut
+from jobctl.worker.supervisor import COMMAND_ERRORS, PosixLauncher, _stdin_fd, close_inherited_fds
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM)
+
+
+def handler_env(settings, type: str, queue: str, max_attempts: int, db: str, config_path: str | None) -> dict:
+    """The worker's environment for a handler, as for a first run of a job that has no id or claim."""
+    env = dict(os.environ)
+    env["JOBCTL_DB"] = os.path.abspath(engines.sqlite_path(db)) if engines.scheme_of(db) in (None, "sqlite") else db
+    if config_path:
+        env["JOBCTL_CONFIG"] = os.path.abspath(config_path)
+    env["JOBCTL_JOB_ID"] = ""
+    env["JOBCTL_JOB_TYPE"] = type
+    env["JOBCTL_QUEUE"] = queue
+    env["JOBCTL_ATTEMPT"] = "1"
+    env["JOBCTL_MAX_ATTEMPTS"] = str(max_attempts)
+    env["JOBCTL_TOKEN"] = ""
+    return env
+
+
+def run_foreground(settings, type: str, payload_text: str | bytes | None, *, db: str, config_path: str | None,
+                   launcher=None, clock=time.monotonic) -> int:
+    """Run the handler of `type` to its end; its exit code (128+N when killed by signal N).
+    Raises InvalidInput for a bad payload or a type without a runnable command (before anything
+    starts), CannotRun (126/127) when the spawn itself fails, HandlerTimedOut (124) after a timeout."""
+    from jobctl.queue import Queue
+    from jobctl.worker.loop import check_commands, handler_types
+
+    job = Queue(None, settings).prepare(type, payload_text=payload_text)  # the payload as enqueue takes it
+    handler_types(settings, [type])
+    check_commands(settings, [type])
+    tc = settings.type_config(type)
+    command = list(tc.command)
+    env = handler_env(settings, type, job.queue, job.max_attempts, db, config_path)
+    # Hook: a per-type memory limit, when the config has one, is applied here as the worker's
+    # launcher applies it (nothing to apply yet).
+    launcher = launcher or PosixLauncher()
+    kill_grace = settings.worker.kill_grace
+    close_inherited_fds()
+
+    state: dict = {"proc": None, "pending": []}
+
+    def forward(signum, frame):  # SIGINT/SIGTERM to jobctl: the handler's whole group gets it
+        if state["proc"] is None:
+            state["pending"].append(signum)
+        else:
+            launcher.signal_group(state["proc"], signum)
+
+    previous = {s: signal.signal(s, forward) for s in FORWARDED}
+    try:
+        stdin = _stdin_fd(job.payload.encode("utf-8"))
+        try:
+            proc = launcher.spawn(command, stdin, 1, 2, env)
+        except (OSError, ValueError, TypeError) as e:
+            reason = getattr(e, "strerror", None) or str(e)
+            code = 127 if getattr(e, "errno", None) == 2 else 126
+            where = f" in {settings.config_path}" if settings.config_path else ""
+            if isinstance(e, OSError) and e.errno not in COMMAND_ERRORS:
+                code = 126
+            raise CannotRun(f"cannot run {command[0]}: {reason}; check [types.{type}] command{where}", code) from None
+        finally:
+            os.close(stdin)
+        state["proc"] = proc
+        for signum in state["pending"]:
+            launcher.signal_group(proc, signum)
+        timed_out = _watch(launcher, proc, clock, job.timeout_ms / 1000, kill_grace)
+        launcher.signal_group(proc, signal.SIGKILL)  # what the handler left behind in its group
+        rc = launcher.reap(proc)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    if timed_out:
+        from jobctl.durations import format_duration
+
+        raise HandlerTimedOut(f"the handler of {type} ran past its timeout of {format_duration(job.timeout_ms / 1000)} "
+                              f"and was stopped (SIGTERM to its process group, SIGKILL after {format_duration(kill_grace)})")
+    return rc if rc >= 0 else 128 - rc
+
+
+def _watch(launcher, proc, clock, timeout: float, kill_grace: float) -> bool:
+    """Wait for the handler to exit, enforcing its timeout; True when it was stopped for it."""
+    waiter = _ExitWaiter(proc.pid)
+    try:
+        deadline = clock() + timeout
+        kill_at = None
+        timed_out = False
+        while not launcher.exited(proc):
+            now = clock()
+            if not timed_out and now >= deadline:
+                timed_out = True
+                launcher.signal_group(proc, signal.SIGTERM)
+                kill_at = now + kill_grace
+            if kill_at is not None and now >= kill_at:
+                launcher.signal_group(proc, signal.SIGKILL)
+                kill_at = None
+            wake = kill_at if timed_out else deadline
+            waiter.wait(1.0 if wake is None else max(min(wake - now, 1.0), 0.0))
+        return timed_out
+    finally:
+        waiter.close()
+
+
+class _ExitWaiter:
+    """Sleep until a child exits or a time passes: on its pidfd where the kernel has them, else by ticks."""
+
+    def __init__(self, pid: int):
+        self.fd = -1
+        try:
+            self.fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            pass
+
+    def wait(self, seconds: float) -> None:
+        if self.fd < 0:
+            time.sleep(min(seconds, 0.02))
+            return
+        import select
+
+        select.select([self.fd], [], [], seconds)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

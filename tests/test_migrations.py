@@ -1,0 +1,57 @@
+"""A database written by jobctl 0.1.0 (schema v1) is migrated forward, in one transaction, by the
+first command that may write, with every job kept."""
+
+import json
+import sqlite3
+import time
+
+import sqlite_utils
+
+from conftest import run_cli
+from jobctl.engines import schema
+
+
+def make_v1(path):
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("BEGIN IMMEDIATE")
+    schema.MIGRATIONS[1](sqlite_utils.Database(conn))
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
+    now = int(time.time() * 1000) - 1000
+    for i, status in enumerate(("pending", "running", "completed"), 1):
+        conn.execute(
+            "INSERT INTO jobs (queue, type, payload, payload_hash, priority, status, attempts, max_attempts, backoff, "
+            "timeout_ms, run_at, created_at, updated_at, worker, token, lease_expires_at, claimed_at, finished_at) "
+            "VALUES ('default', 't', ?, ?, 10, ?, ?, 3, 'exponential', 60000, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (json.dumps({"i": i}, separators=(",", ":")), _hash({"i": i}), status, 0 if status == "pending" else 1,
+             now, now, now, "w" if status == "running" else None, "tok" if status == "running" else None,
+             now + 60_000 if status == "running" else None, now if status != "pending" else None,
+             now if status == "completed" else None))
+        conn.execute("INSERT INTO events (job_id, at, from_status, to_status, actor, message) "
+                     "VALUES (?, ?, NULL, 'pending', 'me', 'enqueued')", (i, now))
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def _hash(payload):
+    from jobctl import payloads
+
+    return payloads.canonical_hash(payload)
+
+
+def test_a_0_1_0_database_is_migrated_and_keeps_every_job(tmp_path):
+    db = tmp_path / "old.db"
+    make_v1(db)
+    r = run_cli("--db", db, "list", "--json")
+    assert r.exit_code == 0, r.output
+    jobs = {j["id"]: j for j in map(json.loads, r.stdout.splitlines())}
+    assert {i: j["status"] for i, j in jobs.items()} == {1: "pending", 2: "running", 3: "completed"}
+    assert jobs[1]["cost_units"] == 1 and jobs[1]["concurrency_group"] is None and jobs[1]["on_buried"] is None
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+    conn.close()
+    claimed = json.loads(run_cli("--db", db, "claim").stdout)
+    assert claimed["id"] == 1
+    assert run_cli("--db", db, "complete", 2, "--token", "tok").exit_code == 0
+    assert run_cli("--db", db, "doctor").exit_code == 0, run_cli("--db", db, "doctor").output

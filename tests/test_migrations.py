@@ -54,4 +54,5 @@ def test_a_0_1_0_database_is_migrated_and_keeps_every_job(tmp_path):
     claimed = json.loads(run_cli("--db", db, "claim").stdout)
     assert claimed["id"] == 1
     assert run_cli("--db", db, "complete", 2, "--token", "tok").exit_code == 0
-    assert run_cli("--db", db, "doctor").exit_code == 0, run_cli("--db", db, "doctor").output
+    checks = {c["check"]: c for c in json.loads(run_cli("--db", db, "doctor", "--json").stdout)["checks"]}
+    assert all(checks[name]["ok"] for name in ("integrity", "schema", "journal mode", "job rows")), checks

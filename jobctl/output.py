@@ -19,7 +19,7 @@ from rich.text import Text
 from jobctl.durations import format_duration, to_rfc3339
 from jobctl.models import Event, Job
 from jobctl.pauses import pause_label
-from jobctl.untrusted import mask, safe  # noqa: F401  (re-exported: output.safe, output.mask)
+from jobctl.untrusted import mask, mask_text, safe  # noqa: F401  (re-exported: output.safe, output.mask)
 
 STATUS_STYLE = {
     "pending": "cyan", "running": "yellow", "cancel_requested": "magenta", "completed": "green",
@@ -160,7 +160,8 @@ def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width:
             str(j.id), status_text(j, now), text(j.queue), text(j.type), str(j.priority),
             f"{j.attempts}/{j.max_attempts}", ago(j.run_at, now) if j.status == "pending" else "-",
             ago(j.updated_at, now),
-            text(detail, "red") if detail else text(masked_text(j.payload, patterns, reveal, limit=200)),
+            text(mask_text(detail, patterns, reveal), "red") if detail
+            else text(masked_text(j.payload, patterns, reveal, limit=200)),
         ))
     shown = list(LIST_COLUMNS)
     if width is not None:  # decided before the table is built: rich cannot take a column out again
@@ -198,8 +199,8 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
         ("worker", text(job.worker) if job.worker else None),
         ("claimed", f"{to_rfc3339(job.claimed_at)} ({ago(job.claimed_at, now)})" if job.claimed_at and job.worker else None),
         ("lease until", f"{to_rfc3339(job.lease_expires_at)} ({ago(job.lease_expires_at, now)})" if job.lease_expires_at else None),
-        ("progress", text(_progress(job.progress)) if job.progress else None),
-        ("error", text(job.error, "red") if job.error else None),
+        ("progress", text(mask_text(_progress(job.progress), patterns, reveal)) if job.progress else None),
+        ("error", text(mask_text(job.error, patterns, reveal), "red") if job.error else None),
         ("result", text(masked_text(job.result, patterns, reveal)) if job.result is not None else None),
         ("created", to_rfc3339(job.created_at)), ("updated", to_rfc3339(job.updated_at)),
         ("finished", to_rfc3339(job.finished_at) if job.finished_at else None),
@@ -219,7 +220,7 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
         history.add_column(name, overflow="fold" if name == "MESSAGE" else None)  # type: ignore[arg-type]
     for e in events:
         how = exit_summary(_details(e))
-        message = text(e.message or "")
+        message = text(mask_text(e.message or "", patterns, reveal))
         if how:
             message.append(f"{' ' if e.message else ''}({how})", style="dim")
         history.add_row(to_rfc3339(e.at), e.from_status or "-", e.to_status, text(e.actor), message)
@@ -227,7 +228,7 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
     for run, how, tail in runs:
         if tail:
             parts += [Text(""), Text(f"stderr of run {run} ({how}), its last lines:", style="bold")]
-            parts += [text(line, "red") for line in tail.rstrip("\n").split("\n")]
+            parts += [text(mask_text(line, patterns, reveal), "red") for line in tail.rstrip("\n").split("\n")]
     return Group(*parts)
 
 

@@ -271,3 +271,17 @@ def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]
             reasons.append(f"running for {format_duration((now - job.claimed_at) / 1000)}, past its timeout of "
                            f"{format_duration(job.timeout)}")
     return "; ".join(reasons) or None
+
+
+def masked(figures: dict, now: int, patterns) -> tuple[dict, int]:
+    """The figures for a human view: secret-looking `key=value` pairs in errors and stuck reasons
+    masked (untrusted.mask_text). `--json` and Prometheus output use the figures as they are."""
+    from jobctl.untrusted import mask_text
+
+    shown = dict(figures)
+    for which in ("stuck", "buried", "aging"):
+        shown[which] = [{**j, "error": mask_text(j.get("error"), patterns) if j.get("error") else j.get("error"),
+                         **({"stuck_reason": mask_text(j["stuck_reason"], patterns)} if "stuck_reason" in j else {})}
+                        for j in figures[which]]
+    return shown, now
+

@@ -50,3 +50,30 @@ def mask(value, patterns, reveal: bool = False):
         return v
 
     return walk(value)
+
+
+# key=value, key: value, "key": "value" (and 'key' = 'value'); a value is a quoted string, or a
+# run of characters up to a separator, with an auth scheme's credential included ("Bearer abc").
+_KEY_SEP = re.compile(r"""(?P<key>"[^"\n]{1,64}"|'[^'\n]{1,64}'|[A-Za-z0-9_.\-]{1,64})(?P<sep>\s*[=:]\s*)""")
+_VALUE = re.compile(r""""(?:[^"\\\n]|\\.)*"|'[^'\n]*'|(?:(?:bearer|basic|token|digest)\s+)?[^\s,;&"'<>)\]}]+""",
+                    re.IGNORECASE)
+
+
+def mask_text(value, patterns, reveal: bool = False) -> str:
+    """Free text (an error, a log, a progress message) with the values of secret-looking
+    `key=value`, `key: value` and `"key": "value"` pairs replaced by ***."""
+    s = "" if value is None else str(value)
+    if reveal or not s or ("=" not in s and ":" not in s):
+        return s
+    is_secret = _secret_matcher(patterns)
+    out, done = [], 0
+    for m in _KEY_SEP.finditer(s):
+        if m.start() < done or not is_secret(m.group("key").strip("\"'")):
+            continue  # a key that is not secret hides nothing: its value may hold the next pair
+        v = _VALUE.match(s, m.end())
+        if v is None:
+            continue
+        quote = v.group(0)[0] if v.group(0)[:1] in ("'", '"') else ""
+        out.append(s[done:m.end()] + quote + MASK + quote)
+        done = v.end()
+    return "".join(out) + s[done:]

@@ -76,7 +76,9 @@ def stats(
             return q.stats(queues=queue, limit=limit, also_known=configured)
 
         if watch and sys.stdout.isatty():
-            _watch(snapshot, interval_s, q.location)
+            from jobctl.stats import masked
+
+            _watch(lambda: masked(*snapshot(), st.settings.secret_keys), interval_s, q.location)
             return
         figures, now = snapshot()
 
@@ -94,7 +96,9 @@ def stats(
         sys.stdout.write(prometheus(figures))
         return
     from jobctl import output
+    from jobctl.stats import masked
 
+    figures, now = masked(figures, now, st.settings.secret_keys)  # human views only: --json stays exact
     out = output.console()
     if out.is_terminal:  # fitted to the screen's width: one line per row, nothing folded
         from rich.console import Group

@@ -15,8 +15,9 @@ class Log:
     """One line per event on stderr: human-readable, or one JSON object (`--log-format json`).
     Payloads are never logged."""
 
-    def __init__(self, worker_id: str, fmt: str = "human", stream=None):
+    def __init__(self, worker_id: str, fmt: str = "human", stream=None, secret_keys=None):
         self.worker_id = worker_id
+        self.secret_keys = secret_keys  # values of secret-looking key=value pairs in messages are masked
         self.json = fmt == "json"
         self.stream = stream or sys.stderr
         self._second = -1
@@ -39,9 +40,9 @@ class Log:
             if job is not None:
                 record.update(job=job.id, type=job.type, queue=job.queue, attempt=job.attempts,
                               max_attempts=job.max_attempts)
-            record.update({k: v for k, v in fields.items() if v is not None})
+            record.update({k: (self._mask(v) if k == "error" else v) for k, v in fields.items() if v is not None})
             if message:
-                record["message"] = message
+                record["message"] = self._mask(message)
             # ASCII only: escape sequences, C1 and bidi controls in names, errors or paths arrive as \uXXXX
             line = json.dumps(record, ensure_ascii=True, separators=(",", ":"))
         else:
@@ -50,8 +51,15 @@ class Log:
                 line += (f" job {job.id} {safe(job.type)} ({safe(job.queue)}, "
                          f"run {job.attempts}/{job.max_attempts})")
             if message:
-                line += ": " + safe(message)
+                line += ": " + safe(self._mask(message))
         self.write(line + "\n")
+
+    def _mask(self, text):
+        if not self.secret_keys or not isinstance(text, str):
+            return text
+        from jobctl.untrusted import mask_text
+
+        return mask_text(text, self.secret_keys)
 
     def hold(self) -> None:
         """Keep the lines of one round of the work loop, to write them in one go (release)."""

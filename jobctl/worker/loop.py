@@ -115,7 +115,7 @@ class Worker:
         self.settings = settings
         self.o = options
         self.clock = clock
-        self.log = log or Log(options.worker_id, options.log_format)
+        self.log = log or Log(options.worker_id, options.log_format, secret_keys=settings.secret_keys)
         self.types = handler_types(settings, options.types)
         self.real = launcher is None  # real processes (not a test's fakes)
         self.registry = (handlers.Registry(registry_base(queue.engine), warn=lambda m: self.log("registry", m))

@@ -42,7 +42,7 @@ class TypeConfig(Record):
 
     __slots__ = ("name", "command", "queue", "max_attempts", "timeout", "priority", "backoff", "bury_exit_codes",
                  "rate_limit", "concurrency_group", "concurrency_limit", "cost_units", "on_buried", "on_completed",
-                 "on_cancelled")
+                 "on_cancelled", "memory_limit")
 
     def __init__(self, name: str, command: list[str] | None = None, queue: str | None = None,
                  max_attempts: int | None = None, timeout: float | None = None, priority: int | None = None,
@@ -51,7 +51,8 @@ class TypeConfig(Record):
                  concurrency_group: str | None = None, concurrency_limit: int | None = None,
                  cost_units: int | None = None,
                  on_buried: str | None = None,  # the type of a job enqueued when one of this type is buried
-                 on_completed: str | None = None, on_cancelled: str | None = None):
+                 on_completed: str | None = None, on_cancelled: str | None = None,
+                 memory_limit: int | None = None):  # bytes of address space for its handler (RLIMIT_AS)
         self.name = name
         self.command = command
         self.queue = queue
@@ -67,6 +68,7 @@ class TypeConfig(Record):
         self.on_buried = on_buried
         self.on_completed = on_completed
         self.on_cancelled = on_cancelled
+        self.memory_limit = memory_limit
 
 
 class WorkerSettings(Record):
@@ -103,7 +105,7 @@ class Settings(Record):
 
     __slots__ = ("config_path", "db", "busy_timeout", "synchronous", "allow_network_fs", "max_payload_bytes",
                  "secret_keys", "queue", "priority", "max_attempts", "backoff", "backoff_jitter", "timeout", "retention",
-                 "types", "worker", "sources", "notes")
+                 "types", "worker", "sources", "notes", "memory_limit")
 
     def __init__(self, config_path: Path | None = None,
                  db: str | None = None,  # from the config file only; resolve_db applies flag and env first
@@ -116,13 +118,15 @@ class Settings(Record):
                  retention: dict[str, float | None] | None = None, types: dict[str, TypeConfig] | None = None,
                  worker: WorkerSettings | None = None,
                  sources: dict[str, str] | None = None,  # setting -> where its value came from
-                 notes: list[str] | None = None):  # one-line notes for the user (a moved key, ...)
+                 notes: list[str] | None = None,  # one-line notes for the user (a moved key, ...)
+                 memory_limit: int | None = None):  # [defaults] memory_limit: bytes, None for no limit
         self.config_path = config_path
         self.db = db
         self.busy_timeout = busy_timeout
         self.synchronous = synchronous
         self.allow_network_fs = allow_network_fs
         self.notes = [] if notes is None else notes
+        self.memory_limit = memory_limit
         self.max_payload_bytes = max_payload_bytes
         self.secret_keys = list(DEFAULT_SECRET_KEYS) if secret_keys is None else secret_keys
         self.queue = queue
@@ -139,6 +143,12 @@ class Settings(Record):
 
     def type_config(self, name: str) -> TypeConfig | None:
         return self.types.get(name)
+
+    def memory_limit_of(self, type: str) -> int | None:
+        """The handler's address-space cap for a type: its own, else [defaults], else none."""
+        tc = self.types.get(type)
+        limit = tc.memory_limit if tc is not None and tc.memory_limit is not None else self.memory_limit
+        return limit or None  # 0: "none", a type lifting the [defaults] limit
 
 
 def find_config_file(flag: str | None, env=os.environ) -> tuple[Path | None, bool]:
@@ -243,6 +253,21 @@ def _duration_in_range(value, where: str, kind: str) -> float:
 
 
 ENQUEUE_KEYS = ("queue", "max_attempts", "timeout", "priority", "backoff")  # [defaults] and [types.X] alike
+MEMORY_LIMIT_RANGE = (16 * 1024**2, 1024**4)  # below 16 MiB not even an interpreter starts
+
+
+def _memory_limit(value, where: str) -> int:
+    """A handler's address-space cap: a size such as "512MiB"; "none" (0) for no limit."""
+    if value in ("none", "unlimited", False):
+        return 0
+    from jobctl.durations import parse_size
+
+    try:
+        return parse_size(value, what=where, least=MEMORY_LIMIT_RANGE[0], most=MEMORY_LIMIT_RANGE[1])
+    except InvalidInput as e:
+        raise ConfigError(str(e)) from None
+
+
 LIMIT_KEYS = ("rate_limit", "concurrency_group", "concurrency_limit", "cost_units")  # [types.X] only
 REACTION_KEYS = ("on_buried", "on_completed", "on_cancelled")  # [types.X] only: the type of a reaction job
 MAX_COST_UNITS = 1_000_000
@@ -421,6 +446,8 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise ConfigError(f"{where}: must be a fraction from 0 to 1, such as 0.1")
             settings.backoff_jitter = float(value)
+        elif key == "memory_limit":
+            settings.memory_limit = _memory_limit(value, where)
         else:
             raise ConfigError(f"unknown key {where!r}")
         src(where)
@@ -460,6 +487,8 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
                 tc.bury_exit_codes = [_int(v, where, 1, 255) for v in value]
             elif key in LIMIT_KEYS:
                 setattr(tc, key, _limit_option(key, value, where))
+            elif key == "memory_limit":
+                tc.memory_limit = _memory_limit(value, where)
             elif key in REACTION_KEYS:
                 try:
                     reaction = validate_name(value, "type")
@@ -471,7 +500,7 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
             else:
                 raise ConfigError(
                     f"unknown key {where!r} (known: command, {', '.join(ENQUEUE_KEYS)}, bury_exit_codes, "
-                    f"{', '.join(LIMIT_KEYS)}, {', '.join(REACTION_KEYS)})"
+                    f"{', '.join(LIMIT_KEYS)}, {', '.join(REACTION_KEYS)}, memory_limit)"
                 )
         settings.types[name] = tc
         src(f"types.{name}")

@@ -133,3 +133,29 @@ def validate_name(value, what: str = "name") -> str:
             "starting with a letter or digit"
         )
     return value
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024**2, "mb": 1000**2, "mib": 1024**2,
+               "g": 1024**3, "gb": 1000**3, "gib": 1024**3, "t": 1024**4, "tb": 1000**4, "tib": 1024**4}
+
+
+def parse_size(value, *, what: str = "size", least: int = 1, most: int = 1024**5) -> int:
+    """Bytes from `512MiB`, `64KiB`, `2G` (binary), `500MB` (decimal) or a whole number of bytes."""
+    if isinstance(value, bool):
+        value = None
+    m = _SIZE.match(str(value)) if isinstance(value, (int, str)) else None
+    if m is None:
+        raise InvalidInput(f"invalid {what} {value!r}: use bytes or a size such as 64KiB, 512MiB, 2GiB")
+    n = int(m.group(1)) * _SIZE_UNITS[(m.group(2) or "b").lower()]
+    if not least <= n <= most:
+        raise InvalidInput(f"invalid {what} {value!r}: must be from {format_size(least)} to {format_size(most)}")
+    return n
+
+
+def format_size(n: int) -> str:
+    """512MiB, 64KiB, 1000B: the largest binary unit that divides it."""
+    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return f"{n}B"

@@ -385,3 +385,19 @@ def result_line(f, max_bytes: int):
     except InvalidInput:
         return None
     return value
+
+
+# What a process says or does when an allocation fails under RLIMIT_AS: Python's MemoryError,
+# libc's ENOMEM text, C++'s bad_alloc, Go's and the JVM's messages; or dying of the signal an
+# unchecked NULL, an abort() or an allocator's kill gives.
+_MEMORY_WORDS = ("memoryerror", "cannot allocate memory", "out of memory", "bad_alloc", "memory exhausted",
+                 "failed to allocate", "outofmemoryerror", "enomem", "mmap failed")
+
+
+def memory_failure(returncode: int, stderr_tail: str) -> bool:
+    """Whether a failed run under a memory limit looks like it hit the limit."""
+    if returncode in (-signal.SIGSEGV, -signal.SIGABRT, -signal.SIGKILL, -signal.SIGBUS):
+        return True
+    tail = stderr_tail.lower()
+    return any(word in tail for word in _MEMORY_WORDS)
+

@@ -53,6 +53,7 @@ STARTER = '''\
 # backoff = "exponential"      # exponential (60s, 120s, ... 1h), linear, fixed (60s), or [10, 30, 60]
 # jitter = 0.0                 # spread retry delays by up to this fraction (0.1 = +-10%)
 # timeout = "10m"              # longest a single run may take
+# memory_limit = "none"        # the handler's address space, such as "512MiB" (also per type)
 
 [retention]
 # Workers delete finished jobs (and their history) this long after they finished.
@@ -139,7 +140,7 @@ def _backoff_value(text: str):
 def effective(st) -> list[tuple[str | None, str, object, str]]:
     """(table, key, value, source) for every effective setting, in config-file order."""
     from jobctl.config import WORKER_KEYS, resolve_busy_timeout, resolve_db_path
-    from jobctl.durations import exact_duration
+    from jobctl.durations import exact_duration, format_size
 
     s = st.settings
     src = s.sources
@@ -174,6 +175,7 @@ def effective(st) -> list[tuple[str | None, str, object, str]]:
         ("backoff", _backoff_value(s.backoff), origin("defaults.backoff")),
         ("jitter", s.backoff_jitter, jitter_source),
         ("timeout", exact_duration(s.timeout), origin("defaults.timeout")),
+        ("memory_limit", format_size(s.memory_limit) if s.memory_limit else "none", origin("defaults.memory_limit")),
     ):
         rows.append(("defaults", key, value, source))
     for key in ("completed", "cancelled", "buried"):
@@ -215,6 +217,8 @@ def effective(st) -> list[tuple[str | None, str, object, str]]:
             rows.append((table, "concurrency_limit", tc.concurrency_limit, note))
         if tc.cost_units is not None:
             rows.append((table, "cost_units", tc.cost_units, where))
+        if tc.memory_limit is not None:
+            rows.append((table, "memory_limit", format_size(tc.memory_limit) if tc.memory_limit else "none", where))
         for key in ("on_buried", "on_completed", "on_cancelled"):
             if getattr(tc, key) is not None:
                 rows.append((table, key, getattr(tc, key), where))

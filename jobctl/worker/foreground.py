@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
-from jobctl import engines
+from jobctl import engines, handlers
 from jobctl.errors import CannotRun, HandlerTimedOut
 from jobctl.worker.supervisor import COMMAND_ERRORS, PosixLauncher, _stdin_fd, close_inherited_fds
 
@@ -50,8 +51,7 @@ def run_foreground(settings, type: str, payload_text: str | bytes | None, *, db:
     tc = settings.type_config(type)
     command = list(tc.command)
     env = handler_env(settings, type, job.queue, job.max_attempts, db, config_path)
-    # Hook: a per-type memory limit, when the config has one, is applied here as the worker's
-    # launcher applies it (nothing to apply yet).
+    memory_limit = settings.memory_limit_of(type)  # applied by the launcher, as the worker's does
     launcher = launcher or PosixLauncher()
     kill_grace = settings.worker.kill_grace
     close_inherited_fds()
@@ -68,7 +68,8 @@ def run_foreground(settings, type: str, payload_text: str | bytes | None, *, db:
     try:
         stdin = _stdin_fd(job.payload.encode("utf-8"))
         try:
-            proc = launcher.spawn(command, stdin, 1, 2, env)
+            proc = launcher.spawn(command, stdin, 1, 2, env,
+                                  **({} if memory_limit is None else {"memory_limit": memory_limit}))
         except (OSError, ValueError, TypeError) as e:
             reason = getattr(e, "strerror", None) or str(e)
             code = 127 if getattr(e, "errno", None) == 2 else 126
@@ -92,6 +93,11 @@ def run_foreground(settings, type: str, payload_text: str | bytes | None, *, db:
 
         raise HandlerTimedOut(f"the handler of {type} ran past its timeout of {format_duration(job.timeout_ms / 1000)} "
                               f"and was stopped (SIGTERM to its process group, SIGKILL after {format_duration(kill_grace)})")
+    if memory_limit is not None and rc != 0 and handlers.memory_failure(rc, ""):
+        from jobctl.durations import format_size
+
+        sys.stderr.write(f"jobctl: the handler of {type} was killed ({handlers.describe_exit(rc)}) while running with a "
+                         f"memory limit of {format_size(memory_limit)}: it probably hit the limit\n")
     return rc if rc >= 0 else 128 - rc
 
 

@@ -335,7 +335,8 @@ class Worker:
         env["JOBCTL_MAX_ATTEMPTS"] = str(job.max_attempts)
         env["JOBCTL_TOKEN"] = job.token or ""
         try:
-            return self.sup.start(job, list(tc.command), env, self.heartbeat_every)
+            return self.sup.start(job, list(tc.command), env, self.heartbeat_every,
+                                  memory_limit=self.settings.memory_limit_of(job.type))
         except SpawnError as e:
             self._spawn_failed(job, e)
             return None
@@ -414,6 +415,12 @@ class Worker:
                                error=f"timed out after {format_duration(r.job.timeout_ms / 1000)}")
             last_err = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
             how = handlers.describe_exit(rc)
+            limit = self.settings.memory_limit_of(r.job.type)
+            if limit is not None and handlers.memory_failure(rc, tail):
+                from jobctl.durations import format_size
+
+                details["memory_limit"] = limit
+                how = f"out of memory: the handler hit its memory limit of {format_size(limit)} ({how})"
             tc = self.settings.types.get(r.job.type)
             bury = bool(tc and rc in tc.bury_exit_codes)
             return Outcome(r, "bury" if bury else "fail", rc, duration, details=details,

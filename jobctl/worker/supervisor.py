@@ -189,10 +189,15 @@ class PosixLauncher:
             self._paths[program] = path
         return path
 
-    def spawn(self, argv: list[str], stdin: int, stdout: int, stderr: int, env: dict) -> Proc:
+    def spawn(self, argv: list[str], stdin: int, stdout: int, stderr: int, env: dict,
+              memory_limit: int | None = None) -> Proc:
+        """Start argv in a session of its own with fds 0, 1 and 2 from stdin, stdout and stderr;
+        memory_limit: its address space in bytes (RLIMIT_AS), set between fork and exec."""
         path = self.resolve(argv[0], env)
         if path is None:
             raise OSError(errno.ENOENT, "not found on PATH", argv[0])
+        if memory_limit is not None:
+            return self._fork_exec(path, argv, env, (stdin, stdout, stderr), memory_limit)
         try:
             pid = os.posix_spawn(
                 path, argv, env,
@@ -203,6 +208,40 @@ class PosixLauncher:
         except OSError:
             self._paths.pop(argv[0], None)  # looked up again next time (reinstalled elsewhere?)
             raise
+        return Proc(pid)
+
+    @staticmethod
+    def _fork_exec(path: str, argv: list[str], env: dict, fds: tuple[int, int, int], memory_limit: int) -> Proc:
+        """posix_spawn cannot set a resource limit in the child: fork, limit, exec. An exec that
+        fails is reported through a close-on-exec pipe, so the caller sees the OSError as with
+        posix_spawn."""
+        import resource
+
+        r, w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:  # the child: only async-signal-safe work, then exec or _exit
+            try:
+                os.close(r)
+                os.setsid()
+                for target, fd in enumerate(fds):
+                    os.dup2(fd, target)
+                signal.pthread_sigmask(signal.SIG_SETMASK, ())
+                for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+                    signal.signal(sig, signal.SIG_DFL)
+                resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+                os.execve(path, argv, env)
+            except OSError as e:
+                os.write(w, str(e.errno or 0).encode())
+            finally:
+                os._exit(127)
+        os.close(w)
+        try:
+            failed = os.read(r, 16)
+        finally:
+            os.close(r)
+        if failed:
+            os.waitpid(pid, 0)
+            raise OSError(int(failed), os.strerror(int(failed)), argv[0])
         return Proc(pid)
 
     def exited(self, proc: Proc) -> bool:
@@ -295,7 +334,8 @@ class Supervisor:
 
     # -- starting ------------------------------------------------------------------------------
 
-    def start(self, job: Job, command: list[str], env: dict, heartbeat_every: float) -> Running:
+    def start(self, job: Job, command: list[str], env: dict, heartbeat_every: float,
+              memory_limit: int | None = None) -> Running:
         """Start a handler for a claimed job; SpawnError when it cannot be started."""
         writers: list[int] = []
         readers: list[int] = []
@@ -308,7 +348,9 @@ class Supervisor:
             stdin = _stdin_fd(job.payload.encode("utf-8"))  # exactly as stored; never on a command line
             self._stop_orphans(job)
             before = handlers.boot_ticks()
-            proc = self.launcher.spawn(command, stdin, writers[0], writers[1], env)
+            # a launcher of tests' fakes need not know of memory limits
+            limit = {} if memory_limit is None else {"memory_limit": memory_limit}
+            proc = self.launcher.spawn(command, stdin, writers[0], writers[1], env, **limit)
         except (OSError, ValueError, TypeError) as e:
             for fd in writers + ([stdin] if stdin >= 0 else []):
                 os.close(fd)

@@ -1,0 +1,79 @@
+"""memory_limit: a type's handler runs with its address space capped (RLIMIT_AS); a run that hits
+the cap fails with an error that says so, not a bare exit code."""
+
+import subprocess
+import textwrap
+
+import pytest
+
+from conftest import JOBCTL, run_cli
+from jobctl.config import load_settings
+
+HOG = "import sys; b = bytearray(int(sys.argv[1]) * 1024 * 1024); print('allocated')"
+
+
+def config(tmp_path, limit: str, mib: int, **extra) -> str:
+    cfg = tmp_path / "jobctl.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        [types.hog]
+        command = ["python3", "-c", "{HOG}", "{mib}"]
+        memory_limit = "{limit}"
+        max_attempts = 1
+        [worker]
+        poll = "100ms"
+    """))
+    return str(cfg)
+
+
+def work(db, cfg):
+    return subprocess.run([*JOBCTL, "--db", str(db), "--config", cfg, "work", "--stop-when-empty"],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_handler_over_its_memory_limit_fails_saying_so(tmp_path, db):
+    cfg = config(tmp_path, "256MiB", 512)
+    r = run_cli("--config", cfg, "--db", db, "enqueue", "hog")
+    assert r.exit_code == 0, r.output
+    w = work(db, cfg)
+    assert w.returncode == 0, w.stderr
+    job = run_cli("--config", cfg, "--db", db, "show", "1", "--json").stdout
+    assert '"status":"buried"' in job
+    assert "out of memory: the handler hit its memory limit of 256MiB" in job, job
+
+
+def test_a_handler_within_its_memory_limit_runs(tmp_path, db):
+    cfg = config(tmp_path, "512MiB", 64)
+    assert run_cli("--config", cfg, "--db", db, "enqueue", "hog").exit_code == 0
+    w = work(db, cfg)
+    assert w.returncode == 0, w.stderr
+    assert '"status":"completed"' in run_cli("--config", cfg, "--db", db, "show", "1", "--json").stdout
+
+
+def test_run_applies_the_memory_limit_too(tmp_path, db):
+    cfg = config(tmp_path, "256MiB", 512)
+    r = subprocess.run([*JOBCTL, "--db", str(db), "--config", cfg, "run", "hog"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0 and "MemoryError" in r.stderr, r.stderr
+    assert not db.exists()  # run never touches the database
+    cfg = config(tmp_path, "512MiB", 64)
+    r = subprocess.run([*JOBCTL, "--db", str(db), "--config", cfg, "run", "hog"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "allocated" in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("value, message", [('"lots"', "memory_limit"), ('"1MiB"', "from 16MiB"), ("1.5", "memory_limit")])
+def test_bad_memory_limits_are_refused_at_load(tmp_path, value, message):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[types.t]\ncommand = ["true"]\nmemory_limit = {value}\n')
+    with pytest.raises(Exception) as exc:
+        load_settings(str(cfg))
+    assert message in str(exc.value) and exc.value.exit_code == 2
+
+
+def test_defaults_give_every_type_a_limit_and_a_type_may_lift_it(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[defaults]\nmemory_limit = "1GiB"\n[types.a]\ncommand = ["true"]\n'
+                   '[types.b]\ncommand = ["true"]\nmemory_limit = "none"\n[types.c]\ncommand = ["true"]\nmemory_limit = 67108864\n')
+    s = load_settings(str(cfg))
+    assert (s.memory_limit_of("a"), s.memory_limit_of("b"), s.memory_limit_of("c"), s.memory_limit_of("zzz")) == (
+        1024**3, None, 64 * 1024**2, 1024**3)

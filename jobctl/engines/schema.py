@@ -161,6 +161,12 @@ def _v3(db) -> None:
         "CREATE INDEX jobs_ready_by_type ON jobs (type, priority DESC, run_at, id, queue, cost_units, "
         "concurrency_group) WHERE status = 'pending' AND waiting_on = 0"
     )
+    # stats: ready jobs that cost more than one unit (few: most cost 1), the only ones a limit with
+    # room left can hold back.
+    db.execute(
+        "CREATE INDEX jobs_ready_costly ON jobs (type, cost_units, queue, run_at) "
+        "WHERE status = 'pending' AND waiting_on = 0 AND cost_units > 1"
+    )
     # stats: the ready jobs of a concurrency group that its limit holds back (only grouped jobs).
     db.execute(
         "CREATE INDEX jobs_ready_by_group ON jobs (concurrency_group, cost_units, run_at, queue) "

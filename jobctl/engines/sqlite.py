@@ -586,8 +586,12 @@ class SQLiteEngine:
             for t in {*limits.rates, *limits.types}:
                 if t in admission.shut_types:  # every ready job of a rate-shut type waits
                     sql, args = ready_sql.format("jobs_ready_by_type", "type = ?"), [now, t]
-                elif t in limits.types:  # those that need more units than the type's limit has free
-                    sql = ready_sql.format("jobs_ready_by_type", "type = ? AND concurrency_group IS NULL AND cost_units > ?")
+                elif t in limits.types and admission.room[("type", t)] < 1:  # full: all of its ready jobs wait
+                    sql = ready_sql.format("jobs_ready_by_type", "type = ? AND concurrency_group IS NULL")
+                    args = [now, t]
+                elif t in limits.types:  # those that need more units than are free: only costly jobs can
+                    sql = ready_sql.format("jobs_ready_costly",
+                                           "type = ? AND concurrency_group IS NULL AND cost_units > 1 AND cost_units > ?")
                     args = [now, t, admission.room[("type", t)]]
                 else:  # a rate with starts to spare holds nothing back
                     held_ready[("type", t)] = 0

@@ -42,7 +42,8 @@ class TypeConfig(Record):
 
     __slots__ = ("name", "command", "queue", "max_attempts", "timeout", "priority", "backoff", "bury_exit_codes",
                  "rate_limit", "concurrency_group", "concurrency_limit", "cost_units", "on_buried", "on_completed",
-                 "on_cancelled")
+                 "on_cancelled",
+                 "log_head", "log_tail")  # bytes of a run's output kept (None: [defaults])
 
     def __init__(self, name: str, command: list[str] | None = None, queue: str | None = None,
                  max_attempts: int | None = None, timeout: float | None = None, priority: int | None = None,
@@ -67,6 +68,8 @@ class TypeConfig(Record):
         self.on_buried = on_buried
         self.on_completed = on_completed
         self.on_cancelled = on_cancelled
+        self.log_head: int | None = None
+        self.log_tail: int | None = None
 
 
 class WorkerSettings(Record):
@@ -103,7 +106,7 @@ class Settings(Record):
 
     __slots__ = ("config_path", "db", "busy_timeout", "synchronous", "allow_network_fs", "max_payload_bytes",
                  "secret_keys", "queue", "priority", "max_attempts", "backoff", "backoff_jitter", "timeout", "retention",
-                 "types", "worker", "sources", "notes")
+                 "types", "worker", "sources", "notes", "log_head", "log_tail")
 
     def __init__(self, config_path: Path | None = None,
                  db: str | None = None,  # from the config file only; resolve_db applies flag and env first
@@ -123,6 +126,8 @@ class Settings(Record):
         self.synchronous = synchronous
         self.allow_network_fs = allow_network_fs
         self.notes = [] if notes is None else notes
+        self.log_head = DEFAULT_LOG_HEAD  # bytes kept of the start of a run's output
+        self.log_tail = DEFAULT_LOG_TAIL  # and of its end
         self.max_payload_bytes = max_payload_bytes
         self.secret_keys = list(DEFAULT_SECRET_KEYS) if secret_keys is None else secret_keys
         self.queue = queue
@@ -240,6 +245,32 @@ def _duration_in_range(value, where: str, kind: str) -> float:
         return duration_in_range(value, where, kind)
     except InvalidInput as e:
         raise ConfigError(str(e)) from None
+
+
+LOG_KEYS = ("log_head", "log_tail")  # [defaults] and [types.X]: how much of a run's output is kept
+DEFAULT_LOG_HEAD, DEFAULT_LOG_TAIL = 64 * 1024, 1024 * 1024
+MAX_LOG_BYTES = 256 * 1024 * 1024
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024**2, "mb": 1000**2, "mib": 1024**2,
+               "g": 1024**3, "gb": 1000**3, "gib": 1024**3}
+
+
+def parse_size(value, where: str) -> int:
+    """A size in bytes: a number of bytes, or a string like "64KiB", "1MiB", "500kB"."""
+    import re
+
+    if isinstance(value, bool):
+        n = None
+    elif isinstance(value, int):
+        n = value
+    elif isinstance(value, str) and (m := re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", value)) \
+            and m.group(2).lower() in _SIZE_UNITS:
+        n = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    else:
+        n = None
+    if n is None or not 0 <= n <= MAX_LOG_BYTES:
+        raise ConfigError(f"{where}: must be a size from 0 to 256MiB, such as \"64KiB\", \"1MiB\" or a number "
+                          f"of bytes, not {value!r}")
+    return n
 
 
 ENQUEUE_KEYS = ("queue", "max_attempts", "timeout", "priority", "backoff")  # [defaults] and [types.X] alike
@@ -417,6 +448,8 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
         where = f"defaults.{key}"
         if key in ENQUEUE_KEYS:
             setattr(settings, key, _enqueue_option(key, value, where))
+        elif key in LOG_KEYS:
+            setattr(settings, key, parse_size(value, where))
         elif key in ("backoff_jitter", "jitter"):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise ConfigError(f"{where}: must be a fraction from 0 to 1, such as 0.1")
@@ -460,6 +493,8 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
                 tc.bury_exit_codes = [_int(v, where, 1, 255) for v in value]
             elif key in LIMIT_KEYS:
                 setattr(tc, key, _limit_option(key, value, where))
+            elif key in LOG_KEYS:
+                setattr(tc, key, parse_size(value, where))
             elif key in REACTION_KEYS:
                 try:
                     reaction = validate_name(value, "type")
@@ -471,7 +506,7 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
             else:
                 raise ConfigError(
                     f"unknown key {where!r} (known: command, {', '.join(ENQUEUE_KEYS)}, bury_exit_codes, "
-                    f"{', '.join(LIMIT_KEYS)}, {', '.join(REACTION_KEYS)})"
+                    f"{', '.join(LIMIT_KEYS)}, {', '.join(REACTION_KEYS)}, {', '.join(LOG_KEYS)})"
                 )
         settings.types[name] = tc
         src(f"types.{name}")

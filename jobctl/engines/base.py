@@ -118,12 +118,15 @@ class RunOutput(Record):
 
 
 class RunLog(Record):
-    """One stored run's output: run is its number (1: the job's first run with output kept)."""
+    """One stored run's output: run is its number (1: the job's first run with output kept);
+    ended_at and outcome come from the run's end (None while it runs)."""
 
-    __slots__ = ("job_id", "run", "runs", "started_at", "ended_at", "head", "tail", "dropped")
+    __slots__ = ("job_id", "run", "runs", "started_at", "ended_at", "head", "tail", "dropped", "outcome")
 
     def __init__(self, job_id: int, run: int, runs: int, started_at: int, ended_at: int | None, head: bytes,
-                 tail: bytes, dropped: int):
+                 tail: bytes, dropped: int,
+                 outcome: str | None = None):  # how the run ended (the runs table's outcome); None: running
+        self.outcome = outcome
         self.job_id = job_id
         self.run = run
         self.runs = runs  # how many runs of the job have output kept

@@ -926,7 +926,11 @@ class SQLiteEngine:
                 return None
             r = c.execute("SELECT started_at, ended_at, head, tail, dropped FROM job_logs WHERE job_id = ? "
                           "ORDER BY started_at LIMIT 1 OFFSET ?", (job_id, n - 1)).fetchone()
-            return RunLog(job_id, n, runs, r[0], r[1], bytes(r[2]), bytes(r[3]), r[4])
+            end = c.execute("SELECT ended_at, outcome FROM runs WHERE job_id = ? AND started_at = ? "
+                            "ORDER BY id DESC LIMIT 1", (job_id, r[0])).fetchone()
+            ended_at = r[1] if r[1] is not None or end is None else end[0]
+            return RunLog(job_id, n, runs, r[0], ended_at, bytes(r[2]), bytes(r[3]), r[4],
+                          end[1] if end is not None else None)
 
     _LIST_ORDERS = {"newest": "id DESC", "oldest": "id", "priority": "priority DESC, run_at, id",
                     "run-at": "run_at, id", "updated": "updated_at DESC, id DESC"}  # keys: models.LIST_SORTS

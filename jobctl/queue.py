@@ -375,13 +375,13 @@ class Queue:
                                                      worker=worker, queues=queues, types=types, lease=lease)
         return done[0], (claimed[0] if claimed else None)
 
-    def complete_many_and_claim(self, completions: list[tuple[int, str | None, object]], *, claim: int = 0,
+    def complete_many_and_claim(self, completions: list[tuple], *, claim: int = 0,
                                 actor: str | None = None, worker: str | None = None, queues=None, types=None,
                                 lease=None) -> tuple[list[Job], list[Job]]:
         """Complete each (job id, token, result[, output]) and claim up to `claim` next jobs, each with
         its own token, in one transaction (one commit): ([completed jobs], [claimed jobs])."""
         updates = [(validate_job_id(c[0]), _with_output(self._complete_change(c[1], c[2], actor),
-                                                        c[3] if len(c) > 3 else None))  # type: ignore[misc]
+                                                        c[3] if len(c) > 3 else None))
                    for c in completions]
         requests = [self._claim_request(worker, queues, types, lease) for _ in range(claim)]
         return self.engine.update_jobs_and_claim(updates, requests, actor or operator_name())

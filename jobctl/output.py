@@ -230,6 +230,10 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
             message.append(f"{' ' if e.message else ''}({how})", style="dim")
         history.add_row(to_rfc3339(e.at), e.from_status or "-", e.to_status, text(e.actor), message)
     parts: list[RenderableType] = [Panel(grid, title=f"job {job.id}", title_align="left", expand=False), history]
+    for run, how, tail in runs:
+        if tail:
+            parts += [Text(""), Text(f"stderr of run {run} ({how}), its last lines:", style="bold")]
+            parts += [text(mask_text(line, patterns, reveal), "red") for line in tail.rstrip("\n").split("\n")]
     if run_output is not None and run_output.outcome in ("failed", "lost"):
         from jobctl.runlog import last_lines
 
@@ -238,11 +242,6 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
             parts += [Text(""), Text(f"output of run {run_output.run} ({run_output.outcome}), its last lines "
                                      f"(`jobctl logs {job.id}` for all):", style="bold")]
             parts += [Text(line) for line in lines]
-        runs = []  # the run's output holds its stderr too
-    for run, how, tail in runs:
-        if tail:
-            parts += [Text(""), Text(f"stderr of run {run} ({how}), its last lines:", style="bold")]
-            parts += [text(mask_text(line, patterns, reveal), "red") for line in tail.rstrip("\n").split("\n")]
     return Group(*parts)
 
 

@@ -134,7 +134,7 @@ def test_follow_exits_4_when_the_run_failed_and_waits_for_a_run_to_start(tmp_pat
     cfg = setup(tmp_path, "import sys\nprint('bad input')\nsys.exit(2)\n")
     job = enqueue(db, cfg)
     r = run_cli(*cfg, "logs", job, db=db)  # no run yet: nothing printed, said on stderr
-    assert (r.exit_code, r.stdout) == (0, "") and "no run yet" in r.stderr
+    assert (r.exit_code, r.stdout) == (0, "") and "has not run yet" in r.stderr
     follow = subprocess.Popen([*JOBCTL, "--db", str(db), *cfg, "logs", str(job), "--follow"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(0.5)
@@ -142,6 +142,16 @@ def test_follow_exits_4_when_the_run_failed_and_waits_for_a_run_to_start(tmp_pat
     out, err = follow.communicate(timeout=30)
     assert out == "bad input\n" and follow.returncode == 4, err
     assert "failed" in err and err.startswith("jobctl: error: ")
+
+
+def test_a_run_that_prints_nothing_keeps_no_entry(tmp_path, db):
+    cfg = setup(tmp_path, "pass")
+    job = enqueue(db, cfg)
+    work(db, cfg)
+    r = run_cli(*cfg, "logs", job, db=db)
+    assert (r.exit_code, r.stdout) == (0, "") and "no output kept (it is completed" in r.stderr
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM job_logs").fetchone()[0] == 0
 
 
 def test_logs_errors(tmp_path, db):

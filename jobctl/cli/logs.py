@@ -39,7 +39,7 @@ def _end_error(log, job):
 def logs(
     ctx: typer.Context,
     job_id: int = typer.Argument(..., metavar="ID", help="The job's id."),
-    run: Optional[int] = typer.Option(None, "--run", min=1, metavar="N", help="The Nth run of the job (1: the first). Default: the latest."),
+    run: Optional[int] = typer.Option(None, "--run", min=1, metavar="N", help="The Nth run of the job that printed anything (1: the first). Default: the latest."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing the output as the worker stores it (every few seconds) until the run ends; wait for a run to start if none has."),
     reveal: bool = typer.Option(False, "--reveal", help="Show values of secret-looking key=value pairs."),
     as_json: bool = typer.Option(False, "--json", help="One object: run, started_at, ended_at, outcome, truncated, dropped, text (exact, unmasked)."),
@@ -47,8 +47,8 @@ def logs(
     """Print a run's output: its stdout and stderr together, in the order they arrived.
 
     Kept: the first 64KiB and the last 1MiB of each run (log_head and log_tail in the config), with
-    a marker line where bytes were dropped. A job with no run yet prints nothing (a note on stderr,
-    exit 0). With --follow: exit 0 when the run completed the job, 4 when it ended otherwise
+    a marker line where bytes were dropped; a run that printed nothing keeps no entry. A job with
+    no output kept yet prints nothing (a note on stderr, exit 0). With --follow: exit 0 when the run completed the job, 4 when it ended otherwise
     (failed, cancelled, released, lost).
 
     Example: jobctl logs 42 --follow
@@ -65,7 +65,11 @@ def logs(
 
                 have = f"it has {last.runs} run(s) with output" if last is not None else "it has no run with output"
                 raise InvalidInput(f"job {job_id} has no run {run}; {have} (`jobctl logs {job_id}` shows the latest)")
-            sys.stderr.write(f"job {job_id} has no run yet (it is {job.status})\n")
+            if job.status == "pending" and not job.attempts:
+                sys.stderr.write(f"job {job_id} has not run yet\n")
+            else:
+                sys.stderr.write(f"job {job_id} has no output kept (it is {job.status}; a run that prints "
+                                 "nothing keeps none)\n")
             return
         if not follow:
             assert log is not None
@@ -102,7 +106,7 @@ def _follow(q, job_id: int, run: int | None, patterns, reveal: bool, as_json: bo
         job = q.get(job_id)
         if log is None:
             if run is None and job.status in ("completed", "cancelled", "buried"):
-                sys.stderr.write(f"job {job_id} ended ({job.status}) without a run with output\n")
+                sys.stderr.write(f"job {job_id} ended ({job.status}) with no output kept\n")
                 return
             time.sleep(FOLLOW_POLL)
             continue

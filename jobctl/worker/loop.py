@@ -418,8 +418,9 @@ class Worker:
     def _finish(self, r: Running, rc: int) -> Outcome | None:
         r.drain()  # the handler has exited: all it wrote is in its pipes
         o = self._outcome(r, rc)
-        if o is not None and r.output is not None and (r.output.head_limit or r.output.tail.limit):
-            o.output = r.output.snapshot()  # stored even when empty: every run has its entry
+        out = r.output
+        if o is not None and out is not None and (out.head_limit or out.tail.limit) and (out.dirty or out.head):
+            o.output = out.snapshot()  # a run that printed nothing costs no row
         return o
 
     def _outcome(self, r: Running, rc: int) -> Outcome | None:

@@ -134,65 +134,6 @@ def close_inherited_fds() -> None:
                 pass
 
 
-class ScratchFiles:
-    """The handlers' stdout and stderr files. A handler writes through its own open file; the
-    worker reads through a read-only one. A file goes back to the pool only when no process at all
-    still has it open for writing (a read lease is granted only then): a process that escaped the
-    handler's group and kept its stdout can never write into a later run's output. Reusing a file
-    spares the filesystem an inode allocation per handler, which costs more than the rest of a
-    handler's start on ext4."""
-
-    def __init__(self, keep: int = 4):
-        self.keep = keep
-        self.free: list[int] = []
-
-    def take(self) -> tuple[int, int]:
-        """(a file descriptor for the handler to write, one for the worker to read), empty."""
-        while self.free:
-            reader = self.free.pop()
-            try:
-                writer = os.open(f"/proc/self/fd/{reader}", os.O_WRONLY | os.O_CLOEXEC)
-            except OSError:
-                os.close(reader)
-                continue
-            try:
-                os.ftruncate(writer, 0)
-            except OSError:
-                os.close(writer)
-                os.close(reader)
-                continue
-            return writer, reader
-        writer = _scratch_fd()
-        try:
-            reader = os.open(f"/proc/self/fd/{writer}", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as e:
-            if e.errno in (errno.EMFILE, errno.ENFILE):
-                os.close(writer)
-                raise
-            reader = os.dup(writer)  # no /proc: never reused (a lease needs a read-only file)
-        return writer, reader
-
-    def give_back(self, reader: int) -> None:
-        if reader < 0:
-            return
-        if len(self.free) < self.keep:
-            try:
-                import fcntl
-
-                fcntl.fcntl(reader, fcntl.F_SETLEASE, fcntl.F_RDLCK)  # refused while anyone may write
-                fcntl.fcntl(reader, fcntl.F_SETLEASE, fcntl.F_UNLCK)
-                self.free.append(reader)
-                return
-            except OSError:
-                pass
-        os.close(reader)
-
-    def close(self) -> None:
-        for fd in self.free:
-            os.close(fd)
-        self.free = []
-
-
 class PosixLauncher:
     """The real processes: posix_spawn of a command resolved once on PATH, waitid, killpg."""
 
@@ -341,7 +282,6 @@ class Supervisor:
         self.worker_id = worker_id
         self.log = log
         self.running: list[Running] = []
-        self.files = ScratchFiles()
         self.unregistered: list[Running] = []  # started, not yet in the orphan registry
 
     # -- starting ------------------------------------------------------------------------------
@@ -402,7 +342,8 @@ class Supervisor:
         return {fd: r for r in self.running for fd in r.fds()}
 
     def close(self) -> None:
-        self.files.close()
+        for r in self.running:
+            r.close()
 
     def _stop_orphans(self, job: Job) -> None:
         """Before running a job: stop what an earlier run of it left running on this host (its

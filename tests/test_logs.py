@@ -242,3 +242,16 @@ def test_sizes(value, expected):
     from jobctl.config import parse_size
 
     assert parse_size(value, "x") == expected
+
+
+def test_follow_json_prints_one_object_when_the_run_ends(tmp_path, db):
+    cfg = setup(tmp_path, "print('one')\nprint('two')\n")
+    job = enqueue(db, cfg)
+    follow = subprocess.Popen([*JOBCTL, "--db", str(db), *cfg, "logs", str(job), "--follow", "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    work(db, cfg)
+    out, err = follow.communicate(timeout=30)
+    assert follow.returncode == 0, err
+    [line] = out.splitlines()
+    data = json.loads(line)
+    assert (data["run"], data["outcome"], data["text"], data["truncated"]) == (1, "completed", "one\ntwo\n", False)

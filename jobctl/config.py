@@ -42,7 +42,8 @@ class TypeConfig(Record):
 
     __slots__ = ("name", "command", "queue", "max_attempts", "timeout", "priority", "backoff", "bury_exit_codes",
                  "rate_limit", "concurrency_group", "concurrency_limit", "cost_units", "on_buried", "on_completed",
-                 "on_cancelled", "memory_limit")
+                 "on_cancelled", "memory_limit",
+                 "log_head", "log_tail")  # bytes of a run's output kept (None: [defaults])
 
     def __init__(self, name: str, command: list[str] | None = None, queue: str | None = None,
                  max_attempts: int | None = None, timeout: float | None = None, priority: int | None = None,
@@ -69,6 +70,8 @@ class TypeConfig(Record):
         self.on_completed = on_completed
         self.on_cancelled = on_cancelled
         self.memory_limit = memory_limit
+        self.log_head: int | None = None
+        self.log_tail: int | None = None
 
 
 class WorkerSettings(Record):
@@ -105,7 +108,7 @@ class Settings(Record):
 
     __slots__ = ("config_path", "db", "busy_timeout", "synchronous", "allow_network_fs", "max_payload_bytes",
                  "secret_keys", "queue", "priority", "max_attempts", "backoff", "backoff_jitter", "timeout", "retention",
-                 "types", "worker", "sources", "notes", "memory_limit")
+                 "types", "worker", "sources", "notes", "memory_limit", "log_head", "log_tail")
 
     def __init__(self, config_path: Path | None = None,
                  db: str | None = None,  # from the config file only; resolve_db applies flag and env first
@@ -127,6 +130,8 @@ class Settings(Record):
         self.allow_network_fs = allow_network_fs
         self.notes = [] if notes is None else notes
         self.memory_limit = memory_limit
+        self.log_head = DEFAULT_LOG_HEAD  # bytes kept of the start of a run's output
+        self.log_tail = DEFAULT_LOG_TAIL  # and of its end
         self.max_payload_bytes = max_payload_bytes
         self.secret_keys = list(DEFAULT_SECRET_KEYS) if secret_keys is None else secret_keys
         self.queue = queue
@@ -248,6 +253,21 @@ def duration_in_range(value, what: str, kind: str) -> float:
 def _duration_in_range(value, where: str, kind: str) -> float:
     try:
         return duration_in_range(value, where, kind)
+    except InvalidInput as e:
+        raise ConfigError(str(e)) from None
+
+
+LOG_KEYS = ("log_head", "log_tail")  # [defaults] and [types.X]: how much of a run's output is kept
+DEFAULT_LOG_HEAD, DEFAULT_LOG_TAIL = 64 * 1024, 1024 * 1024
+MAX_LOG_BYTES = 256 * 1024 * 1024
+
+
+def parse_size(value, where: str) -> int:
+    """A log size in bytes: a number of bytes, or a string like "64KiB", "1MiB", "500kB"."""
+    from jobctl.durations import parse_size as size
+
+    try:
+        return size(value, what=where, least=0, most=MAX_LOG_BYTES)
     except InvalidInput as e:
         raise ConfigError(str(e)) from None
 
@@ -442,6 +462,8 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
         where = f"defaults.{key}"
         if key in ENQUEUE_KEYS:
             setattr(settings, key, _enqueue_option(key, value, where))
+        elif key in LOG_KEYS:
+            setattr(settings, key, parse_size(value, where))
         elif key in ("backoff_jitter", "jitter"):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise ConfigError(f"{where}: must be a fraction from 0 to 1, such as 0.1")
@@ -489,6 +511,8 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
                 setattr(tc, key, _limit_option(key, value, where))
             elif key == "memory_limit":
                 tc.memory_limit = _memory_limit(value, where)
+            elif key in LOG_KEYS:
+                setattr(tc, key, parse_size(value, where))
             elif key in REACTION_KEYS:
                 try:
                     reaction = validate_name(value, "type")
@@ -500,7 +524,7 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
             else:
                 raise ConfigError(
                     f"unknown key {where!r} (known: command, {', '.join(ENQUEUE_KEYS)}, bury_exit_codes, "
-                    f"{', '.join(LIMIT_KEYS)}, {', '.join(REACTION_KEYS)}, memory_limit)"
+                    f"{', '.join(LIMIT_KEYS)}, {', '.join(REACTION_KEYS)}, memory_limit, {', '.join(LOG_KEYS)})"
                 )
         settings.types[name] = tc
         src(f"types.{name}")

@@ -135,19 +135,19 @@ def validate_name(value, what: str = "name") -> str:
     return value
 
 
-_SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024**2, "mb": 1000**2, "mib": 1024**2,
                "g": 1024**3, "gb": 1000**3, "gib": 1024**3, "t": 1024**4, "tb": 1000**4, "tib": 1024**4}
 
 
 def parse_size(value, *, what: str = "size", least: int = 1, most: int = 1024**5) -> int:
-    """Bytes from `512MiB`, `64KiB`, `2G` (binary), `500MB` (decimal) or a whole number of bytes."""
+    """Bytes from `512MiB`, `64KiB`, `1.5 KiB`, `2G` (binary), `500MB` (decimal) or a number of bytes."""
     if isinstance(value, bool):
         value = None
     m = _SIZE.match(str(value)) if isinstance(value, (int, str)) else None
     if m is None:
         raise InvalidInput(f"invalid {what} {value!r}: use bytes or a size such as 64KiB, 512MiB, 2GiB")
-    n = int(m.group(1)) * _SIZE_UNITS[(m.group(2) or "b").lower()]
+    n = int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "b").lower()])
     if not least <= n <= most:
         raise InvalidInput(f"invalid {what} {value!r}: must be from {format_size(least)} to {format_size(most)}")
     return n

@@ -331,7 +331,15 @@ def read_result(fd: int, max_bytes: int) -> tuple[object, str | None]:
         return None, None
     limit = max_bytes + 4096
     start = max(0, size - limit)
-    data = os.pread(fd, size - start, start).rstrip()
+    return result_of(os.pread(fd, size - start, start), size, max_bytes)
+
+
+def result_of(data: bytes, size: int, max_bytes: int) -> tuple[object, str | None]:
+    """read_result of the last (at least max_bytes + 4096) bytes of a stdout of `size` bytes."""
+    if size == 0:
+        return None, None
+    limit = max_bytes + 4096
+    data = data[-limit:].rstrip()
     cut = data.rfind(b"\n")
     if cut < 0 and size > limit:
         return None, None  # the line is longer than any result may be
@@ -357,7 +365,12 @@ def tail_fd(fd: int, limit: int) -> str:
     if size == 0:
         return ""
     start = max(0, size - limit)
-    data = os.pread(fd, size - start, start)
+    return tail_of(os.pread(fd, size - start, start), size, limit)
+
+
+def tail_of(data: bytes, size: int, limit: int) -> str:
+    """tail_fd of the last (at least `limit`) bytes of a stream of `size` bytes."""
+    data = data[-limit:] if limit else b""
     if size > limit:
         cut = data.find(b"\n")
         data = data[cut + 1:] if cut >= 0 else data

@@ -181,7 +181,8 @@ def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width:
 
 
 def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = False,
-              explanation: str | None = None) -> Group:
+              explanation: str | None = None, run_output=None) -> Group:
+    """run_output: the latest run's stored output (engines.base.RunLog) or None."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -208,6 +209,10 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
     ]
     if explanation:
         rows.insert(1, ("why", text(explanation, "yellow")))
+    if run_output is not None:
+        earlier = f"; --run N for runs 1-{run_output.runs - 1}" if run_output.runs > 1 else ""
+        rows.append(("output", f"`jobctl logs {job.id}` (run {run_output.run}, "
+                               f"{_size(run_output.size)}{earlier})"))
     runs = failed_runs(events)
     if runs:  # the latest failed run's exit, next to the error it explains
         at = next(i for i, (label, _) in enumerate(rows) if label == "error") + 1
@@ -229,7 +234,22 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
         if tail:
             parts += [Text(""), Text(f"stderr of run {run} ({how}), its last lines:", style="bold")]
             parts += [text(mask_text(line, patterns, reveal), "red") for line in tail.rstrip("\n").split("\n")]
+    if run_output is not None and run_output.outcome in ("failed", "lost"):
+        from jobctl.runlog import last_lines
+
+        lines = last_lines(run_output, 10, patterns, reveal)
+        if lines:
+            parts += [Text(""), Text(f"output of run {run_output.run} ({run_output.outcome}), its last lines "
+                                     f"(`jobctl logs {job.id}` for all):", style="bold")]
+            parts += [Text(line) for line in lines]
     return Group(*parts)
+
+
+def _size(n: int) -> str:
+    for unit, size in (("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
 
 
 PRIORITY_NAMES = {0: "low", 10: "normal", 20: "high", 30: "critical"}

@@ -99,6 +99,20 @@ def _decide(rule, token: str | None, actor: str | None, *, holder: bool = True, 
     return decide
 
 
+def _with_output(decide, output):
+    """decide, with a run's output (engines.base.RunOutput, or None) stored in the same transaction."""
+    if output is None:
+        return decide
+
+    def with_output(job: Job, now: int):
+        change = decide(job, now)
+        if change is not None:
+            change.log = output
+        return change
+
+    return with_output
+
+
 def _positive_ms(value, what: str) -> int:
     seconds = parse_duration(value, what=what)
     if seconds <= 0:
@@ -346,24 +360,29 @@ class Queue:
 
     # -- a running job's reports -----------------------------------------------------------
 
-    def complete(self, job_id: int, *, token: str | None = None, result=None, actor: str | None = None) -> Job:
-        decide = self._complete_change(token, result, actor)
+    def complete(self, job_id: int, *, token: str | None = None, result=None, actor: str | None = None,
+                 output=None) -> Job:
+        """output (every report of a running job takes it): the run's output, stored with the change."""
+        decide = _with_output(self._complete_change(token, result, actor), output)
         return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     def complete_and_claim(self, job_id: int, *, token: str | None = None, result=None, actor: str | None = None,
-                           worker: str | None = None, queues=None, types=None, lease=None) -> tuple[Job, Job | None]:
+                           worker: str | None = None, queues=None, types=None, lease=None,
+                           output=None) -> tuple[Job, Job | None]:
         """complete, then claim the next job, in one transaction (the worker's fast path):
         (the completed job, the next job or None)."""
-        done, claimed = self.complete_many_and_claim([(job_id, token, result)], claim=1, actor=actor,
+        done, claimed = self.complete_many_and_claim([(job_id, token, result, output)], claim=1, actor=actor,
                                                      worker=worker, queues=queues, types=types, lease=lease)
         return done[0], (claimed[0] if claimed else None)
 
-    def complete_many_and_claim(self, completions: list[tuple[int, str | None, object]], *, claim: int = 0,
+    def complete_many_and_claim(self, completions: list[tuple], *, claim: int = 0,
                                 actor: str | None = None, worker: str | None = None, queues=None, types=None,
                                 lease=None) -> tuple[list[Job], list[Job]]:
-        """Complete each (job id, token, result) and claim up to `claim` next jobs, each with its own
-        token, in one transaction (one commit): ([completed jobs], [claimed jobs])."""
-        updates = [(validate_job_id(i), self._complete_change(t, r, actor)) for i, t, r in completions]
+        """Complete each (job id, token, result[, output]) and claim up to `claim` next jobs, each with
+        its own token, in one transaction (one commit): ([completed jobs], [claimed jobs])."""
+        updates = [(validate_job_id(c[0]), _with_output(self._complete_change(c[1], c[2], actor),
+                                                        c[3] if len(c) > 3 else None))
+                   for c in completions]
         requests = [self._claim_request(worker, queues, types, lease) for _ in range(claim)]
         return self.engine.update_jobs_and_claim(updates, requests, actor or operator_name())
 
@@ -377,7 +396,7 @@ class Queue:
 
     def fail(self, job_id: int, *, token: str | None = None, error: str | None = None, bury: bool = False,
              retry_in=None, actor: str | None = None, details: dict | None = None,
-             bury_reason: str | None = None) -> Job:
+             bury_reason: str | None = None, output=None) -> Job:
         """bury_reason: why `bury` was asked, for the history ("exit code 65 is in bury_exit_codes");
         without it the history says --bury."""
         retry_s = parse_duration(retry_in, what="retry delay") if retry_in is not None else None
@@ -388,11 +407,13 @@ class Queue:
             jitter = 1 + random.uniform(-self.settings.backoff_jitter, self.settings.backoff_jitter)
         decide = self._reacting(_decide(transitions.fail, token, actor, error=one_line(error) or "failed", bury=bury,
                                         bury_reason=bury_reason, retry_in=retry_s, jitter=jitter, details=details))
+        decide = _with_output(decide, output)
         return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
-    def heartbeat(self, job_id: int, *, token: str | None = None, extend=None, actor: str | None = None) -> Job:
+    def heartbeat(self, job_id: int, *, token: str | None = None, extend=None, actor: str | None = None,
+                  output=None) -> Job:
         extend_ms = int(duration_in_range(extend, "lease extension", "lease") * 1000) if extend is not None else None
-        decide = _decide(transitions.heartbeat, token, actor, holder=False, extend_ms=extend_ms)
+        decide = _with_output(_decide(transitions.heartbeat, token, actor, holder=False, extend_ms=extend_ms), output)
         job = self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
         if job.status == "cancel_requested":
             raise CancelRequested(
@@ -412,8 +433,9 @@ class Queue:
     # -- operators -------------------------------------------------------------------------
 
     def cancel(self, job_id: int, *, token: str | None = None, reason: str | None = None,
-               actor: str | None = None) -> Job:
-        decide = self._reacting(_decide(transitions.cancel, token, actor, reason=one_line(reason)))
+               actor: str | None = None, output=None) -> Job:
+        decide = _with_output(self._reacting(_decide(transitions.cancel, token, actor, reason=one_line(reason))),
+                              output)
         return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     def cancel_with_dependents(self, job_id: int, *, reason: str | None = None, actor: str | None = None) -> list[Job]:
@@ -512,15 +534,21 @@ class Queue:
         return [(found[job.id], "watching" if transitions.is_watch(change, found[job.id]) else actions[change.to_status])
                 for job, change in done]
 
-    def release(self, job_id: int, *, token: str, actor: str | None = None, reason: str = "worker shutting down") -> Job:
+    def release(self, job_id: int, *, token: str, actor: str | None = None, reason: str = "worker shutting down",
+                output=None) -> Job:
         """A worker gives back a job it could not finish: that run does not count."""
-        decide = self._reacting(_decide(transitions.release, token, actor, holder=False, reason=reason))
+        decide = _with_output(self._reacting(_decide(transitions.release, token, actor, holder=False, reason=reason)),
+                              output)
         return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     # -- views and housekeeping ------------------------------------------------------------
 
     def get(self, job_id: int) -> Job:
         return self.engine.get_job(validate_job_id(job_id))
+
+    def run_output(self, job_id: int, run: int | None = None):
+        """A run's stored output (engines.base.RunLog; run 1 = the first, None = the latest) or None."""
+        return self.engine.run_output(validate_job_id(job_id), run)
 
     def events(self, job_id: int) -> list[Event]:
         return self.engine.events(validate_job_id(job_id))

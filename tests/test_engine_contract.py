@@ -661,3 +661,68 @@ def test_resuming_a_queue_ends_its_type_pauses_too(engine):
     engine.set_paused("a", False)
     assert engine.pauses() == [("b", "x", None)]
     assert engine.claim(req()).id == 1
+
+
+# -- a run's output (Change.log, run_output) ---------------------------------------------------
+
+
+def _with_log(to_status, fields, head, tail=b"", dropped=0, run=None):
+    from jobctl.engines.base import RunOutput
+
+    def decide(job, now):
+        change = Change(to_status, fields, run=run)
+        change.log = RunOutput(head, tail, dropped)
+        return change
+
+    return decide
+
+
+def test_run_output_is_stored_with_the_change_and_numbered_by_run(engine, clock):
+    engine.insert_jobs([new()], "a")
+    with pytest.raises(NoSuchJob):
+        engine.run_output(99)
+    assert engine.run_output(1) is None  # no run yet
+    engine.claim(req())
+    at(clock, NOW + 10)
+    engine.update_job(1, _with_log("running", {"heartbeat_at": NOW + 10}, b"first\n"), "w")
+    log = engine.run_output(1)
+    assert (log.run, log.runs, log.started_at, log.ended_at, log.head, log.tail, log.dropped, log.outcome) == \
+        (1, 1, NOW, None, b"first\n", b"", 0, None)
+    at(clock, NOW + 20)
+    engine.update_job(1, _with_log("pending", {"token": None, "worker": None, "run_at": NOW + 20},
+                                   b"first\n", b"end\n", 7, run="failed"), "w")
+    log = engine.run_output(1)
+    assert (log.ended_at, log.tail, log.dropped, log.outcome, log.size) == (NOW + 20, b"end\n", 7, "failed", 17)
+    at(clock, NOW + 30)
+    engine.claim(req())
+    engine.update_job(1, _with_log("running", {}, b"second\n"), "w")
+    assert engine.run_output(1).run == 2 and engine.run_output(1).head == b"second\n"
+    assert engine.run_output(1, 1).head == b"first\n" and engine.run_output(1, 1).runs == 2
+    assert engine.run_output(1, 3) is None
+
+
+def test_a_refused_change_stores_no_output(engine):
+    from jobctl.engines.base import RunOutput
+
+    engine.insert_jobs([new()], "a")
+    engine.claim(req())
+
+    def refuse(job, now):
+        change = Change("running", {})
+        change.log = RunOutput(b"x", b"", 0)
+        raise InvalidState("no")
+
+    with pytest.raises(InvalidState):
+        engine.update_job(1, refuse, "w")
+    assert engine.run_output(1) is None
+
+
+def test_purge_deletes_run_output_with_its_job(engine, clock):
+    engine.insert_jobs([new()], "a")
+    engine.claim(req())
+    engine.update_job(1, _with_log("completed", {"token": None}, b"out\n", run="completed"), "w")
+    assert engine.run_output(1) is not None
+    at(clock, NOW + 10_000)
+    assert engine.purge("completed", 1) == 1
+    engine.insert_jobs([new()], "a")  # a new job never sees an old job's output
+    assert engine.run_output(2) is None

@@ -54,6 +54,8 @@ STARTER = '''\
 # jitter = 0.0                 # spread retry delays by up to this fraction (0.1 = +-10%)
 # timeout = "10m"              # longest a single run may take
 # memory_limit = "none"        # the handler's address space, such as "512MiB" (also per type)
+# log_head = "64KiB"           # of each run's output (stdout and stderr), the first bytes kept
+# log_tail = "1MiB"            # and the last (`jobctl logs ID`); also per type
 
 [retention]
 # Workers delete finished jobs (and their history) this long after they finished.
@@ -176,6 +178,8 @@ def effective(st) -> list[tuple[str | None, str, object, str]]:
         ("jitter", s.backoff_jitter, jitter_source),
         ("timeout", exact_duration(s.timeout), origin("defaults.timeout")),
         ("memory_limit", format_size(s.memory_limit) if s.memory_limit else "none", origin("defaults.memory_limit")),
+        ("log_head", _size_value(s.log_head), origin("defaults.log_head")),
+        ("log_tail", _size_value(s.log_tail), origin("defaults.log_tail")),
     ):
         rows.append(("defaults", key, value, source))
     for key in ("completed", "cancelled", "buried"):
@@ -222,7 +226,18 @@ def effective(st) -> list[tuple[str | None, str, object, str]]:
         for key in ("on_buried", "on_completed", "on_cancelled"):
             if getattr(tc, key) is not None:
                 rows.append((table, key, getattr(tc, key), where))
+        for key in ("log_head", "log_tail"):
+            if getattr(tc, key) is not None:
+                rows.append((table, key, _size_value(getattr(tc, key)), where))
     return rows
+
+
+def _size_value(n: int):
+    """A size as config accepts it back: "64KiB" when exact, else the number of bytes."""
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n and n % size == 0:
+            return f"{n // size}{unit}"
+    return n
 
 
 NOTE = "\0"  # separates a row's source from a note that config show prints in any case

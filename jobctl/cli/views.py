@@ -79,6 +79,8 @@ def show(
         why = explain(job, now, dependencies=q.dependencies(job.id) if job.after else [],
                       pauses=q.pauses() if job.status == "pending" else [],
                       held=q.held_because(job) if ready else None)
+        run_output = q.run_output(job_id)
     from jobctl import output
 
-    output.console().print(output.job_panel(job, events, now, st.settings.secret_keys, reveal, explanation=why))
+    output.console().print(output.job_panel(job, events, now, st.settings.secret_keys, reveal, explanation=why,
+                                            run_output=run_output))

@@ -86,7 +86,7 @@ class Change(Record):
     when the job has a reaction type for that state and the Change carries no reaction: a
     reaction is never lost silently."""
 
-    __slots__ = ("to_status", "fields", "message", "details", "run", "actor", "reaction")
+    __slots__ = ("to_status", "fields", "message", "details", "run", "actor", "reaction", "log")
 
     def __init__(self, to_status: str, fields: dict, message: str | None = None, details: dict | None = None,
                  run: str | None = None,
@@ -99,6 +99,47 @@ class Change(Record):
         self.run = run
         self.actor = actor
         self.reaction = reaction
+        self.log: RunOutput | None = None  # the run's output so far, stored with this change (see below)
+
+
+class RunOutput(Record):
+    """A handler's output as the worker keeps it: the first bytes, the last bytes, and how many
+    were dropped between them. Set on the Change of a heartbeat or of a run's outcome (Change.log),
+    the engine stores it in the same transaction, for the run that the job's claimed_at names;
+    when the change ends the run (the job leaves running/cancel_requested), the run's ended_at is
+    now. Read back with run_output."""
+
+    __slots__ = ("head", "tail", "dropped")
+
+    def __init__(self, head: bytes, tail: bytes, dropped: int = 0):
+        self.head = head
+        self.tail = tail
+        self.dropped = dropped
+
+
+class RunLog(Record):
+    """One stored run's output: run is its number (1: the job's first run with output kept);
+    ended_at and outcome come from the run's end (None while it runs)."""
+
+    __slots__ = ("job_id", "run", "runs", "started_at", "ended_at", "head", "tail", "dropped", "outcome")
+
+    def __init__(self, job_id: int, run: int, runs: int, started_at: int, ended_at: int | None, head: bytes,
+                 tail: bytes, dropped: int,
+                 outcome: str | None = None):  # how the run ended (the runs table's outcome); None: running
+        self.outcome = outcome
+        self.job_id = job_id
+        self.run = run
+        self.runs = runs  # how many runs of the job have output kept
+        self.started_at = started_at
+        self.ended_at = ended_at
+        self.head = head
+        self.tail = tail
+        self.dropped = dropped
+
+    @property
+    def size(self) -> int:
+        """Every byte the run wrote, kept or not."""
+        return len(self.head) + self.dropped + len(self.tail)
 
 
 Decide = Callable[[Job, int], "Change | None"]
@@ -226,7 +267,7 @@ class Engine(Protocol):
     def purge(self, status: str, older_than_ms: int, *, dry_run: bool = False, batch: int = 500,
               on_progress: Callable[[int], None] | None = None) -> int:
         """Delete jobs of a finished `status` that finished more than older_than_ms ago, with their
-        history, in short transactions of `batch` jobs so workers are never held up long;
+        history and stored output, in short transactions of `batch` jobs so workers are never held up long;
         on_progress(deleted so far) after each batch. Returns how many (would be, with dry_run)."""
 
     def set_paused(self, queue: str, paused: bool, *, type: str | None = None, until: int | None = None) -> None:
@@ -241,6 +282,9 @@ class Engine(Protocol):
     def get_jobs(self, job_ids: list[int]) -> list[Job]:
         """The jobs that exist among job_ids, in that order."""
     def events(self, job_id: int) -> list[Event]: ...
+    def run_output(self, job_id: int, run: int | None = None) -> RunLog | None:
+        """A run's stored output (run: 1 for the first run with output, None for the latest),
+        or None when the job has none (or no such run). Raises NoSuchJob."""
     def dependencies(self, job_id: int) -> list[tuple[int, str | None]]:
         """The `after` ids of a job with their states (None when that job was purged)."""
     def queue_names(self) -> list[str]:

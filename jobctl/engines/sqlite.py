@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from jobctl.engines import files
-from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob
+from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob, RunLog
 from jobctl.engines.schema import APPLICATION_ID, SCHEMA_VERSION  # sqlite-utils loads only on migrate
 from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, InvalidState, NoSuchJob
 from jobctl.models import FINISHED, Event, Job, row_damage
@@ -695,9 +695,23 @@ class SQLiteEngine:
                 "VALUES (?,?,?,?,?,?,?,?)",
                 (job.id, job.queue, job.type, job.worker, job.run_at, job.claimed_at, now, change.run),
             )
+        if change.log is not None and job.claimed_at is not None:
+            self._store_output(c, job, change, now)
         if message is not None or change.to_status != job.status:
             self._event(job.id, now, job.status, change.to_status, change.actor or actor, message, change.details)
         return Job.from_row(rows[0])
+
+    @staticmethod
+    def _store_output(c, job: Job, change: Change, now: int) -> None:
+        """Inside the change's transaction: the run's output so far (the run is the job's claim)."""
+        out = change.log
+        assert out is not None
+        ended = None if change.to_status in ("running", "cancel_requested") else now
+        c.execute(
+            "INSERT INTO job_logs (job_id, started_at, ended_at, head, tail, dropped) VALUES (?,?,?,?,?,?) "
+            "ON CONFLICT (job_id, started_at) DO UPDATE SET ended_at = excluded.ended_at, head = excluded.head, "
+            "tail = excluded.tail, dropped = excluded.dropped",
+            (job.id, job.claimed_at, ended, bytes(out.head), bytes(out.tail), out.dropped))
 
     def _react(self, c, row, change: Change, now: int, actor: str) -> int | None:
         """Inside the transaction that made the job of `row` become change.to_status: enqueue the
@@ -851,8 +865,8 @@ class SQLiteEngine:
                     f"SELECT id FROM jobs WHERE {where} LIMIT ?", (status, finished_before, batch))]
                 if ids:
                     marks = ",".join("?" * len(ids))
-                    for table, column in (("events", "job_id"), ("runs", "job_id"), ("job_deps", "job_id"),
-                                          ("jobs", "id")):
+                    for table, column in (("events", "job_id"), ("runs", "job_id"), ("job_logs", "job_id"),
+                                          ("job_deps", "job_id"), ("jobs", "id")):
                         c.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", ids)
             total += len(ids)
             if on_progress is not None and ids:
@@ -922,6 +936,22 @@ class SQLiteEngine:
                 Event(r["job_id"], r["at"], r["from_status"], r["to_status"], r["actor"], r["message"], r["details"])
                 for r in c.execute("SELECT * FROM events WHERE job_id = ? ORDER BY id", (job_id,))
             ]
+
+    def run_output(self, job_id: int, run: int | None = None) -> RunLog | None:
+        with self._read() as c:
+            if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is None:
+                raise NoSuchJob(job_id)
+            runs = c.execute("SELECT count(*) FROM job_logs WHERE job_id = ?", (job_id,)).fetchone()[0]
+            n = runs if run is None else run
+            if not runs or not 1 <= n <= runs:
+                return None
+            r = c.execute("SELECT started_at, ended_at, head, tail, dropped FROM job_logs WHERE job_id = ? "
+                          "ORDER BY started_at LIMIT 1 OFFSET ?", (job_id, n - 1)).fetchone()
+            end = c.execute("SELECT ended_at, outcome FROM runs WHERE job_id = ? AND started_at = ? "
+                            "ORDER BY id DESC LIMIT 1", (job_id, r[0])).fetchone()
+            ended_at = r[1] if r[1] is not None or end is None else end[0]
+            return RunLog(job_id, n, runs, r[0], ended_at, bytes(r[2]), bytes(r[3]), r[4],
+                          end[1] if end is not None else None)
 
     _LIST_ORDERS = {"newest": "id DESC", "oldest": "id", "priority": "priority DESC, run_at, id",
                     "run-at": "run_at, id", "updated": "updated_at DESC, id DESC"}  # keys: models.LIST_SORTS

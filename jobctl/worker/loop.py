@@ -28,6 +28,7 @@ from jobctl.errors import CancelRequested, DatabaseUnusable, InvalidInput, Inval
 from jobctl.models import Job
 from jobctl.worker.log import Log
 from jobctl.worker.outcomes import Outcome, Recorder, Retry
+from jobctl.worker.output import RunOutputBuffer
 from jobctl.worker.supervisor import PosixLauncher, Running, SpawnError, Supervisor, close_inherited_fds
 
 STDERR_TAIL_BYTES = 4096
@@ -268,12 +269,30 @@ class Worker:
         os.close(w)
 
     def _wait(self, wake_r, timeout: float) -> None:
+        """Sleep until a signal (a handler's exit), or `timeout`; meanwhile read the handlers' output."""
         timeout = max(0.0, min(timeout, 60.0))
         if wake_r is None:
+            self._pump()
             time.sleep(min(timeout, 0.05))
             return
-        if timeout > 0:
-            select.select([wake_r], [], [], timeout)
+        end = time.monotonic() + timeout
+        while True:
+            pipes = self.sup.fds()
+            if not pipes and timeout <= 0:
+                break
+            try:
+                ready, _, _ = select.select([wake_r, *pipes], [], [], max(timeout, 0.0))
+            except InterruptedError:
+                ready = [wake_r]
+            for fd in ready:
+                r = pipes.get(fd)
+                if r is not None and fd in r.fds():
+                    r.pump(fd)
+            if wake_r in ready or timeout <= 0:
+                break
+            timeout = end - time.monotonic()
+            if timeout <= 0:
+                break
         try:
             while os.read(wake_r, 512):
                 pass
@@ -334,8 +353,11 @@ class Worker:
         env["JOBCTL_ATTEMPT"] = str(job.attempts)
         env["JOBCTL_MAX_ATTEMPTS"] = str(job.max_attempts)
         env["JOBCTL_TOKEN"] = job.token or ""
+        head = tc.log_head if tc.log_head is not None else self.settings.log_head
+        tail = tc.log_tail if tc.log_tail is not None else self.settings.log_tail
+        output = RunOutputBuffer(head, tail, self.settings.max_payload_bytes + 4096, STDERR_TAIL_BYTES)
         try:
-            return self.sup.start(job, list(tc.command), env, self.heartbeat_every,
+            return self.sup.start(job, list(tc.command), env, self.heartbeat_every, output,
                                   memory_limit=self.settings.memory_limit_of(job.type))
         except SpawnError as e:
             self._spawn_failed(job, e)
@@ -388,9 +410,25 @@ class Worker:
         for r, _ in finished:  # off the critical path: after the next handler started
             self.sup.forget(r)
 
+    def _pump(self) -> None:
+        """Read what the handlers' pipes hold (without a wake-up pipe to sleep on)."""
+        for fd, r in self.sup.fds().items():
+            if fd in r.fds():
+                r.pump(fd)
+
     def _finish(self, r: Running, rc: int) -> Outcome | None:
+        r.drain()  # the handler has exited: all it wrote is in its pipes
+        o = self._outcome(r, rc)
+        out = r.output
+        if o is not None and out is not None and (out.head_limit or out.tail.limit) and (out.dirty or out.head):
+            o.output = out.snapshot()  # a run that printed nothing costs no row
+        return o
+
+    def _outcome(self, r: Running, rc: int) -> Outcome | None:
         duration = self.clock() - r.started
         reason = r.stop_reason
+        out = r.output
+        assert out is not None
         try:
             if reason == "lost":
                 return None
@@ -399,12 +437,12 @@ class Worker:
             if reason == "cancel":
                 return Outcome(r, "cancel", rc, duration)
             if rc == 0 and reason is None:
-                result, problem = handlers.read_result(r.out, self.settings.max_payload_bytes)
+                result, problem = handlers.result_of(out.stdout.data(), out.stdout.total, self.settings.max_payload_bytes)
                 if problem is None:
                     return Outcome(r, "complete", rc, duration, result=result)
                 return Outcome(r, "fail", rc, duration, error=problem,
                                details={"exit_code": 0, "duration": round(duration, 3)})
-            tail = handlers.tail_fd(r.err, STDERR_TAIL_BYTES)
+            tail = handlers.tail_of(out.stderr.data(), out.stderr.total, STDERR_TAIL_BYTES)
             details: dict[str, object] = (
                 {"exit_code": rc} if rc >= 0 else {"exit_code": None, "signal": handlers.signal_name(-rc)})
             details["duration"] = round(duration, 3)
@@ -492,9 +530,12 @@ class Worker:
             if now < r.next_heartbeat or r.stop_reason == "lost":
                 continue
             r.next_heartbeat = now + self.heartbeat_every
+            output = r.output.snapshot() if r.output is not None and r.output.dirty else None
             try:
-                self.rec.db(self.q.heartbeat, r.job.id, token=r.job.token, actor=self.o.worker_id)
+                self.rec.db(self.q.heartbeat, r.job.id, token=r.job.token, actor=self.o.worker_id, output=output)
             except Retry:
+                if r.output is not None and output is not None:
+                    r.output.dirty = True  # stored with a later heartbeat
                 r.next_heartbeat = now + min(self.heartbeat_every, max(self.rec.delay, 0.1))
             except CancelRequested:
                 if r.stop_reason is None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable
 
 from jobctl import handlers
 from jobctl.durations import format_duration, to_rfc3339
+from jobctl.engines.base import RunOutput
 from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidState, JobctlError, NoSuchJob
 from jobctl.models import Job
 
@@ -46,6 +47,7 @@ class Outcome:
     error: str | None = None
     details: dict | None = None
     next_try: float = 0.0
+    output: RunOutput | None = None  # what is kept of the run's output, stored with the outcome
 
     def describe(self) -> str:
         """What this outcome was, for a log line."""
@@ -131,7 +133,7 @@ class Recorder:
         database is busy (they are kept for later)."""
         try:
             _, claimed = self.db(self.q.complete_many_and_claim,
-                                 [(o.run.job.id, o.run.job.token, o.result) for o in done],
+                                 [(o.run.job.id, o.run.job.token, o.result, o.output) for o in done],
                                  claim=max(claim, 0), actor=self.worker_id, **claim_options)
         except Retry:
             for o in done:
@@ -160,15 +162,15 @@ class Recorder:
             if o.kind == "complete":
                 if claim_options is not None:
                     _, nxt = self.db(self.q.complete_and_claim, job.id, token=token, result=o.result,
-                                     actor=actor, **claim_options)
+                                     actor=actor, output=o.output, **claim_options)
                 else:
-                    self.db(self.q.complete, job.id, token=token, result=o.result, actor=actor)
+                    self.db(self.q.complete, job.id, token=token, result=o.result, actor=actor, output=o.output)
             elif o.kind in ("fail", "bury"):
                 bury_reason = None
                 if o.kind == "bury":
                     bury_reason = f"exit code {o.returncode} is listed in bury_exit_codes"
                 done = self.db(self.q.fail, job.id, token=token, error=o.error, bury=o.kind == "bury",
-                               actor=actor, details=o.details, bury_reason=bury_reason)
+                               actor=actor, details=o.details, bury_reason=bury_reason, output=o.output)
                 if done.status == "pending":
                     wait = max(done.run_at - self.q.now(), 0) / 1000
                     self.log("failed", f"{o.error} (after {dur}); retry in {format_duration(wait)} "
@@ -184,10 +186,11 @@ class Recorder:
                     self.log("buried", f"{o.error} (after {dur}); {why}", job, error=o.error,
                              duration=round(o.duration, 3))
             elif o.kind == "cancel":
-                self.db(self.q.cancel, job.id, token=token, actor=actor, reason="stopped by the worker")
+                self.db(self.q.cancel, job.id, token=token, actor=actor, reason="stopped by the worker",
+                        output=o.output)
                 self.log("cancelled", f"handler stopped after {dur} ({how})", job)
             elif o.kind == "release":
-                done = self.db(self.q.release, job.id, token=token, actor=actor)
+                done = self.db(self.q.release, job.id, token=token, actor=actor, output=o.output)
                 if done.status == "cancelled":
                     self.log("cancelled", f"handler stopped ({how}); cancellation completed", job)
                 else:

@@ -2,8 +2,10 @@
 
 Handlers run with shell=False in their own session (so their process group is theirs alone and a
 Ctrl-C on the worker's terminal does not reach them). The payload is given on stdin from a pipe
-filled before the handler starts (a temporary file when it exceeds one pipe page), and
-stdout/stderr go to unnamed temporary files, so no pipe can fill up and deadlock the worker. A
+filled before the handler starts (a temporary file when it exceeds one pipe page). Its stdout and
+stderr are two pipes that the worker reads as data arrives (output.py), non-blocking, whenever it
+waits: what it keeps of them is bounded, and a handler that writes faster than the worker reads
+only waits on its full pipe. A
 handler's exit is first observed with waitid(WNOWAIT): while the leader is an unreaped zombie its
 pid (= the group id) cannot be reused, so killing what it left behind in its group cannot hit a
 stranger.
@@ -29,9 +31,28 @@ from typing import Callable
 
 from jobctl import handlers
 from jobctl.models import Job
+from jobctl.worker.output import RunOutputBuffer
 
 # errno values of a spawn that failed on the worker's side: the job is not to blame.
 RESOURCE_ERRORS = {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOSPC, errno.EINTR}
+PIPE_SIZE = 1024 * 1024  # asked of each output pipe (Linux; the default is 64 KiB): fewer wake-ups
+READ_CHUNK = 256 * 1024
+STDERR_KEEP = 4096  # the end of stderr kept for the error line
+
+
+def _output_pipe() -> tuple[int, int]:
+    """(read end, non-blocking, for the worker; write end for the handler), both close-on-exec."""
+    r, w = os.pipe()
+    try:
+        import fcntl
+
+        fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
+    except OSError:
+        pass  # a lower pipe-max-size: the default size works too
+    os.set_blocking(r, False)
+    return r, w
+
+
 COMMAND_ERRORS = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR, errno.EISDIR, errno.ELOOP,
                   errno.ENAMETOOLONG, errno.ETXTBSY, errno.EPERM}
 
@@ -111,65 +132,6 @@ def close_inherited_fds() -> None:
                 os.set_inheritable(fd, False)
             except OSError:
                 pass
-
-
-class ScratchFiles:
-    """The handlers' stdout and stderr files. A handler writes through its own open file; the
-    worker reads through a read-only one. A file goes back to the pool only when no process at all
-    still has it open for writing (a read lease is granted only then): a process that escaped the
-    handler's group and kept its stdout can never write into a later run's output. Reusing a file
-    spares the filesystem an inode allocation per handler, which costs more than the rest of a
-    handler's start on ext4."""
-
-    def __init__(self, keep: int = 4):
-        self.keep = keep
-        self.free: list[int] = []
-
-    def take(self) -> tuple[int, int]:
-        """(a file descriptor for the handler to write, one for the worker to read), empty."""
-        while self.free:
-            reader = self.free.pop()
-            try:
-                writer = os.open(f"/proc/self/fd/{reader}", os.O_WRONLY | os.O_CLOEXEC)
-            except OSError:
-                os.close(reader)
-                continue
-            try:
-                os.ftruncate(writer, 0)
-            except OSError:
-                os.close(writer)
-                os.close(reader)
-                continue
-            return writer, reader
-        writer = _scratch_fd()
-        try:
-            reader = os.open(f"/proc/self/fd/{writer}", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as e:
-            if e.errno in (errno.EMFILE, errno.ENFILE):
-                os.close(writer)
-                raise
-            reader = os.dup(writer)  # no /proc: never reused (a lease needs a read-only file)
-        return writer, reader
-
-    def give_back(self, reader: int) -> None:
-        if reader < 0:
-            return
-        if len(self.free) < self.keep:
-            try:
-                import fcntl
-
-                fcntl.fcntl(reader, fcntl.F_SETLEASE, fcntl.F_RDLCK)  # refused while anyone may write
-                fcntl.fcntl(reader, fcntl.F_SETLEASE, fcntl.F_UNLCK)
-                self.free.append(reader)
-                return
-            except OSError:
-                pass
-        os.close(reader)
-
-    def close(self) -> None:
-        for fd in self.free:
-            os.close(fd)
-        self.free = []
 
 
 class PosixLauncher:
@@ -296,8 +258,8 @@ class Running:
 
     job: Job
     proc: Proc
-    out: int  # fd of its stdout file
-    err: int  # fd of its stderr file
+    out: int  # read end of its stdout pipe (-1 once at its end)
+    err: int  # read end of its stderr pipe
     started: float
     deadline: float
     next_heartbeat: float
@@ -306,6 +268,36 @@ class Running:
     killed: bool = False
     spawn_ticks: tuple = (None, None)  # its /proc start time lies in this range (for the registry)
     registered: bool = False
+    output: RunOutputBuffer | None = None  # what is kept of its output (None: a run never started)
+
+    def fds(self) -> list[int]:
+        return [fd for fd in (self.out, self.err) if fd >= 0]
+
+    def pump(self, fd: int, budget: int = 4 * READ_CHUNK) -> None:
+        """Read what the pipe `fd` holds now (up to `budget` bytes) into the output."""
+        stream = 1 if fd == self.out else 2
+        while budget > 0:
+            try:
+                data = os.read(fd, READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:  # every writer closed it
+                os.close(fd)
+                if stream == 1:
+                    self.out = -1
+                else:
+                    self.err = -1
+                return
+            budget -= len(data)
+            if self.output is not None:
+                self.output.add(data, stream)
+
+    def drain(self) -> None:
+        """Read everything the pipes hold (the handler has exited: what it wrote is there)."""
+        for fd in self.fds():
+            self.pump(fd, 1 << 62)
 
     def close(self) -> None:
         for fd in (self.out, self.err):
@@ -329,20 +321,20 @@ class Supervisor:
         self.worker_id = worker_id
         self.log = log
         self.running: list[Running] = []
-        self.files = ScratchFiles()
         self.unregistered: list[Running] = []  # started, not yet in the orphan registry
 
     # -- starting ------------------------------------------------------------------------------
 
     def start(self, job: Job, command: list[str], env: dict, heartbeat_every: float,
-              memory_limit: int | None = None) -> Running:
-        """Start a handler for a claimed job; SpawnError when it cannot be started."""
+              output: RunOutputBuffer | None = None, memory_limit: int | None = None) -> Running:
+        """Start a handler for a claimed job; SpawnError when it cannot be started. `output`: what
+        to keep of its output (by default, only the ends of stdout and stderr)."""
         writers: list[int] = []
         readers: list[int] = []
         stdin = -1
         try:
             for _ in range(2):
-                w, rd = self.files.take()
+                rd, w = _output_pipe()
                 writers.append(w)
                 readers.append(rd)
             stdin = _stdin_fd(job.payload.encode("utf-8"))  # exactly as stored; never on a command line
@@ -352,10 +344,8 @@ class Supervisor:
             limit = {} if memory_limit is None else {"memory_limit": memory_limit}
             proc = self.launcher.spawn(command, stdin, writers[0], writers[1], env, **limit)
         except (OSError, ValueError, TypeError) as e:
-            for fd in writers + ([stdin] if stdin >= 0 else []):
+            for fd in writers + readers + ([stdin] if stdin >= 0 else []):
                 os.close(fd)
-            for fd in readers:
-                self.files.give_back(fd)
             if not isinstance(e, OSError):  # an argument with a NUL byte, say
                 raise SpawnError(f"cannot run {command[0]}: {e}", command=True) from None
             reason = e.strerror or str(e)
@@ -365,7 +355,8 @@ class Supervisor:
         for fd in (stdin, *writers):  # the handler has its own copies
             os.close(fd)
         now = self.clock()
-        r = Running(job, proc, readers[0], readers[1], now, now + job.timeout_ms / 1000, now + heartbeat_every)
+        r = Running(job, proc, readers[0], readers[1], now, now + job.timeout_ms / 1000, now + heartbeat_every,
+                    output=output if output is not None else RunOutputBuffer(0, 0, 1024 * 1024 + 4096, STDERR_KEEP))
         self.running.append(r)
         r.spawn_ticks = (before, handlers.boot_ticks())
         if self.registry is not None:
@@ -383,13 +374,17 @@ class Supervisor:
                 r.registered = True
 
     def release_files(self, r: Running) -> None:
-        """The run's output has been read: its files go back to the pool (or are closed)."""
-        out, err, r.out, r.err = r.out, r.err, -1, -1
-        self.files.give_back(out)
-        self.files.give_back(err)
+        """The run's output has been read: its pipes are closed (a process that escaped the
+        handler's group and still writes to them gets EPIPE, never a later run's log)."""
+        r.close()
+
+    def fds(self) -> dict[int, Running]:
+        """The output pipes to watch: fd -> its run."""
+        return {fd: r for r in self.running for fd in r.fds()}
 
     def close(self) -> None:
-        self.files.close()
+        for r in self.running:
+            r.close()
 
     def _stop_orphans(self, job: Job) -> None:
         """Before running a job: stop what an earlier run of it left running on this host (its

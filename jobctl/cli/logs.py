@@ -1,0 +1,131 @@
+"""`jobctl logs`: a run's output (combined stdout and stderr), as the worker stored it."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Optional
+
+import typer
+
+from jobctl.cli.app import app, emit_json, state
+
+FOLLOW_POLL = 0.5  # the worker stores output every few seconds; a look twice a second is enough
+ENDS = {"completed": "completed the job", "failed": "failed", "cancelled": "was cancelled",
+        "released": "was released by its worker (it does not count)", "lost": "lost its worker"}
+
+
+def _json(log, job_id: int) -> dict:
+    from jobctl import runlog
+    from jobctl.durations import to_rfc3339
+
+    return {"job_id": job_id, "run": log.run, "started_at": to_rfc3339(log.started_at),
+            "ended_at": to_rfc3339(log.ended_at) if log.ended_at is not None else None,
+            "outcome": log.outcome, "truncated": log.dropped > 0, "dropped": log.dropped,
+            "text": runlog.text(log)}
+
+
+def _end_error(log, job):
+    """None when the run completed the job; else the error (exit 4) that says how it ended."""
+    from jobctl.errors import InvalidState
+
+    if log.outcome == "completed":
+        return None
+    how = ENDS.get(log.outcome or "", "ended")
+    return InvalidState(f"run {log.run} of job {job.id} {how}; the job is {job.status} (`jobctl show {job.id}`)")
+
+
+@app.command()
+def logs(
+    ctx: typer.Context,
+    job_id: int = typer.Argument(..., metavar="ID", help="The job's id."),
+    run: Optional[int] = typer.Option(None, "--run", min=1, metavar="N", help="The Nth run of the job that printed anything (1: the first). Default: the latest."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing the output as the worker stores it (every few seconds) until the run ends; wait for a run to start if none has."),
+    reveal: bool = typer.Option(False, "--reveal", help="Show values of secret-looking key=value pairs."),
+    as_json: bool = typer.Option(False, "--json", help="One object: run, started_at, ended_at, outcome, truncated, dropped, text (exact, unmasked)."),
+):
+    """Print a run's output: its stdout and stderr together, in the order they arrived.
+
+    Kept: the first 64KiB and the last 1MiB of each run (log_head and log_tail in the config), with
+    a marker line where bytes were dropped; a run that printed nothing keeps no entry. A job with
+    no output kept yet prints nothing (a note on stderr, exit 0). With --follow: exit 0 when the run completed the job, 4 when it ended otherwise
+    (failed, cancelled, released, lost).
+
+    Example: jobctl logs 42 --follow
+    """
+    st = state(ctx)
+    patterns = st.settings.secret_keys
+    with st.open_queue() as q:
+        job = q.get(job_id)
+        log = q.run_output(job_id, run)
+        if log is None and not follow:
+            if run is not None:
+                last = q.run_output(job_id)
+                from jobctl.errors import InvalidInput
+
+                have = f"it has {last.runs} run(s) with output" if last is not None else "it has no run with output"
+                raise InvalidInput(f"job {job_id} has no run {run}; {have} (`jobctl logs {job_id}` shows the latest)")
+            if job.status == "pending" and not job.attempts:
+                sys.stderr.write(f"job {job_id} has not run yet\n")
+            else:
+                sys.stderr.write(f"job {job_id} has no output kept (it is {job.status}; a run that prints "
+                                 "nothing keeps none)\n")
+            return
+        if not follow:
+            assert log is not None
+            if as_json:
+                emit_json(_json(log, job_id))
+                return
+            from jobctl import runlog
+
+            data, _ = runlog.since(log, 0)
+            _write_lines(data.decode("utf-8", errors="replace"), patterns, reveal)
+            return
+        _follow(q, job_id, run, patterns, reveal, as_json)
+
+
+def _write_lines(text: str, patterns, reveal: bool) -> None:
+    from jobctl import runlog
+
+    lines = runlog.human_lines(text, patterns, reveal)
+    if lines:
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+
+
+def _follow(q, job_id: int, run: int | None, patterns, reveal: bool, as_json: bool) -> None:
+    """Print the run's output as it is stored, until the run ends; then its end decides the exit code."""
+    from jobctl import runlog
+
+    printed = 0
+    pending = b""  # an unfinished last line: printed once it ends (so masking sees whole lines)
+    at_line_start = True
+    want = run
+    while True:
+        log = q.run_output(job_id, want)
+        job = q.get(job_id)
+        if log is None:
+            if run is None and job.status in ("completed", "cancelled", "buried"):
+                sys.stderr.write(f"job {job_id} ended ({job.status}) with no output kept\n")
+                return
+            time.sleep(FOLLOW_POLL)
+            continue
+        if want is None:
+            want = log.run  # follow this run to its end, even if another starts meanwhile
+        ended = log.ended_at is not None
+        if not as_json:
+            data, printed = runlog.since(log, printed, at_line_start)
+            if data:
+                at_line_start = data.endswith(b"\n")
+            data = pending + data
+            cut = len(data) if ended else data.rfind(b"\n") + 1
+            pending = data[cut:]
+            _write_lines(data[:cut].decode("utf-8", errors="replace"), patterns, reveal)
+        if ended:
+            if as_json:
+                emit_json(_json(log, job_id))
+            error = _end_error(log, job)
+            if error is not None:
+                raise error
+            return
+        time.sleep(FOLLOW_POLL)

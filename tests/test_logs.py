@@ -1,0 +1,257 @@
+"""A handler's output kept in the database, and `jobctl logs`: real workers, real handlers."""
+
+import json
+import select
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import JOBCTL, run_cli
+from jobctl.engines.base import RunLog
+from jobctl.worker.output import RunOutputBuffer, Window
+from jobctl import runlog
+
+
+def setup(tmp_path, handler: str, extra: str = "", type_extra: str = ""):
+    script = tmp_path / "handler.py"
+    script.write_text(textwrap.dedent(handler))
+    config = tmp_path / "config.toml"
+    config.write_text(f"{extra}\n[types.t]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}]\n"
+                      f"max_attempts = 1\n{type_extra}\n")
+    return ["--config", str(config)]
+
+
+def work(db, cfg, *more, timeout=60):
+    r = run_cli(*cfg, "work", "--stop-when-empty", *more, db=db, timeout=timeout)
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def enqueue(db, cfg, payload="{}"):
+    r = run_cli(*cfg, "enqueue", "t", payload, db=db)
+    assert r.exit_code == 0, r.output
+    return int(r.stdout)
+
+
+INTERLEAVED = """
+    import sys, time
+    for i in range(5):
+        sys.stdout.write(f"out {i}\\n"); sys.stdout.flush(); time.sleep(0.03)
+        sys.stderr.write(f"err {i}\\n"); sys.stderr.flush(); time.sleep(0.03)
+    print('{"done": true}')
+"""
+
+
+def test_stdout_and_stderr_are_kept_together_in_the_order_written(tmp_path, db):
+    cfg = setup(tmp_path, INTERLEAVED)
+    job = enqueue(db, cfg)
+    work(db, cfg)
+    r = run_cli(*cfg, "logs", job, db=db)
+    assert r.exit_code == 0, r.output
+    expected = [line for i in range(5) for line in (f"out {i}", f"err {i}")] + ['{"done": true}']
+    assert r.stdout.splitlines() == expected
+    shown = json.loads(run_cli(*cfg, "show", job, "--json", db=db).stdout)
+    assert shown["status"] == "completed" and shown["result"] == {"done": True}  # still from stdout alone
+    data = json.loads(run_cli(*cfg, "logs", job, "--json", db=db).stdout)
+    assert data["run"] == 1 and data["truncated"] is False and data["outcome"] == "completed"
+    assert data["text"] == "\n".join(expected) + "\n"
+    assert data["started_at"] < data["ended_at"]
+
+
+def test_head_and_tail_are_kept_with_a_marker_for_what_was_dropped(tmp_path, db):
+    handler = """
+        import sys
+        sys.stdout.write("".join(f"line {i:04d}\\n" for i in range(1000)))  # 10 bytes a line
+        sys.stdout.flush()
+        sys.stderr.write("the end of it\\n")
+        sys.exit(3)
+    """
+    cfg = setup(tmp_path, handler, extra="[defaults]\nlog_head = 100\nlog_tail = \"1KiB\"\n")
+    job = enqueue(db, cfg)
+    work(db, cfg)
+    data = json.loads(run_cli(*cfg, "logs", job, "--json", db=db).stdout)
+    total = 10_000 + len("the end of it\n")
+    dropped = total - 100 - 1024
+    assert data["truncated"] is True and data["dropped"] == dropped and data["outcome"] == "failed"
+    lines = data["text"].splitlines()
+    assert lines[:10] == [f"line {i:04d}" for i in range(10)]
+    assert lines[10] == f"[jobctl: {dropped:,} bytes of output dropped here]"
+    assert lines[-1] == "the end of it" and lines[-2] == "line 0999"
+    assert len(data["text"].encode()) == 100 + len(lines[10]) + 1 + 1024  # the head ends a line: no newline added
+    shown = json.loads(run_cli(*cfg, "show", job, "--json", db=db).stdout)
+    assert shown["error"] == "exit 3: the end of it"  # the error line is still stderr's last line
+    human = run_cli(*cfg, "show", job, db=db).stdout
+    assert f"`jobctl logs {job}`" in human and "line 0999" in human  # the last lines of a failed run
+
+
+def test_bad_log_sizes_are_refused_naming_the_key(tmp_path, db):
+    for extra, type_extra, key in (("[defaults]\nlog_head = \"lots\"\n", "", "defaults.log_head"),
+                                   ("", "log_tail = -1", "types.t.log_tail"),
+                                   ("", "log_tail = \"2GiB\"", "types.t.log_tail")):
+        cfg = setup(tmp_path, "print(1)", extra=extra, type_extra=type_extra)
+        r = run_cli(*cfg, "work", "--stop-when-empty", db=db)
+        assert r.exit_code == 2, r.output
+        assert key in r.one_error_line()
+
+
+def test_follow_prints_a_line_before_the_handler_ends(tmp_path, db):
+    go = tmp_path / "go"
+    handler = f"""
+        import os, sys, time
+        print("first line, password=hunter2", flush=True)
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.02)
+        print("second line", flush=True)
+    """
+    cfg = setup(tmp_path, handler, extra="[worker]\nlease = \"1s\"\n")  # a heartbeat every ~0.3 s
+    job = enqueue(db, cfg)
+    worker = subprocess.Popen([*JOBCTL, "--db", str(db), *cfg, "work", "--stop-when-empty"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    follow = subprocess.Popen([*JOBCTL, "--db", str(db), *cfg, "logs", str(job), "--follow"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready, _, _ = select.select([follow.stdout], [], [], 20)
+        assert ready, "nothing followed within 20 s"
+        line = follow.stdout.readline()  # the worker stores it with a heartbeat, while the handler waits
+        assert line == "first line, password=***\n"
+        assert not go.exists() and follow.poll() is None
+        go.touch()
+        rest, err = follow.communicate(timeout=30)
+        assert rest == "second line\n" and follow.returncode == 0, err
+        assert worker.wait(timeout=30) == 0
+    finally:
+        for p in (worker, follow):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_follow_exits_4_when_the_run_failed_and_waits_for_a_run_to_start(tmp_path, db):
+    cfg = setup(tmp_path, "import sys\nprint('bad input')\nsys.exit(2)\n")
+    job = enqueue(db, cfg)
+    r = run_cli(*cfg, "logs", job, db=db)  # no run yet: nothing printed, said on stderr
+    assert (r.exit_code, r.stdout) == (0, "") and "has not run yet" in r.stderr
+    follow = subprocess.Popen([*JOBCTL, "--db", str(db), *cfg, "logs", str(job), "--follow"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    work(db, cfg)
+    out, err = follow.communicate(timeout=30)
+    assert out == "bad input\n" and follow.returncode == 4, err
+    assert "failed" in err and err.startswith("jobctl: error: ")
+
+
+def test_a_run_that_prints_nothing_keeps_no_entry(tmp_path, db):
+    cfg = setup(tmp_path, "pass")
+    job = enqueue(db, cfg)
+    work(db, cfg)
+    r = run_cli(*cfg, "logs", job, db=db)
+    assert (r.exit_code, r.stdout) == (0, "") and "no output kept (it is completed" in r.stderr
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM job_logs").fetchone()[0] == 0
+
+
+def test_logs_errors(tmp_path, db):
+    cfg = setup(tmp_path, "print('x')")
+    job = enqueue(db, cfg)
+    work(db, cfg)
+    assert run_cli(*cfg, "logs", 99, db=db).exit_code == 3
+    r = run_cli(*cfg, "logs", job, "--run", 2, db=db)
+    assert r.exit_code == 2 and "has 1 run" in r.one_error_line()
+    assert run_cli(*cfg, "logs", job, "--run", 1, db=db).stdout == "x\n"
+
+
+def test_secrets_are_masked_and_terminal_controls_escaped_in_the_human_view(tmp_path, db):
+    handler = r"""
+        print("connecting with password=hunter2 token: abc")
+        print("\x1b[31mred\x1b[0m [bold]not markup[/bold]")
+    """
+    cfg = setup(tmp_path, handler)
+    job = enqueue(db, cfg)
+    work(db, cfg)
+    human = run_cli(*cfg, "logs", job, db=db).stdout
+    assert "hunter2" not in human and "abc" not in human and "password=***" in human
+    assert "\x1b" not in human and "\\x1b[31mred" in human and "[bold]not markup[/bold]" in human
+    revealed = run_cli(*cfg, "logs", job, "--reveal", db=db).stdout
+    assert "password=hunter2" in revealed
+    exact = json.loads(run_cli(*cfg, "logs", job, "--json", db=db).stdout)["text"]
+    assert "password=hunter2 token: abc" in exact and "\x1b[31m" in exact
+
+
+def test_purge_and_retention_delete_logs(tmp_path, db):
+    cfg = setup(tmp_path, "print('kept until purged')")
+    first = enqueue(db, cfg)
+    work(db, cfg)
+    r = run_cli(*cfg, "purge", "--completed-older-than", "0s", db=db)
+    assert r.exit_code == 0, r.output
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM job_logs").fetchone()[0] == 0
+    assert run_cli(*cfg, "logs", first, db=db).exit_code == 3
+    # retention: the worker's own sweep
+    cfg = setup(tmp_path, "print('swept')", extra="[retention]\ncompleted = \"1ms\"\n")
+    enqueue(db, cfg)
+    work(db, cfg)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM job_logs").fetchone()[0] == 1
+    time.sleep(0.01)
+    work(db, cfg)  # starts with a sweep
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM job_logs").fetchone()[0] == 0
+
+
+# -- the parts --------------------------------------------------------------------------------
+
+
+def test_window_keeps_the_last_bytes_and_counts_the_rest():
+    w = Window(10)
+    assert w.add(b"12345") == 0 and w.add(b"67890abc") == 3 and w.data() == b"4567890abc"
+    assert w.add(b"x" * 25) == 25 and w.data() == b"x" * 10 and w.total == 38
+
+
+def test_buffer_head_tail_and_streams():
+    b = RunOutputBuffer(head=4, tail=6, stdout_keep=3, stderr_keep=3)
+    b.add(b"out1\n", 1)
+    b.add(b"err1\n", 2)
+    b.add(b"out2\n", 1)
+    snap = b.snapshot()
+    assert (snap.head, snap.tail, snap.dropped) == (b"out1", b"\nout2\n", 5)
+    assert (b.stdout.data(), b.stdout.total, b.stderr.data(), b.stderr.total) == (b"t2\n", 10, b"r1\n", 5)
+    assert not b.dirty
+
+
+def test_follow_offsets_across_a_sliding_tail():
+    def log(head, tail, dropped):
+        return RunLog(1, 1, 1, 0, None, head, tail, dropped)
+
+    data, printed = runlog.since(log(b"a\n", b"b\nc\n", 0), 0)
+    assert (data, printed) == (b"a\nb\nc\n", 6)
+    data, printed = runlog.since(log(b"a\n", b"c\nd\n", 2), printed)  # the 2 that fell out had been printed
+    assert (data, printed) == (b"d\n", 8)
+    data, printed = runlog.since(log(b"a\n", b"z\n", 10), printed)  # bytes 8-11 were never seen
+    assert data == runlog.marker(4) + b"z\n" and printed == 14
+    assert runlog.text(log(b"ab", b"cd", 3)) == "ab\n[jobctl: 3 bytes of output dropped here]\ncd"
+
+
+@pytest.mark.parametrize("value,expected", [(0, 0), (100, 100), ("64KiB", 65536), ("1MiB", 1048576), ("2kB", 2000),
+                                            ("1.5 KiB", 1536)])
+def test_sizes(value, expected):
+    from jobctl.config import parse_size
+
+    assert parse_size(value, "x") == expected
+
+
+def test_follow_json_prints_one_object_when_the_run_ends(tmp_path, db):
+    cfg = setup(tmp_path, "print('one')\nprint('two')\n")
+    job = enqueue(db, cfg)
+    follow = subprocess.Popen([*JOBCTL, "--db", str(db), *cfg, "logs", str(job), "--follow", "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    work(db, cfg)
+    out, err = follow.communicate(timeout=30)
+    assert follow.returncode == 0, err
+    [line] = out.splitlines()
+    data = json.loads(line)
+    assert (data["run"], data["outcome"], data["text"], data["truncated"]) == (1, "completed", "one\ntwo\n", False)

@@ -281,3 +281,14 @@ def finish(proc, timeout=30):
         raise AssertionError("worker did not exit:\n" + proc.log_path.read_text())
     return proc.returncode, proc.log_path.read_text()
 
+
+def wait_for(predicate, timeout=20.0, what="condition"):
+    """Poll predicate() every 50 ms until it returns something true (returned), or fail after timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+

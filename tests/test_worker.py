@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import JOBCTL, finish, run_cli, run_inproc, start_worker
+from conftest import JOBCTL, finish, run_cli, run_inproc, start_worker, wait_for
 
 PY = sys.executable
 
@@ -40,14 +40,6 @@ def show(db, job_id) -> dict:
     return json.loads(r.stdout)
 
 
-def wait_for(predicate, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def alive(pid: int) -> bool:

@@ -13,7 +13,7 @@ import sys
 import textwrap
 import time
 
-from conftest import JOBCTL, finish, run_cli, start_worker
+from conftest import JOBCTL, finish, run_cli, start_worker, wait_for
 
 PY = sys.executable
 WORKER_CONF = 'lease = "1s"\nkill_grace = "300ms"\nrecover_every = "200ms"\npoll = "100ms"'
@@ -44,14 +44,6 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_for(predicate, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 

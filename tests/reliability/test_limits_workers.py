@@ -11,20 +11,11 @@ import time
 
 import pytest
 
+from bench.limits import max_in_window  # the bench's check of the same rule
 from tests.reliability.util import JOBCTL
 
 LOG = 'echo "start $JOBCTL_JOB_TYPE $JOBCTL_JOB_ID $(date +%s.%N)" >> {log}; sleep {secs}; ' \
       'echo "end $JOBCTL_JOB_TYPE $JOBCTL_JOB_ID $(date +%s.%N)" >> {log}'
-
-
-def max_in_window(starts: list[int], window_ms: int) -> int:
-    starts = sorted(starts)
-    best, lo = 0, 0
-    for hi, s in enumerate(starts):
-        while starts[lo] <= s - window_ms:
-            lo += 1
-        best = max(best, hi - lo + 1)
-    return best
 
 
 def max_overlap(intervals: list[tuple[float, float, int]]) -> int:

@@ -494,12 +494,22 @@ class Cell:
     def cell_len(self) -> int:
         return self.main.cell_len + self.suffix.cell_len
 
+    SUFFIX_LEAST = 10  # " (paused …": what is kept of a suffix before the name itself is cut
+
     def render(self, width: int) -> Text:
-        main = self.main.copy()
-        room = width - self.suffix.cell_len
-        if main.cell_len > room:
-            main.truncate(max(room, 1), overflow="ellipsis")
-        out = main + self.suffix
+        """The name whole and as much of the suffix as fits; only when even the suffix's first
+        SUFFIX_LEAST cells do not fit beside it is the name cut (a long pause note must never
+        hide which queue it is about)."""
+        main, suffix = self.main.copy(), self.suffix.copy()
+        if main.cell_len + suffix.cell_len <= width:
+            return main + suffix
+        keep = min(suffix.cell_len, self.SUFFIX_LEAST)
+        if main.cell_len + keep <= width:
+            suffix.truncate(width - main.cell_len, overflow="ellipsis")
+            return main + suffix
+        suffix.truncate(keep, overflow="ellipsis")
+        main.truncate(max(width - keep, 1), overflow="ellipsis")
+        out = main + suffix
         if out.cell_len > width:
             out.truncate(width, overflow="ellipsis")
         return out

@@ -151,3 +151,15 @@ def test_recover_dry_run_fits_80_columns(db):
 
     assert all(cell_len(line) <= 80 for line in lines), drawn
     assert all(line.endswith("would be requeued") for line in lines[1:]), drawn
+
+
+def test_a_long_pause_note_is_cut_before_the_queue_name():
+    from rich.text import Text
+
+    from jobctl.output import Cell
+
+    name = "media-transcoding-high-priority"
+    cell = Cell(Text(name), Text(" (paused types: render-4k until 2026-12-01T12:49:31.197Z)"))
+    shown = cell.render(52).plain
+    assert shown.startswith(name + " (paused") and shown.endswith("…") and len(shown) == 52
+    assert cell.render(20).plain.endswith("…") and len(cell.render(20).plain) == 20  # too narrow: both cut

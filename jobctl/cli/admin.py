@@ -1,5 +1,5 @@
 """Operator commands on the file and the queue as a whole: init, recover, purge, pause, resume,
-doctor, backup, restore."""
+doctor, backup, restore, migrate."""
 
 from __future__ import annotations
 
@@ -237,3 +237,57 @@ def restore(
         files.check_filesystem(db)
     restoring.restore(Path(backup).expanduser(), db, force=force)
     emit(str(db))
+
+
+@app.command()
+def migrate(
+    ctx: typer.Context,
+    to: str = typer.Option(..., "--to", metavar="PATH|URL", help="The database to copy into: new or empty (postgresql://... or a SQLite path)."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was copied as one JSON object."),
+):
+    """Copy every job, with its history, runs, logs and pauses, into another database (SQLite or PostgreSQL).
+
+    The current database (--db) is read from one consistent snapshot and left unchanged; the target
+    is created if needed and written in one transaction, so it receives everything or nothing, and
+    the counts of every table are checked before that transaction commits. A target that already
+    holds jobs (or any other jobctl data) is refused (exit 2). Ids are kept; new jobs on the target
+    get higher ones. Stop the workers first: a job running meanwhile is copied as running, and its
+    worker still reports to the old database. Then point JOBCTL_DB (or the config's db) at the target.
+    Example: jobctl --db /var/lib/jobctl/jobs.db migrate --to postgresql://jobctl@db.internal/jobs
+    """
+    import sys
+
+    from jobctl import engines
+    from jobctl.cli.progress import progress_bar
+    from jobctl.config import resolve_busy_timeout
+    from jobctl.engines.transfer import Transfer, copy_database
+
+    st = state(ctx)
+    with st.open_queue() as q:
+        target = engines.open(to, create=True, settings=st.settings,
+                              busy_timeout=resolve_busy_timeout(st.busy_timeout, st.settings),
+                              allow_network_fs=True if st.allow_network_fs else None)
+        try:
+            source = q.engine
+            if not isinstance(source, Transfer) or not isinstance(target, Transfer):
+                odd = target if isinstance(source, Transfer) else source
+                raise InvalidInput(f"{engines.display(odd.location)} cannot take part in a migration: "
+                                   "this jobctl cannot copy that kind of database")
+            with progress_bar("copying", unit="rows") as on_progress:
+                done = copy_database(source, target, on_progress=on_progress)
+            source_at, target_at = engines.display(q.engine.location), engines.display(target.location)
+        finally:
+            target.close()
+    c = done.counts
+    if as_json:
+        emit_json({"jobs": c["jobs"], "dependencies": c["job_deps"], "events": c["events"], "runs": c["runs"],
+                   "logs": c["job_logs"], "pauses": done.pauses, "queues": c["queues"],
+                   "paused_types": c["paused_types"], "running": done.running, "from": source_at, "to": target_at})
+    else:
+        emit(f"copied {c['jobs']} jobs ({c['events']} events, {c['runs']} runs, {c['job_logs']} logs, "
+             f"{done.pauses} pauses) from {source_at} to {target_at}")
+    if done.running:
+        were = "job was" if done.running == 1 else "jobs were"
+        sys.stderr.write(f"jobctl: warning: {done.running} {were} running; their workers still report to the old "
+                         "database: stop workers before migrating (on the new one these jobs run again once their "
+                         "leases expire)\n")

@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 from jobctl.engines import files
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob, RunLog
+from jobctl.engines.transfer import SQLiteTransfer
 from jobctl.engines.schema import APPLICATION_ID, SCHEMA_VERSION  # sqlite-utils loads only on migrate
 from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, InvalidState, NoSuchJob
 from jobctl.models import FINISHED, Event, Job, row_damage
@@ -133,7 +134,7 @@ NOT_PAUSED = (" AND queue NOT IN (SELECT name FROM queues WHERE paused = 1 AND (
               " AND NOT EXISTS (SELECT 1 FROM paused_types p WHERE p.queue = jobs.queue AND p.type = jobs.type"
               " AND (p.until IS NULL OR p.until > ?))")
 
-class SQLiteEngine:
+class SQLiteEngine(SQLiteTransfer):
     """The Engine contract (engines/base.py) on one SQLite file."""
 
     def __init__(self, conn: sqlite3.Connection, path: str, busy_timeout: float, clock=None):

@@ -1,0 +1,233 @@
+"""jobctl migrate --to: every job in every state, with its history, runs, output (bytes exactly),
+pauses and ids, arrives in the target as it was, seen the same through every command; the target
+is written all or nothing, and refused when it holds anything already."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import time
+
+import pytest
+
+from conftest import JOBCTL, run_cli, run_inproc, run_on_pty, snapshot
+from jobctl.engines.base import RunOutput
+from jobctl.queue import Queue
+
+BINARY = bytes(range(256)) + b"\xff\xfe not UTF-8 \x00\x80"
+
+
+def build_source(url) -> dict:
+    """A database with a job in every state and view, and everything that goes with them.
+    Returns the ids by name, and the id of the newest job, purged (so the largest id ever handed
+    out is not in the file)."""
+    ids: dict = {}
+    with Queue.open(url, create=True) as q:
+        e = q.enqueue
+        ids["pending"] = e("t", {"n": 1, "text": "é ☃ \u2028", "password": "hunter2"}, queue="work", priority=20,
+                           key="key-1", cost=2, group="g", max_attempts=5, backoff="10,30", timeout="90s").id
+        ids["scheduled"] = e("t", {"n": 2}, queue="work", delay="1h").id
+        ids["blocked"] = e("t", {"n": 3}, queue="work", after=[ids["pending"]]).id
+        ids["unique"] = e("t", {"n": 4}, queue="work", unique=True).id
+        for name, type_ in (("running", "run"), ("completed", "done"), ("retried", "flaky"), ("buried", "bad"),
+                            ("cancel_requested", "stop")):
+            ids[name] = e(type_, {"name": name}, queue="work", on_buried="alert" if name == "buried" else None).id
+        ids["cancelled"] = e("t", {"n": 5}, queue="other").id
+        ids["report"] = e("report", {}, queue="reports").id
+
+        def claim(type_):
+            job = q.claim(worker=f"host-a:{type_}", types=[type_], lease="10m")
+            assert job is not None
+            return job
+
+        job = claim("run")
+        q.progress(job.id, token=job.token, message="half way", percent=50)
+        q.heartbeat(job.id, token=job.token, output=RunOutput(b"started\n\x00\xff", b"", 0))
+        job = claim("done")
+        q.complete(job.id, token=job.token, result={"ok": True, "rows": [1, 2, 3]},
+                   output=RunOutput(BINARY, b"tail\xfe\n", 12345))
+        job = claim("flaky")
+        q.fail(job.id, token=job.token, error="exit 1: boom", output=RunOutput(b"try 1\n", b"", 0))
+        job = claim("bad")
+        q.fail(job.id, token=job.token, error="exit 65: bad input", bury=True)
+        job = claim("stop")
+        q.cancel(job.id, reason="not needed any more")
+        # The newest job is purged: its id must not be handed out again on the target either.
+        purged = e("t", {"n": 6}, queue="other").id
+        q.cancel(purged)
+        time.sleep(0.05)
+        assert q.purge(cancelled_older_than="20ms") == {"cancelled": 1}
+        q.cancel(ids["cancelled"], reason="duplicate")
+        q.pause("reports", for_="2h")
+        q.pause("work", type="send", for_="1h")
+        q.pause("work", type="digest")
+        ids["alert"] = max(j.id for j in q.list_jobs(limit=0, type="alert"))
+        states = {j.status for j in q.list_jobs(limit=0)}
+    assert states == {"pending", "running", "completed", "buried", "cancelled", "cancel_requested"}
+    return {"ids": ids, "purged": purged}
+
+
+def ok(r):
+    assert r.exit_code == 0, r.output
+    return r.stdout
+
+
+def views(url, ids) -> dict:
+    """What every command shows of the database, minus what depends on the moment it is asked."""
+    out = {"list": ok(run_inproc("list", "--json", "--limit", 0, db=url))}
+    for i in ids:
+        out[f"show {i}"] = json.loads(ok(run_inproc("show", "--json", i, db=url)))
+        r = run_inproc("logs", "--json", i, db=url)
+        out[f"logs {i}"] = (r.exit_code, r.stdout)
+    stats = json.loads(ok(run_inproc("stats", "--json", db=url)))
+    for figures in [*stats["queues"].values(), stats["totals"]]:
+        figures.pop("oldest_ready_age")
+    out["stats"] = {k: stats[k] for k in ("queues", "totals", "buried")}
+    out["throughput"] = {k: stats["throughput"]["60m"][k] for k in ("completed", "failed")}
+    return out
+
+
+def raw_output(url, ids) -> dict:
+    """Every stored run's output, as bytes."""
+    found = {}
+    with Queue.open(url) as q:
+        for i in ids:
+            run = 1
+            while (log := q.run_output(i, run)) is not None:
+                found[(i, run)] = (log.head, log.tail, log.dropped, log.started_at, log.ended_at, log.outcome)
+                run += 1
+    return found
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """(source, target) database locations."""
+    return tmp_path / "old" / "jobs.db", tmp_path / "new" / "jobs.db"
+
+
+def test_everything_arrives_as_it_was(pair):
+    source, target = pair
+    built = build_source(source)
+    before = snapshot(source)
+    r = run_inproc("migrate", "--to", target, db=source)
+    assert r.exit_code == 0, r.output
+    ids = sorted(json.loads(line)["id"] for line in ok(run_inproc("list", "--json", "--limit", 0, db=source)).strip("\n").split("\n"))
+    assert len(ids) == 12
+    assert r.stdout == f"copied 12 jobs (22 events, 3 runs, 3 logs, 3 pauses) from {source} to {target}\n"
+    assert "2 jobs were running; their workers still report to the old database" in r.stderr
+    assert snapshot(source) == before  # the source is only read
+
+    assert views(target, ids) == views(source, ids)
+    logs = raw_output(source, ids)
+    assert len(logs) == 3 and any(head == BINARY for head, *_ in logs.values())
+    assert raw_output(target, ids) == logs
+    # Derived data came out right: the counts kept by triggers, and the sequence of job ids.
+    checks = json.loads(run_inproc("doctor", "--json", db=target).stdout)["checks"]
+    assert all(c["ok"] for c in checks if c["check"] != "handlers"), checks  # no handlers configured here
+    new_id = int(ok(run_inproc("enqueue", "t", db=target)))
+    assert new_id > max(ids) and new_id > built["purged"]
+
+
+def test_json_counts(pair):
+    source, target = pair
+    build_source(source)
+    out = json.loads(ok(run_inproc("migrate", "--to", f"sqlite://{target}", "--json", db=source)))
+    assert out == {"jobs": 12, "dependencies": 1, "events": 22, "runs": 3, "logs": 3, "pauses": 3, "queues": 2,
+                   "paused_types": 2, "running": 2, "from": str(source), "to": str(target)}
+
+
+def test_a_target_that_holds_anything_is_refused_and_left_alone(pair):
+    source, target = pair
+    build_source(source)
+    ok(run_inproc("enqueue", "t", db=target))
+    before = snapshot(target)
+    r = run_inproc("migrate", "--to", target, db=source)
+    assert r.exit_code == 2, r.output
+    assert "is not empty (it holds 1 job, 1 event)" in r.one_error_line()
+    assert snapshot(target) == before
+    # a pause alone is data too: merging it with the source's would be a guess
+    other = target.parent / "paused.db"
+    ok(run_inproc("init", db=other))
+    ok(run_inproc("pause", "reports", db=other))
+    assert run_inproc("migrate", "--to", other, db=source).exit_code == 2
+
+
+def test_the_same_database_is_refused(pair, tmp_path):
+    source, _ = pair
+    build_source(source)
+    before = snapshot(source)
+    link = tmp_path / "link.db"
+    link.symlink_to(source)
+    for same in (source, f"sqlite://{source}", link):
+        r = run_inproc("migrate", "--to", same, db=source)
+        assert r.exit_code == 2, r.output
+        assert "the source and the target are the same database" in r.one_error_line()
+    assert snapshot(source) == before
+
+
+def test_a_failed_copy_leaves_the_target_empty(pair):
+    source, target = pair
+    build_source(source)
+    ok(run_inproc("init", db=target))
+    # A target that refuses the last rows of the copy (a trigger of its own): nothing of the
+    # copy may stay behind, not even the jobs written before the failure.
+    with sqlite3.connect(target) as conn:
+        conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON paused_types BEGIN SELECT RAISE(ABORT, 'no'); END")
+    r = run_inproc("migrate", "--to", target, db=source)
+    assert r.exit_code != 0, r.output
+    r.one_error_line()
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM job_counts WHERE n != 0").fetchone()[0] == 0
+
+
+def test_counts_that_do_not_match_fail_loudly_and_keep_nothing(pair):
+    source, target = pair
+    build_source(source)
+    ok(run_inproc("init", db=target))
+    with sqlite3.connect(target) as conn:  # a target that loses rows as they arrive
+        conn.execute("CREATE TRIGGER lose AFTER INSERT ON events WHEN NEW.id = 3 BEGIN DELETE FROM events WHERE id = 3; END")
+    r = run_inproc("migrate", "--to", target, db=source)
+    assert r.exit_code == 8, r.output
+    line = r.one_error_line()
+    assert "does not match" in line and "events: 22 read, 21 written" in line and "nothing was written" in line
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+
+
+def test_a_missing_source_is_not_created(pair):
+    source, target = pair
+    r = run_inproc("migrate", "--to", target, db=source)
+    assert r.exit_code == 8, r.output
+    assert not source.exists() and not target.exists()
+
+
+def test_a_worker_runs_the_jobs_on_the_target(pair, tmp_path):
+    source, target = pair
+    ids = build_source(source)["ids"]
+    ok(run_inproc("migrate", "--to", target, db=source))
+    config = tmp_path / "jobctl.toml"
+    handler = [sys.executable, "-c", "import sys; sys.stdin.read(); print('{\"done\": true}')"]
+    config.write_text("".join(f"[types.{t}]\ncommand = {json.dumps(handler)}\n" for t in ("t", "alert")))
+    r = run_cli("--config", config, "work", "--stop-when-empty", db=target, timeout=120)
+    assert r.exit_code == 0, r.output
+    with Queue.open(target) as q:
+        for name in ("pending", "blocked", "unique", "alert"):  # blocked: after `pending` completed here
+            job = q.get(ids[name])
+            assert (job.status, json.loads(job.result)) == ("completed", {"done": True}), name
+        assert q.get(ids["scheduled"]).status == "pending"
+    with Queue.open(source) as q:  # the old database is untouched
+        assert {q.get(ids[n]).status for n in ("pending", "blocked", "unique", "alert")} == {"pending"}
+
+
+def test_a_progress_bar_on_a_terminal_and_nothing_on_a_pipe(pair):
+    source, target = pair
+    with Queue.open(source, create=True) as q:
+        q.insert([q.prepare("t", {"n": i}) for i in range(3000)])
+    code, seen, _ = run_on_pty([*JOBCTL, "--db", source, "migrate", "--to", target])
+    assert code == 0, seen
+    assert "copying" in seen and "rows" in seen
+    assert f"copied 3000 jobs (3000 events, 0 runs, 0 logs, 0 pauses) from {source} to {target}" in seen
+    r = run_cli("migrate", "--to", target.parent / "again.db", db=source)
+    assert r.exit_code == 0 and r.stderr == "", r.output

@@ -8,6 +8,7 @@ import json
 import sqlite3
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -101,26 +102,75 @@ def raw_output(url, ids) -> dict:
 
 
 @pytest.fixture
-def pair(tmp_path):
-    """(source, target) database locations."""
+def pg_url():
+    """A PostgreSQL URL in a schema of this test's own, dropped afterwards (skips without the
+    PostgreSQL engine or server)."""
+    pytest.importorskip("jobctl.engines.postgres")
+    psycopg2 = pytest.importorskip("psycopg2")
+    import secrets
+
+    base = "postgresql://postgres@127.0.0.1:5432/test"
+    schema = f"jt_migrate_{secrets.token_hex(5)}"
+    try:
+        psycopg2.connect(base, connect_timeout=3).close()
+    except psycopg2.Error as e:
+        pytest.skip(f"no PostgreSQL server: {e}")
+    yield f"{base}?options=-csearch_path%3D{schema}"
+    conn = psycopg2.connect(base)
+    conn.autocommit = True
+    try:
+        conn.cursor().execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        conn.close()
+
+
+DIRECTIONS = ["sqlite-sqlite", "sqlite-postgres", "postgres-sqlite"]
+
+
+@pytest.fixture(params=DIRECTIONS)
+def pair(request, tmp_path):
+    """(source, target): a SQLite file, or a PostgreSQL URL with a schema of its own."""
+    def place(kind: str, name: str):
+        return tmp_path / name / "jobs.db" if kind == "sqlite" else request.getfixturevalue("pg_url")
+
+    source, target = request.param.split("-")
+    return place(source, "old"), place(target, "new")
+
+
+@pytest.fixture
+def files(tmp_path):
+    """(source, target) SQLite files, for what only a file can show."""
     return tmp_path / "old" / "jobs.db", tmp_path / "new" / "jobs.db"
+
+
+def location(url) -> str:
+    with Queue.open(url) as q:
+        return q.location
+
+
+def job_ids(url) -> list[int]:
+    lines = ok(run_inproc("list", "--json", "--limit", 0, db=url)).split("\n")  # not splitlines(): U+2028
+    return sorted(json.loads(line)["id"] for line in lines if line)
 
 
 def test_everything_arrives_as_it_was(pair):
     source, target = pair
     built = build_source(source)
-    before = snapshot(source)
-    r = run_inproc("migrate", "--to", target, db=source)
-    assert r.exit_code == 0, r.output
-    ids = sorted(json.loads(line)["id"] for line in ok(run_inproc("list", "--json", "--limit", 0, db=source)).strip("\n").split("\n"))
+    ids = job_ids(source)
     assert len(ids) == 12
-    assert r.stdout == f"copied 12 jobs (22 events, 3 runs, 3 logs, 3 pauses) from {source} to {target}\n"
-    assert "2 jobs were running; their workers still report to the old database" in r.stderr
-    assert snapshot(source) == before  # the source is only read
-
-    assert views(target, ids) == views(source, ids)
+    seen = views(source, ids)
     logs = raw_output(source, ids)
     assert len(logs) == 3 and any(head == BINARY for head, *_ in logs.values())
+    rows = snapshot(source) if isinstance(source, Path) else None
+    r = run_inproc("migrate", "--to", target, db=source)
+    assert r.exit_code == 0, r.output
+    assert r.stdout == (f"copied 12 jobs (22 events, 3 runs, 3 logs, 3 pauses) from {location(source)} "
+                        f"to {location(target)}\n")
+    assert "2 jobs were running; their workers still report to the old database" in r.stderr
+    assert views(source, ids) == seen and raw_output(source, ids) == logs  # the source is only read
+    assert rows is None or snapshot(source) == rows
+
+    assert views(target, ids) == seen
     assert raw_output(target, ids) == logs
     # Derived data came out right: the counts kept by triggers, and the sequence of job ids.
     checks = json.loads(run_inproc("doctor", "--json", db=target).stdout)["checks"]
@@ -132,29 +182,36 @@ def test_everything_arrives_as_it_was(pair):
 def test_json_counts(pair):
     source, target = pair
     build_source(source)
-    out = json.loads(ok(run_inproc("migrate", "--to", f"sqlite://{target}", "--json", db=source)))
+    to = f"sqlite://{target}" if isinstance(target, Path) else target
+    out = json.loads(ok(run_inproc("migrate", "--to", to, "--json", db=source)))
     assert out == {"jobs": 12, "dependencies": 1, "events": 22, "runs": 3, "logs": 3, "pauses": 3, "queues": 2,
-                   "paused_types": 2, "running": 2, "from": str(source), "to": str(target)}
+                   "paused_types": 2, "running": 2, "from": location(source), "to": location(target)}
 
 
 def test_a_target_that_holds_anything_is_refused_and_left_alone(pair):
     source, target = pair
     build_source(source)
     ok(run_inproc("enqueue", "t", db=target))
-    before = snapshot(target)
+    before = views(target, job_ids(target))
     r = run_inproc("migrate", "--to", target, db=source)
     assert r.exit_code == 2, r.output
     assert "is not empty (it holds 1 job, 1 event)" in r.one_error_line()
-    assert snapshot(target) == before
-    # a pause alone is data too: merging it with the source's would be a guess
-    other = target.parent / "paused.db"
-    ok(run_inproc("init", db=other))
-    ok(run_inproc("pause", "reports", db=other))
-    assert run_inproc("migrate", "--to", other, db=source).exit_code == 2
+    assert views(target, job_ids(target)) == before
 
 
-def test_the_same_database_is_refused(pair, tmp_path):
-    source, _ = pair
+def test_a_target_with_a_pause_alone_is_refused_too(files):
+    # a pause is data too: merging it with the source's would be a guess
+    source, target = files
+    build_source(source)
+    ok(run_inproc("init", db=target))
+    ok(run_inproc("pause", "reports", db=target))
+    r = run_inproc("migrate", "--to", target, db=source)
+    assert r.exit_code == 2, r.output
+    assert "it holds 1 queue setting" in r.one_error_line()
+
+
+def test_the_same_database_is_refused(files, tmp_path):
+    source, _ = files
     build_source(source)
     before = snapshot(source)
     link = tmp_path / "link.db"
@@ -166,8 +223,8 @@ def test_the_same_database_is_refused(pair, tmp_path):
     assert snapshot(source) == before
 
 
-def test_a_failed_copy_leaves_the_target_empty(pair):
-    source, target = pair
+def test_a_failed_copy_leaves_the_target_empty(files):
+    source, target = files
     build_source(source)
     ok(run_inproc("init", db=target))
     # A target that refuses the last rows of the copy (a trigger of its own): nothing of the
@@ -182,8 +239,8 @@ def test_a_failed_copy_leaves_the_target_empty(pair):
         assert conn.execute("SELECT count(*) FROM job_counts WHERE n != 0").fetchone()[0] == 0
 
 
-def test_counts_that_do_not_match_fail_loudly_and_keep_nothing(pair):
-    source, target = pair
+def test_counts_that_do_not_match_fail_loudly_and_keep_nothing(files):
+    source, target = files
     build_source(source)
     ok(run_inproc("init", db=target))
     with sqlite3.connect(target) as conn:  # a target that loses rows as they arrive
@@ -196,8 +253,40 @@ def test_counts_that_do_not_match_fail_loudly_and_keep_nothing(pair):
         assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
 
 
-def test_a_missing_source_is_not_created(pair):
-    source, target = pair
+def test_the_same_postgresql_schema_is_refused(pg_url, tmp_path):
+    build_source(pg_url)
+    r = run_inproc("migrate", "--to", pg_url, db=pg_url)
+    assert r.exit_code == 2, r.output
+    assert "the source and the target are the same database" in r.one_error_line()
+
+
+def test_a_failed_copy_leaves_a_postgresql_target_empty(files, pg_url):
+    import psycopg2
+
+    source, _ = files
+    build_source(source)
+    ok(run_inproc("init", db=pg_url))
+    schema = pg_url.rsplit("%3D", 1)[1]
+    conn = psycopg2.connect(pg_url.split("?")[0])
+    conn.autocommit = True
+    try:
+        conn.cursor().execute(
+            f'CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS $$ '
+            "BEGIN RAISE EXCEPTION 'no'; END $$; "
+            f'CREATE TRIGGER refuse BEFORE INSERT ON "{schema}".paused_types FOR EACH ROW EXECUTE FUNCTION "{schema}".refuse()')
+    finally:
+        conn.close()
+    r = run_inproc("migrate", "--to", pg_url, db=source)
+    assert r.exit_code != 0, r.output
+    r.one_error_line()
+    assert job_ids(pg_url) == []
+    stats = json.loads(ok(run_inproc("stats", "--json", db=pg_url)))
+    assert stats["queues"] == {} or all(not any(v for k, v in q.items() if isinstance(v, int))
+                                        for q in stats["queues"].values()), stats
+
+
+def test_a_missing_source_is_not_created(files):
+    source, target = files
     r = run_inproc("migrate", "--to", target, db=source)
     assert r.exit_code == 8, r.output
     assert not source.exists() and not target.exists()
@@ -221,8 +310,8 @@ def test_a_worker_runs_the_jobs_on_the_target(pair, tmp_path):
         assert {q.get(ids[n]).status for n in ("pending", "blocked", "unique", "alert")} == {"pending"}
 
 
-def test_a_progress_bar_on_a_terminal_and_nothing_on_a_pipe(pair):
-    source, target = pair
+def test_a_progress_bar_on_a_terminal_and_nothing_on_a_pipe(files):
+    source, target = files
     with Queue.open(source, create=True) as q:
         q.insert([q.prepare("t", {"n": i}) for i in range(3000)])
     code, seen, _ = run_on_pty([*JOBCTL, "--db", source, "migrate", "--to", target])

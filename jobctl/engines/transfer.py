@@ -215,3 +215,21 @@ class SQLiteTransfer(Transfer):
             "FROM jobs GROUP BY 1, 2")}
         return [f"job counts of queue {q} ({s}): {kept.get((q, s), 0)} kept, {actual.get((q, s), 0)} rows"
                 for q, s in sorted(set(kept) | set(actual)) if kept.get((q, s), 0) != actual.get((q, s), 0)]
+
+
+class PostgresTransfer(Transfer):
+    """The PostgreSQL side of the hooks: every id column is an identity column, whose sequence
+    hands out the next id whatever rows were inserted with explicit ones."""
+
+    def _transfer_id_floors(self, c) -> dict[str, int]:
+        floors = super()._transfer_id_floors(c)
+        for table in ID_TABLES:  # the sequence stays above purged ids (NULL: never used)
+            last = c.execute("SELECT pg_sequence_last_value(pg_get_serial_sequence(?, 'id')::regclass)",
+                             (table,)).fetchone()[0]
+            floors[table] = max(floors[table], last or 0)
+        return floors
+
+    def _transfer_set_id_floors(self, c, floors: dict[str, int]) -> None:
+        for table in ID_TABLES:  # setval(seq, n, true): the next id is n + 1; (seq, 1, false): it is 1
+            floor = floors.get(table, 0)
+            c.execute("SELECT setval(pg_get_serial_sequence(?, 'id'), ?, ?)", (table, max(floor, 1), floor > 0))

@@ -285,6 +285,17 @@ def test_a_failed_copy_leaves_a_postgresql_target_empty(files, pg_url):
                                         for q in stats["queues"].values()), stats
 
 
+def test_a_damaged_row_stops_the_copy_with_one_clear_line(files):
+    source, target = files
+    ids = build_source(source)["ids"]
+    with sqlite3.connect(source) as conn:  # bytes that are not UTF-8, as a bad disk leaves them
+        conn.execute("UPDATE jobs SET error = CAST(x'6f6b20ff' AS TEXT) WHERE id = ?", (ids["buried"],))
+    r = run_inproc("migrate", "--to", target, db=source)
+    assert r.exit_code == 8, r.output
+    assert "holds damaged text in its jobs (not UTF-8)" in r.one_error_line()
+    assert job_ids(target) == []
+
+
 def test_a_missing_source_is_not_created(files):
     source, target = files
     r = run_inproc("migrate", "--to", target, db=source)

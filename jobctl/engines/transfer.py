@@ -136,10 +136,15 @@ class Importer:
         self.engine = engine
         self.c = c
 
-    def insert(self, table: str, columns: list[str], rows: list[tuple]) -> None:
+    def insert(self, table: str, columns: list[str], rows: list[tuple], source: Snapshot) -> None:
         """Insert rows with their own ids (executemany: a server engine sends multi-row INSERTs)."""
-        self.c.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-                           rows)
+        try:
+            self.c.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                               rows)
+        except UnicodeEncodeError:  # read with its bad bytes kept (sqlite.py's text factory): cannot be written
+            raise DatabaseUnusable(
+                f"{source.engine.location} holds damaged text in its {_NAMES[table]} (not UTF-8), which "
+                "cannot be copied; `jobctl doctor` names damaged jobs; nothing was written") from None
 
     def finish(self, source: Snapshot) -> None:
         """Set the id sequences above the source's, then check every table's count and the
@@ -177,7 +182,7 @@ def copy_database(source: Transfer, target: Transfer, *,
             on_progress(0, total)
         for table in TABLES:
             for columns, rows in snap.pages(table):
-                dest.insert(table, columns, rows)
+                dest.insert(table, columns, rows, snap)
                 if table == "queues":
                     paused = columns.index("paused")
                     pauses += sum(1 for r in rows if r[paused])

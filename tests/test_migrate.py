@@ -265,7 +265,7 @@ def test_a_failed_copy_leaves_a_postgresql_target_empty(files, pg_url):
 
     source, _ = files
     build_source(source)
-    ok(run_inproc("init", db=pg_url))
+    Queue.open(pg_url, create=True).close()
     schema = pg_url.rsplit("%3D", 1)[1]
     conn = psycopg2.connect(pg_url.split("?")[0])
     conn.autocommit = True

@@ -769,7 +769,7 @@ class SQLEngine:
             clauses.append("created_at < ?")
             args.append(now - created_older_than_ms)
         if held_by is not None:  # ready, and held back by a limit (a limits.Admission)
-            held, held_args = ["0"], []
+            held, held_args = ["1 = 0"], []  # (a boolean on every engine: 0 is not one on PostgreSQL)
             if held_by.shut_types:
                 held.append(f"type IN ({','.join('?' * len(held_by.shut_types))})")
                 held_args += sorted(held_by.shut_types)

@@ -1,21 +1,26 @@
-"""The engine logic shared by the SQL engines (SQLite, PostgreSQL): SQLEngine.
+"""The queue's SQL, shared by the SQL engines (SQLite, PostgreSQL): SQLEngine.
 
-Everything the Engine contract (engines/base.py) asks of a SQL database lives here once: enqueue,
-the claim with admission control, transitions and their reactions, dependents, the sweeps,
-purge, pauses, reads and the stats snapshot. A subclass supplies the connection and what is its
-own: files, opening and schema, how it takes locks, its clock, its wake-ups, its health checks.
+Everything the Engine contract (engines/base.py) asks of a SQL database is written here once:
+enqueue, the claim with admission control, transitions and their reactions, dependents, the
+sweeps, purge, pauses, reads and the stats snapshot. A subclass supplies what is its own: the
+connection and its transactions, how it locks, its clock, its schema and files, its wake-ups,
+its health checks. SQLiteEngine (engines/sqlite.py) is one.
 
-The SQL here runs unchanged on SQLite (3.35 or newer) and PostgreSQL (12 or newer), so:
-- parameters are positional `?` only (a PostgreSQL connection turns them into its own); never a
-  literal `?` in SQL text, and `%` only as an operator;
-- every subquery in FROM has an alias; dialect differences go through the class attributes and
-  hooks below, never through SQLite- or PostgreSQL-only functions;
-- rows are read as r["col"] or r[i] (never unpacked or iterated); new ids come from
-  `INSERT ... RETURNING id`, never from cursor.lastrowid; what SUM() returns is wrapped in int().
+The SQL runs unchanged on SQLite (3.35 or newer) and PostgreSQL (12 or newer), so here:
+- parameters are positional `?` only (a PostgreSQL connection turns them into its own, and
+  escapes `%`): never a `?` inside SQL text, `%` only as an operator;
+- every subquery in FROM has an alias, and no function or syntax is one dialect's: where the
+  dialects differ, the class attributes (NULL_EQ, GREATEST, NO_LIMIT, the lock clauses) and
+  _indexed() say how;
+- the connection `c` offers execute(sql, params) -> cursor (fetchone, fetchall, iteration) and
+  executemany(sql, rows); a row is read as r["col"] or r[i], and also offers keys() and
+  iteration over its values (models.row_damage reads it so);
+- a new id comes from `INSERT ... RETURNING id`, never from cursor.lastrowid; a count is read as
+  it comes, a SUM() only through int() (PostgreSQL's is numeric).
 
-Hooks a subclass implements: now(), _errors(), _write(rollback=False) -> (c, now), _read() -> c,
-close(), _indexed(name), _insert_many, _admission_now, _lock_unique, _jobs_may_be_ready and
-_state_counts (see their docstrings).
+Hooks a subclass implements (see each one's docstring): now(), _errors(), _write(rollback=False)
+yielding (c, now), _read() yielding c, close(), _indexed(name), _insert_many, _admission_now,
+_lock_unique, _jobs_may_be_ready and _state_counts.
 """
 
 from __future__ import annotations

@@ -253,6 +253,19 @@ def test_counts_that_do_not_match_fail_loudly_and_keep_nothing(files):
         assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
 
 
+def test_derived_counts_that_do_not_match_fail_loudly(files):
+    source, target = files
+    build_source(source)
+    ok(run_inproc("init", db=target))
+    with sqlite3.connect(target) as conn:  # a target whose kept counts drift from its rows
+        conn.execute("CREATE TRIGGER drift AFTER INSERT ON jobs WHEN NEW.id = 2 "
+                     "BEGIN UPDATE job_counts SET n = n + 1 WHERE queue = NEW.queue; END")
+    r = run_inproc("migrate", "--to", target, db=source)
+    assert r.exit_code == 8, r.output
+    assert "job counts of queue work (pending): 5 kept, 4 rows" in r.one_error_line()
+    assert job_ids(target) == []
+
+
 def test_the_same_postgresql_schema_is_refused(pg_url, tmp_path):
     build_source(pg_url)
     r = run_inproc("migrate", "--to", pg_url, db=pg_url)

@@ -16,7 +16,8 @@ database is. Only portable SQL is used here; what differs between engines is beh
 - `_transfer_set_id_floors(c, floors)` (target side): after rows were inserted with explicit ids,
   make the next generated id of each table larger than its floor (SQLite: sqlite_sequence of the
   AUTOINCREMENT jobs table; PostgreSQL: setval of each identity sequence).
-- `_transfer_problems(c)` (target side, optional): derived data that does not match the rows.
+- `_transfer_problems(c)` (target side): derived data that does not match the rows; by default
+  the engine's counts by queue and state (`_state_counts`) against a count of the jobs.
 """
 
 from __future__ import annotations
@@ -115,8 +116,14 @@ class Transfer:
         raise NotImplementedError(f"{type(self).__name__} cannot receive a migrated database")
 
     def _transfer_problems(self, c) -> list[str]:
-        """Derived data on the target that does not agree with its rows (none by default)."""
-        return []
+        """Derived data on the target that does not agree with its rows: the engine's counts by
+        queue and state (SQLEngine._state_counts, kept by triggers as the rows arrived)."""
+        kept = {(q, s): int(n) for q, s, n in self._state_counts(c) if n}  # type: ignore[attr-defined]
+        actual = {(r[0], r[1]): int(r[2]) for r in c.execute(
+            "SELECT queue, CASE WHEN status = 'pending' AND waiting_on > 0 THEN 'blocked' ELSE status END AS state, "
+            "count(*) FROM jobs GROUP BY queue, state")}
+        return [f"job counts of queue {q} ({s}): {kept.get((q, s), 0)} kept, {actual.get((q, s), 0)} rows"
+                for q, s in sorted(set(kept) | set(actual)) if kept.get((q, s), 0) != actual.get((q, s), 0)]
 
 
 _NAMES = {"jobs": "jobs", "job_deps": "dependencies", "events": "events", "runs": "runs", "job_logs": "logs",
@@ -211,15 +218,6 @@ class SQLiteTransfer(Transfer):
         floor = floors.get("jobs", 0)
         if c.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'jobs'", (floor,)).rowcount == 0 and floor:
             c.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)", (floor,))
-
-    def _transfer_problems(self, c) -> list[str]:
-        """job_counts, kept by triggers as the rows arrived, against the rows themselves."""
-        kept = {(q, s): n for q, s, n in c.execute("SELECT queue, state, n FROM job_counts WHERE n != 0")}
-        actual = {(q, s): n for q, s, n in c.execute(
-            "SELECT queue, CASE WHEN status = 'pending' AND waiting_on > 0 THEN 'blocked' ELSE status END, count(*) "
-            "FROM jobs GROUP BY 1, 2")}
-        return [f"job counts of queue {q} ({s}): {kept.get((q, s), 0)} kept, {actual.get((q, s), 0)} rows"
-                for q, s in sorted(set(kept) | set(actual)) if kept.get((q, s), 0) != actual.get((q, s), 0)]
 
 
 class PostgresTransfer(Transfer):

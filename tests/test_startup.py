@@ -3,12 +3,12 @@
 import pytest
 
 from jobctl import payloads
-from jobctl.cli import run
-from jobctl.cli.app import app
+from jobctl.cli import run, typer_app
 from jobctl.errors import InvalidInput
 
 
 def test_run_builds_only_the_command_it_runs_and_restores_the_others(db, capsys):
+    app = typer_app()
     before = list(app.registered_commands), list(app.registered_groups)
     assert run(["--db", str(db), "enqueue", "t", "{}"]) == 0
     assert capsys.readouterr().out.strip() == "1"

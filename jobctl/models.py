@@ -134,16 +134,30 @@ class Job(Record):
     @classmethod
     def from_row(cls, row: dict, after: list[int] | None = None) -> "Job":
         """A job from a stored row; a row that cannot be decoded raises DamagedJob (exit 8)."""
+        if not isinstance(row, dict):  # a sqlite3.Row, read once (see row_damage)
+            row = dict(zip(row.keys(), row))
         reason = row_damage(row)
         if reason is not None:
-            raise DamagedJob(row["id"] if "id" in row.keys() else "?", reason)
+            raise DamagedJob(row.get("id", "?"), reason)
         return cls.from_checked_row(row, after)
 
     @classmethod
     def from_checked_row(cls, row: dict, after: list[int] | None = None) -> "Job":
         """A job from a row that row_damage() found sound."""
-        names = _JOB_COLUMNS
-        job = cls(**{k: row[k] for k in row.keys() if k in names})
+        keys = row.keys()
+        places = _places(keys)
+        if places is None:  # not every column: the constructor's defaults fill the others in
+            items = row.items() if isinstance(row, dict) else zip(keys, row)
+            job = cls(**{k: v for k, v in items if k in _JOB_COLUMNS})
+        else:
+            # A whole row (SELECT * or RETURNING *, the worker's three per job it runs), set by
+            # position: a sqlite3.Row finds a name by comparing it with each column name in turn,
+            # and a call with 32 keyword arguments costs more than setting 32 slots.
+            values = tuple(row.values()) if isinstance(row, dict) else row
+            job = object.__new__(cls)
+            for name, i in places:
+                setattr(job, name, values[i])
+            job.after = []
         if after is not None:
             job.after = after
         return job
@@ -195,6 +209,25 @@ class Job(Record):
 
 
 _JOB_COLUMNS = frozenset(Job.__slots__) - {"after"}  # what from_row takes from a row
+_PLACES: dict[tuple, tuple | None] = {}
+
+
+def _places(keys) -> tuple | None:
+    """((column, position), ...) of every job column in rows with these column names; None when
+    some job column is missing. Worked out once per shape of row (a few SELECTs make them all)."""
+    shape = tuple(keys)
+    try:
+        return _PLACES[shape]
+    except KeyError:
+        pass
+    found: dict[str, int] = {}
+    for i, name in enumerate(shape):
+        if name in _JOB_COLUMNS and name not in found:  # a name twice: its first column, as row[name] reads
+            found[name] = i
+    places = tuple(found.items()) if len(found) == len(_JOB_COLUMNS) else None
+    if len(_PLACES) < 64:  # a handful of shapes in practice; never a leak
+        _PLACES[shape] = places
+    return places
 
 # What a sound row holds, column by column (only the columns present are checked).
 _INTEGERS = ("id", "priority", "attempts", "max_attempts", "timeout_ms", "waiting_on")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from enum import Enum
+from operator import itemgetter
 
 from jobctl import payloads
 from jobctl.durations import to_rfc3339
@@ -145,22 +146,14 @@ class Job(Record):
     def from_checked_row(cls, row: dict, after: list[int] | None = None) -> "Job":
         """A job from a row that row_damage() found sound."""
         keys = row.keys()
-        places = _places(keys)
-        if places is None:  # not every column: the constructor's defaults fill the others in
+        take = _columns_in_order(keys)
+        if take is None:  # not every column: the constructor's defaults fill the others in
             items = row.items() if isinstance(row, dict) else zip(keys, row)
-            job = cls(**{k: v for k, v in items if k in _JOB_COLUMNS})
-        else:
-            # A whole row (SELECT * or RETURNING *, the worker's three per job it runs), set by
-            # position: a sqlite3.Row finds a name by comparing it with each column name in turn,
-            # and a call with 32 keyword arguments costs more than setting 32 slots.
-            values = tuple(row.values()) if isinstance(row, dict) else row
-            job = object.__new__(cls)
-            for name, i in places:
-                setattr(job, name, values[i])
-            job.after = []
-        if after is not None:
-            job.after = after
-        return job
+            return cls(**{k: v for k, v in items if k in _JOB_COLUMNS}, after=after)
+        # A whole row (SELECT * or RETURNING *: the worker reads three per job it runs), passed by
+        # position: a sqlite3.Row finds a name by comparing it with each column name in turn, and
+        # a call with 32 keyword arguments costs several times one with 32 positional ones.
+        return cls(*take(tuple(row.values()) if isinstance(row, dict) else row), after=after)
 
     @property
     def timeout(self) -> float:
@@ -209,25 +202,25 @@ class Job(Record):
 
 
 _JOB_COLUMNS = frozenset(Job.__slots__) - {"after"}  # what from_row takes from a row
-_PLACES: dict[tuple, tuple | None] = {}
+_JOB_ARGS = Job.__init__.__code__.co_varnames[1:Job.__init__.__code__.co_argcount - 1]  # the columns, in order
+_TAKERS: dict[tuple, itemgetter | None] = {}
 
 
-def _places(keys) -> tuple | None:
-    """((column, position), ...) of every job column in rows with these column names; None when
-    some job column is missing. Worked out once per shape of row (a few SELECTs make them all)."""
+def _columns_in_order(keys) -> itemgetter | None:
+    """What picks Job's constructor arguments, in order, out of rows with these column names; None
+    when some job column is missing. Worked out once per shape of row (a few SELECTs make them all)."""
     shape = tuple(keys)
     try:
-        return _PLACES[shape]
+        return _TAKERS[shape]
     except KeyError:
         pass
-    found: dict[str, int] = {}
+    first: dict[str, int] = {}
     for i, name in enumerate(shape):
-        if name in _JOB_COLUMNS and name not in found:  # a name twice: its first column, as row[name] reads
-            found[name] = i
-    places = tuple(found.items()) if len(found) == len(_JOB_COLUMNS) else None
-    if len(_PLACES) < 64:  # a handful of shapes in practice; never a leak
-        _PLACES[shape] = places
-    return places
+        first.setdefault(name, i)  # a name twice: its first column, as row[name] reads
+    take = itemgetter(*(first[n] for n in _JOB_ARGS)) if all(n in first for n in _JOB_ARGS) else None
+    if len(_TAKERS) < 64:  # a handful of shapes in practice; never a leak
+        _TAKERS[shape] = take
+    return take
 
 # What a sound row holds, column by column (only the columns present are checked).
 _INTEGERS = ("id", "priority", "attempts", "max_attempts", "timeout_ms", "waiting_on")

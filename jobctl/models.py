@@ -150,11 +150,12 @@ class Job(Record):
         if take is None:  # not every column: the constructor's defaults fill the others in
             items = row.items() if isinstance(row, dict) else zip(keys, row)
             args = {k: v for k, v in items if k in _JOB_COLUMNS}
-            return cls(**args, after=after)  # type: ignore[misc]  # "after" is not a column
+            args["after"] = after  # not a column
+            return cls(**args)
         # A whole row (SELECT * or RETURNING *: the worker reads three per job it runs), passed by
         # position: a sqlite3.Row finds a name by comparing it with each column name in turn, and
         # a call with 32 keyword arguments costs several times one with 32 positional ones.
-        return cls(*take(tuple(row.values()) if isinstance(row, dict) else row), after=after)
+        return cls(*take(tuple(row.values()) if isinstance(row, dict) else row), after=after)  # type: ignore[misc]
 
     @property
     def timeout(self) -> float:

@@ -149,13 +149,20 @@ class Job(Record):
         take = _columns_in_order(keys)
         if take is None:  # not every column: the constructor's defaults fill the others in
             items = row.items() if isinstance(row, dict) else zip(keys, row)
-            args = {k: v for k, v in items if k in _JOB_COLUMNS}
+            args = {k: v for k, v in items if k in JOB_COLUMNS}
             args["after"] = after  # not a column
             return cls(**args)
         # A whole row (SELECT * or RETURNING *: the worker reads three per job it runs), passed by
         # position: a sqlite3.Row finds a name by comparing it with each column name in turn, and
         # a call with 32 keyword arguments costs several times one with 32 positional ones.
         return cls(*take(tuple(row.values()) if isinstance(row, dict) else row), after=after)  # type: ignore[misc]
+
+    def updated(self, fields: dict) -> "Job":
+        """A copy with these columns set to these values (as an UPDATE of them leaves the row)."""
+        job = Job(*[getattr(self, name) for name in _JOB_ARGS], after=list(self.after))  # type: ignore[misc]
+        for name, value in fields.items():
+            setattr(job, name, value)
+        return job
 
     @property
     def timeout(self) -> float:
@@ -203,7 +210,7 @@ class Job(Record):
         return d
 
 
-_JOB_COLUMNS = frozenset(Job.__slots__) - {"after"}  # what from_row takes from a row
+JOB_COLUMNS = frozenset(Job.__slots__) - {"after"}  # what from_row takes from a row
 _JOB_ARGS = Job.__init__.__code__.co_varnames[1:Job.__init__.__code__.co_argcount - 1]  # the columns, in order
 _TAKERS: dict[tuple, itemgetter | None] = {}
 

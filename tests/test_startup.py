@@ -137,3 +137,36 @@ def test_jobs_from_whole_rows_and_partial_rows_are_the_same_as_through_the_const
                             "timeout_ms, run_at, created_at, updated_at FROM jobs WHERE id = 1").fetchone()
         partial = Job.from_row(some)
         assert partial.priority == 5 and partial.token is None and partial.cost_units == 1 and partial.after == []
+
+
+def test_a_changed_job_is_returned_as_it_is_stored(db):
+    """The engine builds the job a change returns from the row it read and the values it wrote
+    (no re-read): for every kind of change, it equals the job read back from the database."""
+    from jobctl.queue import Queue
+
+    with Queue.open(db, create=True) as q:
+        def stored(job):
+            assert job == q.get(job.id)
+            return job
+
+        for i in range(6):
+            q.enqueue("t", {"i": i}, max_attempts=2)
+        job = q.claim(worker="w")
+        stored(q.heartbeat(job.id, token=job.token, extend=30))
+        stored(q.progress(job.id, token=job.token, message="half way", percent=50))
+        assert stored(q.fail(job.id, token=job.token, error="boom", details={"exit_code": 3})).status == "pending"
+        job = q.claim(worker="w")
+        stored(q.complete(job.id, token=job.token, result={"ok": True}))
+        job = q.claim(worker="w")
+        assert stored(q.fail(job.id, token=job.token, error="bad", bury=True)).status == "buried"
+        stored(q.retry(job.id))
+        job = q.claim(worker="w")
+        stored(q.release(job.id, token=job.token))
+        job = q.claim(worker="w")
+        assert stored(q.cancel(job.id)).status == "cancel_requested"
+        assert stored(q.cancel(job.id, token=job.token)).status == "cancelled"
+        job = q.claim(worker="w")
+        completed, following = q.complete_and_claim(job.id, token=job.token, worker="w")
+        stored(completed)
+        stored(following)
+        assert stored(q.cancel(q.enqueue("t", {"i": 9}).id)).status == "cancelled"

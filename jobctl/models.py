@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from enum import Enum
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 from jobctl import payloads
 from jobctl.durations import to_rfc3339
@@ -159,7 +159,7 @@ class Job(Record):
 
     def updated(self, fields: dict) -> "Job":
         """A copy with these columns set to these values (as an UPDATE of them leaves the row)."""
-        job = Job(*[getattr(self, name) for name in _JOB_ARGS], after=list(self.after))  # type: ignore[misc]
+        job = Job(*_job_args(self), after=list(self.after))  # type: ignore[misc]
         for name, value in fields.items():
             setattr(job, name, value)
         return job
@@ -212,6 +212,7 @@ class Job(Record):
 
 JOB_COLUMNS = frozenset(Job.__slots__) - {"after"}  # what from_row takes from a row
 _JOB_ARGS = Job.__init__.__code__.co_varnames[1:Job.__init__.__code__.co_argcount - 1]  # the columns, in order
+_job_args = attrgetter(*_JOB_ARGS)  # a job's constructor arguments, in order
 _TAKERS: dict[tuple, itemgetter | None] = {}
 
 

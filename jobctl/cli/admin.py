@@ -22,8 +22,8 @@ def init(ctx: typer.Context):
     """
     st = state(ctx)
     with st.open_queue(create=True) as q:
-        integrity = next(c for c in q.health_checks() if c.name == "integrity")
-        if not integrity.ok:  # the header can be fine while pages are not: say so before anyone trusts it
+        integrity = next((c for c in q.health_checks() if c.name == "integrity"), None)  # a file's
+        if integrity is not None and not integrity.ok:  # the header can be fine while pages are not: say so before anyone trusts it
             from jobctl.errors import DatabaseUnusable
 
             raise DatabaseUnusable(f"the database {q.location} is corrupt ({integrity.detail}); restore it from a backup")

@@ -45,6 +45,11 @@ STARTER = '''\
 # SQLite's locking is unsafe on NFS, SMB and other network filesystems, so such a file is refused.
 # allow_network_fs = false
 
+[postgres]
+# Settings of a PostgreSQL database (db = "postgresql://user@host:5432/dbname"; a SQLite file
+# ignores them). jobctl's tables live in their own schema; a URL's ?options=-csearch_path%3DNAME wins.
+# schema = "jobctl"
+
 [defaults]
 # Applied to every job at enqueue, unless its [types.NAME] table or the command line says otherwise.
 # queue = "default"
@@ -141,7 +146,7 @@ def _backoff_value(text: str):
 
 def effective(st) -> list[tuple[str | None, str, object, str]]:
     """(table, key, value, source) for every effective setting, in config-file order."""
-    from jobctl.config import WORKER_KEYS, resolve_busy_timeout, resolve_db_path
+    from jobctl.config import DEFAULT_PG_SCHEMA, WORKER_KEYS, resolve_busy_timeout, resolve_db_path
     from jobctl.durations import exact_duration, format_size
 
     s = st.settings
@@ -168,6 +173,7 @@ def effective(st) -> list[tuple[str | None, str, object, str]]:
     allow = st.allow_network_fs or s.allow_network_fs
     rows.append(("sqlite", "allow_network_fs", allow,
                  "--allow-network-fs" if st.allow_network_fs else origin("sqlite.allow_network_fs")))
+    rows.append(("postgres", "schema", s.pg_schema or DEFAULT_PG_SCHEMA, origin("postgres.schema")))
 
     jitter_source = src.get("defaults.jitter") or src.get("defaults.backoff_jitter") or "default"
     for key, value, source in (

@@ -157,7 +157,10 @@ def effective(st) -> list[tuple[str | None, str, object, str]]:
 
     rows: list[tuple[str | None, str, object, str]] = []
     db, db_source = resolve_db_path(st.db, s)
-    rows.append((None, "db", str(db), {"--db": "--db", "JOBCTL_DB": "JOBCTL_DB"}.get(db_source, origin("db"))))
+    from jobctl.engines import display
+
+    # A password in a database URL is never shown (it stays in the config file, or the environment).
+    rows.append((None, "db", display(str(db)), {"--db": "--db", "JOBCTL_DB": "JOBCTL_DB"}.get(db_source, origin("db"))))
     rows.append((None, "max_payload_bytes", s.max_payload_bytes, origin("max_payload_bytes")))
     rows.append((None, "secret_keys", list(s.secret_keys), origin("secret_keys")))
 

@@ -521,13 +521,14 @@ class PostgresEngine(SQLEngine):
             c = self.conn
             if c.in_transaction:
                 raise RuntimeError("a write transaction inside another")
-            c.notify = False
             if self.clock is None:
-                now = c.execute("BEGIN; SELECT " + NOW_SQL).fetchone()[0]
+                now = self._begin("BEGIN; SELECT " + NOW_SQL).fetchone()[0]
                 self._offset_ms = now - time.time_ns() // 1_000_000
             else:
-                c.execute("BEGIN")
+                self._begin("BEGIN")
                 now = int(self.clock() * 1000)
+            c = self.conn  # (a new one, if _begin had to reconnect)
+            c.notify = False
             c.in_transaction = True
             try:
                 yield c, now
@@ -545,6 +546,18 @@ class PostgresEngine(SQLEngine):
             finally:
                 c.in_transaction = False
 
+    def _begin(self, sql: str) -> Cursor:
+        """Start a transaction. A connection found dead at this point (the server dropped it while
+        we were idle: a restart, pg_terminate_backend) is replaced and the BEGIN sent again: nothing
+        had been done on it, so nothing can be done twice."""
+        try:
+            return self.conn.execute(sql)
+        except psycopg2.Error:
+            if not self.conn.broken:
+                raise
+        self._reconnect()
+        return self.conn.execute(sql)
+
     def _rollback(self) -> None:
         c = self.conn
         c.in_transaction = False
@@ -560,11 +573,11 @@ class PostgresEngine(SQLEngine):
         """One consistent snapshot (REPEATABLE READ, READ ONLY) for several SELECTs; inside a
         write transaction, that transaction's own view."""
         with self._errors():
-            c = self.conn
-            if c.in_transaction:
-                yield c
+            if self.conn.in_transaction:
+                yield self.conn
                 return
-            c.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            self._begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            c = self.conn
             c.in_transaction = True
             try:
                 yield c

@@ -103,7 +103,7 @@ class WorkerSettings(Record):
 
 
 SQLITE_KEYS = ("busy_timeout", "synchronous", "allow_network_fs")  # the [sqlite] table: this engine's own settings
-POSTGRES_KEYS = ("schema",)  # the [postgres] table
+POSTGRES_KEYS = ("schema", "busy_timeout")  # the [postgres] table
 MOVED_TO_SQLITE = ("busy_timeout", "synchronous")  # top-level keys of jobctl 0.1.0, still read there
 WORKER_KEYS = ("concurrency", "poll", "grace", "lease", "kill_grace", "recover_every", "purge_every", "log_format")
 
@@ -112,7 +112,8 @@ class Settings(Record):
     """Every setting, with its built-in default. A dict or list argument left out (None) is a new
     one each time: the default secret keys, the default retention, no types, default [worker]."""
 
-    __slots__ = ("config_path", "db", "busy_timeout", "synchronous", "allow_network_fs", "pg_schema", "max_payload_bytes",
+    __slots__ = ("config_path", "db", "busy_timeout", "synchronous", "allow_network_fs", "pg_schema", "pg_busy_timeout",
+                 "max_payload_bytes",
                  "secret_keys", "queue", "priority", "max_attempts", "backoff", "backoff_jitter", "timeout", "retention",
                  "types", "worker", "sources", "notes", "memory_limit", "log_head", "log_tail")
 
@@ -122,6 +123,7 @@ class Settings(Record):
                  synchronous: str = "full",  # [sqlite] synchronous
                  allow_network_fs: bool = False,  # [sqlite] allow_network_fs
                  pg_schema: str | None = None,  # [postgres] schema (None: the URL's, else "jobctl")
+                 pg_busy_timeout: float = DEFAULT_BUSY_TIMEOUT,  # [postgres] busy_timeout
                  max_payload_bytes: int = 1024 * 1024, secret_keys: list[str] | None = None,
                  queue: str = "default", priority: int = 10, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  backoff: str = "exponential", backoff_jitter: float = 0.0, timeout: float = DEFAULT_TIMEOUT,
@@ -136,6 +138,7 @@ class Settings(Record):
         self.synchronous = synchronous
         self.allow_network_fs = allow_network_fs
         self.pg_schema = pg_schema
+        self.pg_busy_timeout = pg_busy_timeout
         self.notes = [] if notes is None else notes
         self.memory_limit = memory_limit
         self.log_head = DEFAULT_LOG_HEAD  # bytes kept of the start of a run's output
@@ -464,6 +467,8 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
                 raise ConfigError(f"{where}: must be a schema name of 1 to 48 lowercase letters, digits and _, "
                                   f"starting with a letter or _ (not pg_), not {value!r}")
             settings.pg_schema = value
+        elif key == "busy_timeout":
+            settings.pg_busy_timeout = _duration_in_range(value, where, "busy timeout")
         else:
             raise ConfigError(f"unknown key {where!r} (known: {', '.join(POSTGRES_KEYS)})")
         src(where)
@@ -585,9 +590,11 @@ def resolve_db_path(flag: str | None, settings: Settings, env=os.environ) -> tup
     return str(default_db_path()), "default"
 
 
-def resolve_busy_timeout(flag: str | None, settings: Settings, env=os.environ) -> float:
+def resolve_busy_timeout(flag: str | None, settings: Settings, env=os.environ, *, server: bool = False) -> float:
+    """--busy-timeout, JOBCTL_BUSY_TIMEOUT, then the config of the database's engine: [sqlite]
+    busy_timeout, or for a server database (`server`) [postgres] busy_timeout."""
     if flag is not None:
         return duration_in_range(flag, "--busy-timeout", "busy timeout")
     if env.get("JOBCTL_BUSY_TIMEOUT"):
         return duration_in_range(env["JOBCTL_BUSY_TIMEOUT"], "JOBCTL_BUSY_TIMEOUT", "busy timeout")
-    return settings.busy_timeout
+    return settings.pg_busy_timeout if server else settings.busy_timeout

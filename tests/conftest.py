@@ -312,12 +312,59 @@ class Clock:
 
 
 def snapshot(path):
-    """Every row of every table: what "nothing changed" is compared against."""
+    """Every row of every table: what "nothing changed" is compared against (a SQLite file, or
+    the schema of a PostgreSQL URL; there without the count tables, which stats may fold)."""
+    if str(path).startswith("postgresql://"):
+        return _pg_snapshot(str(path))
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         tables = [r[0] for r in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
         return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
+    finally:
+        conn.close()
+
+
+def count_rows(db, table="jobs") -> int:
+    """How many rows a table holds (a SQLite file, or the schema of a PostgreSQL URL: 0 when
+    jobctl has not made it)."""
+    if str(db).startswith("postgresql://"):
+        from jobctl.engines.postgres import Target
+
+        conn = pg_admin(str(db))
+        try:
+            cur = conn.cursor()
+            cur.execute("SELECT to_regclass(%s)", (f'"{Target(str(db)).schema}"."{table}"',))
+            name = cur.fetchone()[0]
+            if name is None:
+                return 0
+            cur.execute(f"SELECT count(*) FROM {name}")
+            return cur.fetchone()[0]
+        finally:
+            conn.close()
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def _pg_snapshot(url):
+    from jobctl.engines.postgres import Target
+
+    schema = Target(url).schema
+    conn = pg_admin(url)
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename NOT IN "
+                    "('job_counts', 'job_count_changes') ORDER BY 1", (schema,))
+        tables = [r[0] for r in cur.fetchall()]
+        rows = {}
+        for t in tables:
+            cur.execute(f'SELECT * FROM "{schema}"."{t}"')
+            rows[t] = sorted((tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in cur.fetchall()),
+                             key=repr)
+        return rows
     finally:
         conn.close()
 

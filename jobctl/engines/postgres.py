@@ -57,6 +57,11 @@ _BUSY = {
 _NOT_JOBCTL = ("42P01", "42703", "42883")  # undefined table, column, function: not the schema jobctl wrote
 
 
+class KeyRace(DatabaseBusy):
+    """Another transaction committed a job with the same idempotency key while this one was
+    inserting it (the unique index made this one wait, then refused it)."""
+
+
 def _key(*parts: str) -> int:
     """A transaction advisory lock's key: a signed 64-bit hash of what it protects."""
     digest = hashlib.sha256("\0".join(("jobctl", *parts)).encode()).digest()
@@ -491,7 +496,7 @@ class PostgresEngine(SQLEngine):
                 f"the database {t.location} is busy: {_BUSY[code]} (waited up to {t.busy_timeout:g}s); nothing "
                 "changed, safe to retry, or wait longer with --busy-timeout")
         if code == "23505" and "idempotency_key" in (getattr(e.diag, "constraint_name", None) or ""):
-            return DatabaseBusy(
+            return KeyRace(
                 "another process enqueued a job with the same idempotency key at the same moment; nothing changed, "
                 "safe to retry (the retry finds that job)")
         if code == "25006":
@@ -647,6 +652,18 @@ class PostgresEngine(SQLEngine):
         if len(done) != len(jobs):
             raise RuntimeError("a bulk insert returned fewer jobs than it was given")
         return [(i, True) for i in done]
+
+    def insert_jobs(self, jobs: list[NewJob], actor: str, *,
+                    on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
+        """As the core's, and when another process committed a job with the same idempotency key
+        at the same moment (KeyRace), once more: nothing was kept, and this time the lookup finds
+        that job, as on SQLite, where enqueues take turns."""
+        for _ in range(2):
+            try:
+                return super().insert_jobs(jobs, actor, on_progress=on_progress)
+            except KeyRace:
+                pass
+        return super().insert_jobs(jobs, actor, on_progress=on_progress)
 
     # -- counts: folded now and then, so stats reads few rows ------------------------------
 

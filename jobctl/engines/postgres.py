@@ -774,17 +774,7 @@ class PostgresEngine(SQLEngine):
         bloated = dead > DEAD_ROWS_WARN and dead > live
         checks.append(Check("dead rows", not bloated, f"{dead} dead, {live} live rows in jobs" + (
             f"; vacuum is falling behind: VACUUM {t.schema}.jobs, and look for long transactions" if bloated else "")))
-        expired = self.count_expired()
-        checks.append(Check("expired leases", expired == 0, "none" if expired == 0 else
-                            f"{expired} job(s); run `jobctl recover` (workers also do it)"))
-        checked, damaged = self.damaged_jobs()
-        checks.append(Check("job rows", not damaged,
-                            f"{checked} job(s) decode and match their payload hash" if not damaged else
-                            f"{len(damaged)} damaged: " + "; ".join(f"job {i}: {why}" for i, why in damaged[:10])
-                            + (f"; and {len(damaged) - 10} more" if len(damaged) > 10 else "")
-                            + "; a claim buries such a job instead of handing it out; enqueue their work again",
-                            data={"damaged_jobs": [{"id": i, "why": why} for i, why in damaged]}))
-        return checks
+        return checks + self._job_checks("enqueue their work again")
 
 
 def _literal(c: Connection, value) -> str:

@@ -229,7 +229,8 @@ def restore(
 
     st = state(ctx)
     if engines.scheme_of(st.db_path()) not in (None, "sqlite"):
-        raise InvalidInput("restore works on a SQLite file; restore a server database with its own tools")
+        raise InvalidInput("restore works on a SQLite file; restore a server database with its own tools "
+                           "(for PostgreSQL: psql or pg_restore, from a pg_dump)")
     db = Path(engines.sqlite_path(st.db_path()))
     if not (st.allow_network_fs or st.settings.allow_network_fs):
         from jobctl.engines import files

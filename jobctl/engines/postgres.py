@@ -57,6 +57,10 @@ _BUSY = {
 _NOT_JOBCTL = ("42P01", "42703", "42883")  # undefined table, column, function: not the schema jobctl wrote
 
 
+class ReadOnly(DatabaseUnusable):
+    """The server refuses writes (a standby, or default_transaction_read_only)."""
+
+
 class KeyRace(DatabaseBusy):
     """Another transaction committed a job with the same idempotency key while this one was
     inserting it (the unique index made this one wait, then refused it)."""
@@ -500,7 +504,7 @@ class PostgresEngine(SQLEngine):
                 "another process enqueued a job with the same idempotency key at the same moment; nothing changed, "
                 "safe to retry (the retry finds that job)")
         if code == "25006":
-            return DatabaseUnusable(
+            return ReadOnly(
                 f"the database {t.location} is read-only ({_first_line(e)}); point --db at the primary server, "
                 "or turn default_transaction_read_only off for this user or database")
         if code == "53100":
@@ -675,7 +679,10 @@ class PostgresEngine(SQLEngine):
                 c.execute(pg_schema.FOLD_COUNTS)
 
     def stats_snapshot(self, **kwargs) -> dict:
-        self.fold_counts()
+        try:
+            self.fold_counts()
+        except (DatabaseBusy, ReadOnly):
+            pass  # (a standby: the counts are read unfolded, which costs a little more)
         return super().stats_snapshot(**kwargs)
 
     def purge(self, status: str, older_than_ms: int, **kwargs) -> int:

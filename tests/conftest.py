@@ -52,7 +52,7 @@ def _isolated_env(tmp_path, monkeypatch):
 # dropped afterwards, so that tests (and test runs) sharing a server never meet.
 
 PG_DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
-_pg_state: dict = {}  # "base": the server's URL, or "why": why there is none; "skipped": how many skipped
+_pg_state: dict = {}  # "base": the server's URL, or "why": why there is none (and "where" it was skipped)
 
 
 def _pg_server() -> tuple[str | None, str | None]:
@@ -91,11 +91,15 @@ def with_schema(base: str, schema: str) -> str:
     return f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={schema}', safe='')}"
 
 
-def pytest_terminal_summary(terminalreporter):
-    if _pg_state.get("skipped"):
-        terminalreporter.write_line(
-            f"PostgreSQL: {_pg_state['skipped']} test(s) skipped: {_pg_state['why']}; set "
-            "JOBCTL_TEST_POSTGRES_URL=postgresql://USER@HOST:PORT/DB to run them")
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Every PostgreSQL test skipped for want of a server reports the same place and reason, so
+    that the summary (-ra) says it in one line: SKIPPED [N] conftest.py: PostgreSQL: ..."""
+    outcome = yield
+    report = outcome.get_result()
+    if (report.skipped and "where" in _pg_state and isinstance(report.longrepr, tuple)
+            and report.longrepr[2].startswith("Skipped: PostgreSQL: ")):
+        report.longrepr = (*_pg_state["where"], report.longrepr[2])
 
 
 @pytest.fixture
@@ -106,8 +110,8 @@ def pg_base():
     if base is None:
         if os.environ.get("JOBCTL_TEST_POSTGRES_URL"):
             pytest.fail(f"JOBCTL_TEST_POSTGRES_URL is set, but {why}")
-        _pg_state["skipped"] = _pg_state.get("skipped", 0) + 1
-        pytest.skip(f"PostgreSQL: {why}")
+        _pg_state["where"] = (__file__, sys._getframe().f_lineno + 1)
+        pytest.skip(f"PostgreSQL: {why}; set JOBCTL_TEST_POSTGRES_URL=postgresql://USER@HOST:PORT/DB to run them")
     return base
 
 

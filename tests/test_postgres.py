@@ -449,3 +449,38 @@ def test_a_deadlock_or_lock_timeout_is_busy(pg_url, pg_base, pg_schema):
     finally:
         holder.close()
         e.close()
+
+
+# -- the connection's round trips ---------------------------------------------------------------
+
+
+def test_a_statement_the_server_cannot_prepare_runs_as_it_is(pg_url):
+    e = open_pg(pg_url)
+    try:
+        for _ in range(3):  # the second run would be prepared: $1 IS NULL has no type to infer
+            with e._write() as (c, _now):
+                assert c.execute("SELECT ? IS NULL, ?", (None, 7)).fetchone()[:] == (True, 7)
+                c.execute("INSERT INTO queues (name, paused, updated_at) VALUES (?, 0, ?) ON CONFLICT DO NOTHING",
+                          ("q", 1))
+        assert "SELECT ? IS NULL, ?" in e.conn._unpreparable
+        assert e.queue_names() == ["q"]
+    finally:
+        e.close()
+
+
+def test_a_deferred_statement_that_fails_rolls_the_whole_transaction_back(pg_url):
+    from psycopg2 import IntegrityError
+
+    e = open_pg(pg_url)
+    try:
+        e.insert_jobs([new()], "x")
+        with pytest.raises(IntegrityError):
+            with e._write() as (c, now):
+                c.execute("UPDATE jobs SET priority = 99 WHERE id = ?", (1,))  # deferred
+                c.execute("INSERT INTO events (job_id, at) VALUES (?, ?)", (1, now))  # deferred: NOT NULL fails
+        assert e.get_job(1).priority == 10 and len(e.events(1)) == 1
+        with e._write() as (c, _now):  # the connection is fine afterwards
+            c.execute("UPDATE jobs SET priority = 11 WHERE id = ?", (1,))
+        assert e.get_job(1).priority == 11
+    finally:
+        e.close()

@@ -228,16 +228,37 @@ class Cursor:
         return self.cur.rowcount
 
 
-_SQL: dict[str, str] = {}  # the core's SQL text -> psycopg2's (placeholders %s, a literal % as %%)
+class Statement:
+    """The core's SQL text as this wrapper sends it: `text` for psycopg2 (placeholders %s, a
+    literal % as %%), `prepared` for PREPARE (placeholders $1, $2, ...), and whether it may be
+    deferred (it returns nothing: an INSERT, UPDATE or DELETE without RETURNING)."""
+
+    __slots__ = ("text", "prepared", "args", "deferrable")
+
+    def __init__(self, sql: str):
+        self.text = sql.replace("%", "%%").replace("?", "%s")
+        parts = sql.split("?")
+        self.prepared = "".join(p + (f"${n}" if n < len(parts) else "") for n, p in enumerate(parts, 1))
+        self.args = len(parts) - 1
+        words = sql.lstrip().split(None, 1)
+        self.deferrable = (bool(words) and words[0].upper() in ("INSERT", "UPDATE", "DELETE")
+                           and "RETURNING" not in sql.upper())
+
+
+_STATEMENTS: dict[str, Statement] = {}
+
+
+def _statement(sql: str) -> Statement:
+    st = _STATEMENTS.get(sql)
+    if st is None:
+        if len(_STATEMENTS) > 2000:  # IN lists of every length make new texts: keep the cache bounded
+            _STATEMENTS.clear()
+        st = _STATEMENTS[sql] = Statement(sql)
+    return st
 
 
 def _pg(sql: str) -> str:
-    text = _SQL.get(sql)
-    if text is None:
-        if len(_SQL) > 2000:  # IN lists of every length make new texts: keep the cache bounded
-            _SQL.clear()
-        text = _SQL[sql] = sql.replace("%", "%%").replace("?", "%s")
-    return text
+    return _statement(sql).text
 
 
 def _clean(params):
@@ -254,19 +275,106 @@ _VALUES = re.compile(r"^(.*\bVALUES\s*)(\([^()]*\))(\s*(?:ON CONFLICT.*|RETURNIN
 PAGE_ROWS, PAGE_BYTES = 1000, 8 * 1024 * 1024  # a multi-row INSERT: at most this many rows or bytes
 
 
+class _NoRows:
+    """What a deferred statement returns: nothing to fetch (it has not even run yet)."""
+
+    rowcount = -1
+
+    def fetchone(self):
+        return None
+
+    def fetchall(self) -> list:
+        return []
+
+    def __iter__(self):
+        return iter(())
+
+
+NO_ROWS = _NoRows()
+PREPARE_AFTER = 2  # a statement is prepared on the server the second time a connection runs it
+MAX_PREPARED = 500  # per connection
+_NOT_PREPARABLE = ("42P18", "42P08", "42804", "42883", "42725")  # types of $n that PREPARE cannot infer
+
+
 class Connection:
     """A psycopg2 connection (autocommit) as the SQL core expects one: execute(sql, params) with
     `?` placeholders -> Cursor, executemany. `notify`: a NOTIFY to send with this transaction's
-    COMMIT (set by _jobs_may_be_ready)."""
+    COMMIT (set by _jobs_may_be_ready).
+
+    Round trips are what a transaction costs here, so inside a transaction:
+    - a statement that returns nothing (an event's INSERT, say) is deferred: it goes in the same
+      round trip as the next statement, or as the COMMIT, in order; an error it meets is raised
+      there, still inside the transaction, which then rolls back as a whole;
+    - a statement run a second time on this connection is prepared on the server (PREPARE and
+      EXECUTE in one round trip), so that a worker's claims are not planned again each time (the
+      claim's planning costs about as much as running it)."""
 
     def __init__(self, raw):
         self.raw = raw
         self.in_transaction = False
         self.notify = False
+        self.pending: list[bytes] = []  # deferred statements, in order
+        self._uses: dict[str, int] = {}
+        self._prepared: dict[str, bytes] = {}  # SQL text -> its EXECUTE template
+        self._unpreparable: set[str] = set()
 
-    def execute(self, sql: str, params=()) -> Cursor:
+    def execute(self, sql: str, params=()) -> Cursor | _NoRows:
+        st = _statement(sql)
         cur = self.raw.cursor()
-        cur.execute(_pg(sql), _clean(params))
+        params = _clean(params)
+        if not self.in_transaction:
+            cur.execute(st.text, params)
+            return Cursor(cur)
+        if st.deferrable:
+            self.pending.append(cur.mogrify(st.text, params))
+            return NO_ROWS
+        execute = self._prepared.get(sql)
+        if execute is None and st.args and sql not in self._unpreparable:
+            uses = self._uses[sql] = self._uses.get(sql, 0) + 1
+            if uses >= PREPARE_AFTER and len(self._prepared) < MAX_PREPARED:
+                return self._prepare_and_execute(cur, sql, st, params)
+        if execute is None:
+            query = cur.mogrify(st.text, params)
+        else:
+            query = cur.mogrify(execute, params)
+        cur.execute(self.take_pending(query))
+        return Cursor(cur)
+
+    def begin(self, sql: str) -> Cursor:
+        """Run a BEGIN (and what is sent with it) outside any transaction."""
+        cur = self.raw.cursor()
+        cur.execute(sql)
+        return Cursor(cur)
+
+    def take_pending(self, query: bytes) -> bytes:
+        """`query` after the deferred statements, which are sent with it."""
+        if not self.pending:
+            return query
+        query = b";".join([*self.pending, query])
+        self.pending.clear()
+        return query
+
+    def _prepare_and_execute(self, cur, sql: str, st: Statement, params) -> Cursor:
+        """PREPARE the statement and EXECUTE it, in one round trip; under a savepoint, so that a
+        statement whose parameter types the server cannot infer is run as it is instead."""
+        name = f"jobctl_{len(self._prepared)}"
+        execute = f"EXECUTE {name} ({', '.join(['%s'] * st.args)})".encode()
+        query = (b"SAVEPOINT jobctl_prepare; PREPARE " + name.encode() + b" AS " + st.prepared.encode()
+                 + b"; RELEASE jobctl_prepare; " + cur.mogrify(execute, params))
+        try:
+            cur.execute(self.take_pending(query))
+        except psycopg2.Error as e:
+            if getattr(e, "pgcode", None) not in _NOT_PREPARABLE or self.broken:
+                raise
+            try:  # (fails when the error came from elsewhere: then the error is the news)
+                self.raw.cursor().execute("ROLLBACK TO SAVEPOINT jobctl_prepare")
+            except psycopg2.Error:
+                raise e from None
+            self._unpreparable.add(sql)
+            cur = self.raw.cursor()
+            cur.execute(st.text, params)
+            return Cursor(cur)
+        self._prepared[sql] = execute
         return Cursor(cur)
 
     def executemany(self, sql: str, seq) -> None:
@@ -294,7 +402,7 @@ class Connection:
             page.append(value)
             size += len(value)
             if len(page) >= PAGE_ROWS or size >= PAGE_BYTES or i == len(rows):
-                cur.execute(start + b",".join(page) + end)
+                cur.execute(self.take_pending(start + b",".join(page) + end))
                 if cur.description is not None:
                     returned += Cursor(cur).fetchall()
                 page, size = [], 0
@@ -489,6 +597,7 @@ class PostgresEngine(SQLEngine):
         code = getattr(e, "pgcode", None) or ""
         if self.conn.broken or code.startswith(("08", "57P")) or isinstance(e, psycopg2.InterfaceError):
             self.conn.in_transaction = False
+            self.conn.pending.clear()
             if committing:
                 return ConnectionLost(
                     f"the connection to {t.location} was lost while committing ({_first_line(e)}); the change may or "
@@ -548,7 +657,9 @@ class PostgresEngine(SQLEngine):
             if c.notify and not rollback:
                 end = f"NOTIFY {self.target.channel}; COMMIT"
             try:
-                c.raw.cursor().execute(end)
+                if rollback:
+                    c.pending.clear()  # a dry run: what was deferred need not run at all
+                c.raw.cursor().execute(c.take_pending(end.encode()))
             except psycopg2.Error as e:
                 self._rollback()
                 raise self._translate(e, committing=True) from e
@@ -559,17 +670,19 @@ class PostgresEngine(SQLEngine):
         """Start a transaction. A connection found dead at this point (the server dropped it while
         we were idle: a restart, pg_terminate_backend) is replaced and the BEGIN sent again: nothing
         had been done on it, so nothing can be done twice."""
+        self.conn.pending.clear()
         try:
-            return self.conn.execute(sql)
+            return self.conn.begin(sql)
         except psycopg2.Error:
             if not self.conn.broken:
                 raise
         self._reconnect()
-        return self.conn.execute(sql)
+        return self.conn.begin(sql)
 
     def _rollback(self) -> None:
         c = self.conn
         c.in_transaction = False
+        c.pending.clear()
         if c.broken:
             return
         try:

@@ -457,7 +457,8 @@ class SQLEngine:
                 (now, job.id),
             )
             self._jobs_may_be_ready(c)
-        elif change.to_status == "pending":  # a retry, a release, a requeue, a new run_at
+        elif change.to_status == "pending" and rows[0]["run_at"] <= now and not rows[0]["waiting_on"]:
+            # A release, a requeue, a retry due now (one with a backoff is found later by polling).
             self._jobs_may_be_ready(c)
         message = change.message
         if change.to_status != job.status and change.to_status in REACTING:

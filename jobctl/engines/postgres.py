@@ -317,6 +317,7 @@ class Connection:
         self._uses: dict[str, int] = {}
         self._prepared: dict[str, bytes] = {}  # SQL text -> its EXECUTE template
         self._unpreparable: set[str] = set()
+        self.prepares = True  # False once a pooler lost one (see PostgresEngine._translate)
 
     def execute(self, sql: str, params=()) -> Cursor | _NoRows:
         st = _statement(sql)
@@ -329,7 +330,9 @@ class Connection:
             self.pending.append(cur.mogrify(st.text, params))
             return NO_ROWS
         execute = self._prepared.get(sql)
-        if execute is None and st.args and sql not in self._unpreparable:
+        if not self.prepares:
+            execute = None
+        elif execute is None and st.args and sql not in self._unpreparable:
             uses = self._uses[sql] = self._uses.get(sql, 0) + 1
             if uses >= PREPARE_AFTER and len(self._prepared) < MAX_PREPARED:
                 return self._prepare_and_execute(cur, sql, st, params)
@@ -604,6 +607,12 @@ class PostgresEngine(SQLEngine):
                     "may not have been made: look before retrying (`jobctl show`)")
             return ConnectionLost(f"the connection to {t.location} was lost ({_first_line(e)}); nothing changed, "
                                   "safe to retry once the server answers")
+        if code == "26000" and self.conn.prepares:
+            # Our prepared statement is gone: a pooler in transaction mode (PgBouncer) sent this
+            # transaction to another server session. Nothing was kept; prepare nothing from now on.
+            self.conn.prepares = False
+            return DatabaseBusy(f"the database {t.location} lost a prepared statement (a connection pooler in "
+                                "transaction mode?); nothing changed, safe to retry")
         if code in _BUSY:
             return DatabaseBusy(
                 f"the database {t.location} is busy: {_BUSY[code]} (waited up to {t.busy_timeout:g}s); nothing "

@@ -484,3 +484,29 @@ def test_a_deferred_statement_that_fails_rolls_the_whole_transaction_back(pg_url
         assert e.get_job(1).priority == 11
     finally:
         e.close()
+
+
+def test_a_statement_that_once_timed_out_on_a_lock_runs_again_on_the_same_connection(pg_url):
+    """A lock timeout can land on the round trip in which a statement is first prepared on the
+    server: the prepared statement outlives that transaction's rollback (PREPARE is not undone by
+    ROLLBACK), and the next try must still run, not trip over its own leftover. (From pgtest.)"""
+    import psycopg2
+
+    from jobctl.queue import Queue
+
+    with Queue.open(pg_url, create=True, busy_timeout=0.3) as q:
+        ids = [q.enqueue("t", {"i": i}).id for i in range(3)]  # one, then one per attempt
+        job = q.claim(worker="w")  # the completion's statements run once on this connection:
+        q.complete(job.id, token=job.token, actor="w")  # the next time they are prepared
+        for attempt in range(2):
+            job = q.claim(worker="w")
+            holder = psycopg2.connect(pg_url)  # someone holds the job's row
+            try:
+                holder.cursor().execute("SELECT id FROM jobs WHERE id = %s FOR UPDATE", (job.id,))
+                with pytest.raises(DatabaseBusy):
+                    q.complete(job.id, token=job.token, actor="w")
+            finally:
+                holder.rollback()
+                holder.close()
+            q.complete(job.id, token=job.token, actor="w")  # the lock is gone: this goes through
+        assert {j.status for j in q.get_many(ids)} == {"completed"}

@@ -317,6 +317,9 @@ class Connection:
         self._uses: dict[str, int] = {}
         self._prepared: dict[str, bytes] = {}  # SQL text -> its EXECUTE template
         self._unpreparable: set[str] = set()
+        # Names are never used twice: a PREPARE outlives the rollback of its transaction (PREPARE
+        # is not transactional), so one whose EXECUTE then failed (a lock timeout) left its name taken.
+        self._names = 0
         self.prepares = True  # False once a pooler lost one (see PostgresEngine._translate)
 
     def execute(self, sql: str, params=()) -> Cursor | _NoRows:
@@ -334,7 +337,7 @@ class Connection:
             execute = None
         elif execute is None and st.args and sql not in self._unpreparable:
             uses = self._uses[sql] = self._uses.get(sql, 0) + 1
-            if uses >= PREPARE_AFTER and len(self._prepared) < MAX_PREPARED:
+            if uses >= PREPARE_AFTER and self._names < MAX_PREPARED:
                 return self._prepare_and_execute(cur, sql, st, params)
         if execute is None:
             query = cur.mogrify(st.text, params)
@@ -360,7 +363,8 @@ class Connection:
     def _prepare_and_execute(self, cur, sql: str, st: Statement, params) -> Cursor:
         """PREPARE the statement and EXECUTE it, in one round trip; under a savepoint, so that a
         statement whose parameter types the server cannot infer is run as it is instead."""
-        name = f"jobctl_{len(self._prepared)}"
+        self._names += 1
+        name = f"jobctl_{self._names}"
         execute = f"EXECUTE {name} ({', '.join(['%s'] * st.args)})".encode()
         query = (b"SAVEPOINT jobctl_prepare; PREPARE " + name.encode() + b" AS " + st.prepared.encode()
                  + b"; RELEASE jobctl_prepare; " + cur.mogrify(execute, params))

@@ -510,3 +510,27 @@ def test_a_statement_that_once_timed_out_on_a_lock_runs_again_on_the_same_connec
                 holder.close()
             q.complete(job.id, token=job.token, actor="w")  # the lock is gone: this goes through
         assert {j.status for j in q.get_many(ids)} == {"completed"}
+
+
+def test_a_table_changed_under_prepared_statements_is_a_retry_not_a_driver_error(pg_url):
+    """A newer jobctl migrating (here: a column added to jobs) while this connection holds
+    statements prepared against the old table: one call is busy (nothing changed), the next
+    prepares again and works. (After pgtest's test of it.)"""
+    from jobctl.queue import Queue
+
+    with Queue.open(pg_url, create=True) as q:
+        ids = [q.enqueue("t", {"i": i}).id for i in range(6)]
+        for _ in range(3):  # the claim's and completion's statements are prepared by now
+            job = q.claim(worker="w")
+            q.complete(job.id, token=job.token, actor="w")
+        sql(pg_url, "ALTER TABLE jobs ADD COLUMN added_by_a_newer_jobctl TEXT")
+        outcomes = []
+        for _ in range(4):
+            try:
+                job = q.claim(worker="w")
+                q.complete(job.id, token=job.token, actor="w")
+                outcomes.append("done")
+            except DatabaseBusy:
+                outcomes.append("busy")
+        assert outcomes.count("done") >= 2 and outcomes[-1] == "done", outcomes
+        assert q.get(ids[-1]).status in ("completed", "running")

@@ -346,6 +346,12 @@ class Connection:
         cur.execute(self.take_pending(query))
         return Cursor(cur)
 
+    def forget_prepared(self) -> None:
+        """Prepare every statement anew from now on (the old ones stay on the server, unused:
+        names are never reused)."""
+        self._prepared.clear()
+        self._uses.clear()
+
     def begin(self, sql: str) -> Cursor:
         """Run a BEGIN (and what is sent with it) outside any transaction."""
         cur = self.raw.cursor()
@@ -611,6 +617,12 @@ class PostgresEngine(SQLEngine):
                     "may not have been made: look before retrying (`jobctl show`)")
             return ConnectionLost(f"the connection to {t.location} was lost ({_first_line(e)}); nothing changed, "
                                   "safe to retry once the server answers")
+        if code == "0A000" and "cached plan" in str(e):
+            # A table changed under our prepared statements (a newer jobctl migrating, say): they
+            # are forgotten, and the retry prepares them again against the table as it is now.
+            self.conn.forget_prepared()
+            return DatabaseBusy(f"the tables in {t.location} changed under this connection's prepared statements "
+                                "(another jobctl migrating?); nothing changed, safe to retry")
         if code == "26000" and self.conn.prepares:
             # Our prepared statement is gone: a pooler in transaction mode (PgBouncer) sent this
             # transaction to another server session. Nothing was kept; prepare nothing from now on.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JOBCTL, run_cli, run_inproc, run_on_pty, snapshot
+from conftest import JOBCTL, pg_admin, run_cli, run_inproc, run_on_pty, snapshot
 from jobctl.engines.base import RunOutput
 from jobctl.queue import Queue
 
@@ -99,29 +99,6 @@ def raw_output(url, ids) -> dict:
                 found[(i, run)] = (log.head, log.tail, log.dropped, log.started_at, log.ended_at, log.outcome)
                 run += 1
     return found
-
-
-@pytest.fixture
-def pg_url():
-    """A PostgreSQL URL in a schema of this test's own, dropped afterwards (skips without the
-    PostgreSQL engine or server)."""
-    pytest.importorskip("jobctl.engines.postgres")
-    psycopg2 = pytest.importorskip("psycopg2")
-    import secrets
-
-    base = "postgresql://postgres@127.0.0.1:5432/test"
-    schema = f"jt_migrate_{secrets.token_hex(5)}"
-    try:
-        psycopg2.connect(base, connect_timeout=3).close()
-    except psycopg2.Error as e:
-        pytest.skip(f"no PostgreSQL server: {e}")
-    yield f"{base}?options=-csearch_path%3D{schema}"
-    conn = psycopg2.connect(base)
-    conn.autocommit = True
-    try:
-        conn.cursor().execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    finally:
-        conn.close()
 
 
 DIRECTIONS = ["sqlite-sqlite", "sqlite-postgres", "postgres-sqlite"]
@@ -273,20 +250,17 @@ def test_the_same_postgresql_schema_is_refused(pg_url, tmp_path):
     assert "the source and the target are the same database" in r.one_error_line()
 
 
-def test_a_failed_copy_leaves_a_postgresql_target_empty(files, pg_url):
-    import psycopg2
-
+def test_a_failed_copy_leaves_a_postgresql_target_empty(files, pg_base, pg_schema, pg_url):
     source, _ = files
     build_source(source)
     Queue.open(pg_url, create=True).close()
-    schema = pg_url.rsplit("%3D", 1)[1]
-    conn = psycopg2.connect(pg_url.split("?")[0])
-    conn.autocommit = True
+    conn = pg_admin(pg_base)
     try:
         conn.cursor().execute(
-            f'CREATE FUNCTION "{schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS $$ '
+            f'CREATE FUNCTION "{pg_schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS $$ '
             "BEGIN RAISE EXCEPTION 'no'; END $$; "
-            f'CREATE TRIGGER refuse BEFORE INSERT ON "{schema}".paused_types FOR EACH ROW EXECUTE FUNCTION "{schema}".refuse()')
+            f'CREATE TRIGGER refuse BEFORE INSERT ON "{pg_schema}".paused_types FOR EACH ROW '
+            f'EXECUTE FUNCTION "{pg_schema}".refuse()')
     finally:
         conn.close()
     r = run_inproc("migrate", "--to", pg_url, db=source)

@@ -265,8 +265,9 @@ def migrate(
 
     st = state(ctx)
     with st.open_queue() as q:
+        server = engines.scheme_of(to) in engines.POSTGRES_SCHEMES
         target = engines.open(to, create=True, settings=st.settings,
-                              busy_timeout=resolve_busy_timeout(st.busy_timeout, st.settings),
+                              busy_timeout=resolve_busy_timeout(st.busy_timeout, st.settings, server=server),
                               allow_network_fs=True if st.allow_network_fs else None)
         try:
             source = q.engine

@@ -39,6 +39,7 @@ from jobctl.engines import display, pg_schema
 from jobctl.engines.base import Check, NewJob
 from jobctl.engines.pg_schema import SCHEMA_VERSION
 from jobctl.engines.sql import SQLEngine
+from jobctl.engines.transfer import PostgresTransfer
 from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, JobctlError)
 
 # "now" in ms since the epoch: the moment of the call, not the transaction's start (now()).
@@ -435,7 +436,7 @@ class Connection:
 # -- the engine ------------------------------------------------------------------------------
 
 
-class PostgresEngine(SQLEngine):
+class PostgresEngine(PostgresTransfer, SQLEngine):
     """The Engine contract (engines/base.py) on a PostgreSQL database, in one schema of it."""
 
     NULL_EQ = "IS NOT DISTINCT FROM"

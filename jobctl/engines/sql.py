@@ -556,13 +556,8 @@ class SQLEngine:
     def update_buried(self, decide: Decide, actor: str, *, queue: str | None = None,
                       type: str | None = None, dry_run: bool = False,
                       on_progress: Callable[[int, int], None] | None = None) -> list[tuple[Job, Change]]:
-        sql, params = "SELECT * FROM jobs WHERE status = 'buried'", []
-        if queue is not None:
-            sql += " AND queue = ?"
-            params.append(queue)
-        if type is not None:
-            sql += " AND type = ?"
-            params.append(type)
+        narrow, params = _queue_and_type(queue, type)
+        sql = "SELECT * FROM jobs WHERE status = 'buried'" + narrow
         return self._update_selected(lambda now: (sql + " ORDER BY id", params), decide, actor, dry_run, on_progress)
 
     def update_dependents(self, job_id: int, decide: Decide, actor: str) -> list[Job]:
@@ -601,13 +596,9 @@ class SQLEngine:
         ready, scheduled, blocked, buried. on_progress(done, total) after each batch."""
         matched = self.now()  # one "now" decides what is scheduled, for every batch
         where = "(" + " OR ".join(self.MATCH_KINDS[k] for k in kinds) + ")"
-        params: list = [matched] * where.count("?")
-        if queue is not None:
-            where += " AND queue = ?"
-            params.append(queue)
-        if type is not None:
-            where += " AND type = ?"
-            params.append(type)
+        narrow, narrow_params = _queue_and_type(queue, type)
+        params: list = [matched] * where.count("?") + narrow_params
+        where += narrow
         counts = {"ready": 0, "scheduled": 0, "blocked": 0, "buried": 0}
         with self._read() as c:
             last = c.execute("SELECT COALESCE(MAX(id), 0) FROM jobs").fetchone()[0]
@@ -944,3 +935,15 @@ class SQLEngine:
         with self._read() as c:
             return {r[0]: r[1] for r in c.execute(
                 "SELECT type, count(*) FROM jobs WHERE status = 'pending' GROUP BY type")}
+
+
+def _queue_and_type(queue: str | None, type: str | None) -> tuple[str, list]:
+    """" AND queue = ? AND type = ?" for the ones given, and their parameters."""
+    sql, params = "", []
+    if queue is not None:
+        sql += " AND queue = ?"
+        params.append(queue)
+    if type is not None:
+        sql += " AND type = ?"
+        params.append(type)
+    return sql, params

@@ -1,0 +1,214 @@
+"""PostgreSQL connections cut from under jobctl: `pg_terminate_backend` of the server processes that
+serve one `jobctl work` (found by the client ports of that worker's own sockets, so no other
+test's connection is touched) while its handlers run.
+
+The worker must reconnect, record each outcome exactly once and lose nothing; a claim whose lease
+expired while its worker could not reach the server is recovered by another worker, and the late
+report of the first is refused by its token."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from .test_worker_torture import RECORD, SLOW_RECORD, drain, wait_for
+from .util import jobs, json_value, pg_rows, rows
+
+pytestmark = pytest.mark.slow
+
+
+# -- finding and cutting one process's connections ------------------------------------------------
+
+def server_port(url: str) -> int:
+    return urlsplit(url).port or 5432
+
+
+def client_ports(pid: int, port: int) -> set[int]:
+    """The local ports of the TCP connections that process `pid` holds to the server's `port`."""
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:["):-1])
+    except FileNotFoundError:
+        return set()
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, remote, inode = fields[1], fields[2], fields[9]
+            if inode in inodes and int(remote.rsplit(":", 1)[1], 16) == port:
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+def terminate(url: str, pid: int) -> int:
+    """pg_terminate_backend of every server process serving `pid`'s connections; how many."""
+    ports = client_ports(pid, server_port(url))
+    if not ports:
+        return 0
+    found = pg_rows(url, "SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity "
+                         "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                         "AND client_port = ANY(%s)", (sorted(ports),))
+    return sum(1 for r in found if r["ok"])
+
+
+def connections(url: str, pid: int) -> int:
+    ports = client_ports(pid, server_port(url))
+    if not ports:
+        return 0
+    return pg_rows(url, "SELECT count(*) AS n FROM pg_stat_activity WHERE client_port = ANY(%s)",
+                   (sorted(ports),))[0]["n"]
+
+
+# -- a worker's connections killed while its handler runs -----------------------------------------
+
+# Each run records its start, then waits until the test lets it finish (a file per job), so the
+# test knows the handler is running while it cuts the worker's connections.
+GATED = RECORD + '; while [ ! -e "$RUNLOG.go.$JOBCTL_JOB_ID" ]; do sleep 0.02; done; echo \'{"ok": true}\''
+
+
+def test_worker_reconnects_when_its_connections_are_killed_mid_run_and_records_each_job_once(pg_url, env):
+    e = env(db=pg_url, command=["/bin/sh", "-c", GATED], lease="30s")
+    ids = e.enqueue(6)
+    w = e.worker("cut", "--stop-when-empty", "--poll", "200ms")
+    go = lambda job_id: Path(f"{e.runlog}.go.{job_id}").touch()  # noqa: E731
+    cuts = 0
+    for n, job_id in enumerate(ids[:4]):
+        wait_for(lambda: job_id in e.runs(), what=f"job {job_id} to start")
+        assert w.poll() is None, w.log.read_text()
+        cuts += terminate(pg_url, w.pid)
+        if n == 1:
+            # the handler outlives a heartbeat on the dead connection (a third of the lease is
+            # 10 s: too long to wait, so give it a moment and let the completion meet it instead)
+            time.sleep(0.5)
+        if n == 2:
+            # jobs enqueued while the worker's connections are down still reach it
+            ids += e.enqueue(3)
+        go(job_id)
+    for job_id in ids[4:]:
+        go(job_id)
+    assert w.wait(timeout=120) == 0, w.log.read_text()[-3000:]
+    assert cuts >= 4, f"only {cuts} server processes were terminated"
+
+    log = w.log.read_text()
+    assert "Traceback" not in log, log
+    runs = e.runs()
+    assert sorted(runs) == sorted(ids), "a job never ran"
+    assert {job_id: a for job_id, a in runs.items() if a != [1]} == {}, "a job ran twice"
+    table = jobs(e.db)
+    assert {j["status"] for j in table.values()} == {"completed"}, {i: j["status"] for i, j in table.items()}
+    assert {j["attempts"] for j in table.values()} == {1}
+    assert {json.dumps(json_value(j["result"])) for j in table.values()} == {'{"ok": true}'}
+    # each outcome was recorded exactly once: one run, one claim and one completion per job
+    outcomes = Counter((r["job_id"], r["outcome"]) for r in rows(e.db, "SELECT job_id, outcome FROM runs"))
+    assert outcomes == Counter({(job_id, "completed"): 1 for job_id in ids})
+    history = defaultdict(list)
+    for ev in rows(e.db, "SELECT job_id, to_status FROM events ORDER BY id"):
+        history[ev["job_id"]].append(ev["to_status"])
+    assert {job_id: h for job_id, h in history.items() if h != ["pending", "running", "completed"]} == {}
+
+
+def test_a_lease_that_expired_while_the_worker_was_cut_off_is_recovered_and_its_late_report_refused(pg_url, env):
+    # The worker is frozen (SIGSTOP) with its handler running and its connections killed: when it
+    # wakes, it finds them dead, reconnects, and learns that its claim is no longer its own.
+    e = env(db=pg_url, command=["/bin/sh", "-c", SLOW_RECORD], lease="1s", recover_every="200ms")
+    [job_id] = e.enqueue(1)
+    a = e.worker("cut-off", "--max-jobs", "1")
+    wait_for(lambda: e.runs().get(job_id), what="the first run to start")
+    a.send_signal(signal.SIGSTOP)
+    try:
+        assert terminate(pg_url, a.pid) >= 1
+        wait_for(lambda: connections(pg_url, a.pid) == 0, what="the server to drop the connections")
+        # past the lease, another worker recovers the job and runs it again to the end
+        b = e.worker("rescuer", "--max-jobs", "1")
+        assert b.wait(timeout=60) == 0, b.log.read_text()
+    finally:
+        a.send_signal(signal.SIGCONT)
+    assert a.wait(timeout=60) == 0, a.log.read_text()
+    assert e.runs()[job_id] == [1, 2]
+    job = jobs(e.db)[job_id]
+    assert job["status"] == "completed" and job["attempts"] == 2
+    assert json_value(job["result"]) == {"by": str(b.pid)}, "the cut-off worker's late result was applied"
+    events = rows(e.db, "SELECT to_status, actor, message FROM events WHERE job_id = ? ORDER BY id", (job_id,))
+    assert [ev["to_status"] for ev in events] == ["pending", "running", "pending", "running", "completed"]
+    assert events[-1]["actor"] == "rescuer"
+    assert "cut-off" in events[2]["message"] and "lost" in events[2]["message"]
+    assert sorted(r["outcome"] for r in rows(e.db, "SELECT outcome FROM runs WHERE job_id = ?", (job_id,))) == [
+        "completed", "lost"]
+    log = a.log.read_text()
+    assert f"lost job {job_id}" in log and ("not recorded" in log or "no longer ours" in log), log
+    assert "Traceback" not in log
+
+
+# -- connections killed at random moments, two workers, many short jobs -------------------------
+
+def test_connections_killed_at_random_moments_lose_nothing_and_complete_each_job_once(pg_url, env):
+    """A kill can land anywhere, a commit included: if a claim's COMMIT reached the server but its
+    answer did not reach the worker, the job stays running until its lease expires and then runs
+    again (attempt 2, its lost run on record). Never twice for one attempt, never completed twice."""
+    e = env(db=pg_url, command=["/bin/sh", "-c", RECORD + "; sleep 0.01"], lease="2s", recover_every="300ms")
+    ids = e.enqueue(300)
+    workers = [e.worker(f"cut-{i}", "--poll", "100ms") for i in range(2)]
+    rng = random.Random(os.environ.get("JOBCTL_TEST_SEED", "5"))
+    stop = threading.Event()
+    cuts = []
+
+    def killer():
+        while not stop.is_set():
+            time.sleep(rng.uniform(0.05, 0.3))
+            victim = rng.choice(workers)
+            if victim.poll() is None:
+                cuts.append(terminate(pg_url, victim.pid))
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    try:
+        wait_for(lambda: rows(e.db, "SELECT count(*) AS n FROM jobs WHERE status = 'completed'")[0]["n"] >= len(ids)
+                 or any(p.poll() is not None for p in workers), timeout=180, what="the jobs to be done")
+    finally:
+        stop.set()
+        t.join()
+    for p in workers:
+        assert p.poll() is None, f"{p.name} died:\n" + p.log.read_text()[-3000:]
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 0, p.log.read_text()[-3000:]
+    drain(e)
+    assert sum(cuts) >= 10, f"only {sum(cuts)} server processes were terminated"
+
+    table = jobs(e.db)
+    assert {j["status"] for j in table.values()} == {"completed"}, Counter(j["status"] for j in table.values())
+    runs = e.runs()
+    history = defaultdict(list)
+    for r in rows(e.db, "SELECT job_id, outcome FROM runs ORDER BY id"):
+        history[r["job_id"]].append(r["outcome"])
+    again = 0
+    for job_id in ids:
+        attempts = table[job_id]["attempts"]
+        observed = runs.get(job_id, [])
+        assert history[job_id].count("completed") == 1, (job_id, history[job_id])
+        assert len(observed) == len(set(observed)), f"job {job_id}: one attempt ran twice"
+        assert attempts in observed, f"job {job_id}: the completing run left no trace"
+        # a claim that did not end in this job's completion was lost (its lease expired)
+        assert history[job_id] == ["lost"] * (attempts - 1) + ["completed"], (job_id, history[job_id])
+        again += attempts > 1
+    for p in workers:
+        assert "Traceback" not in p.log.read_text()
+    print(f"{sum(cuts)} server processes terminated; {again} jobs claimed again after a lost answer")

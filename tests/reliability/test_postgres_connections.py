@@ -23,8 +23,6 @@ import pytest
 from .test_worker_torture import RECORD, SLOW_RECORD, drain, wait_for
 from .util import jobs, json_value, pg_rows, rows
 
-pytestmark = pytest.mark.slow
-
 
 # -- finding and cutting one process's connections ------------------------------------------------
 
@@ -59,9 +57,10 @@ def client_ports(pid: int, port: int) -> set[int]:
     return ports
 
 
-def terminate(url: str, pid: int) -> int:
-    """pg_terminate_backend of every server process serving `pid`'s connections; how many."""
-    ports = client_ports(pid, server_port(url))
+def terminate(url: str, pid: int, *, spare: frozenset[int] | set[int] = frozenset()) -> int:
+    """pg_terminate_backend of every server process serving `pid`'s connections (but those from
+    the client ports in `spare`); how many."""
+    ports = client_ports(pid, server_port(url)) - spare
     if not ports:
         return 0
     found = pg_rows(url, "SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity "
@@ -78,6 +77,34 @@ def connections(url: str, pid: int) -> int:
                    (sorted(ports),))[0]["n"]
 
 
+# -- the core API: a connection killed between two calls ------------------------------------------
+
+def test_a_queue_whose_connection_was_killed_fails_retryably_then_reconnects_and_records_once(pg_url):
+    from jobctl.errors import DatabaseBusy, JobctlError
+    from jobctl.queue import Queue
+
+    ours_before = client_ports(os.getpid(), server_port(pg_url))  # the test's own admin connection
+    q = Queue.open(pg_url, create=True)
+    try:
+        job_id = q.enqueue("t", {"i": 1}).id
+        job = q.claim(worker="w")
+        assert job is not None and job.id == job_id
+        assert terminate(pg_url, os.getpid(), spare=ours_before) >= 1
+        try:
+            q.complete(job_id, token=job.token, result={"ok": 1}, actor="w")
+        except JobctlError as e:
+            # nothing was written: the caller (the worker) waits and tries again
+            assert isinstance(e, DatabaseBusy), f"a dropped connection must be a retryable outage: {e!r}"
+            assert q.get(job_id).status == "running"
+            q.complete(job_id, token=job.token, result={"ok": 1}, actor="w")
+        assert q.get(job_id).status == "completed"
+        assert [ev.to_status for ev in q.events(job_id)] == ["pending", "running", "completed"]
+        # and the connection it made again serves the next calls
+        assert q.claim(worker="w") is None
+    finally:
+        q.close()
+
+
 # -- a worker's connections killed while its handler runs -----------------------------------------
 
 # Each run records its start, then waits until the test lets it finish (a file per job), so the
@@ -85,6 +112,7 @@ def connections(url: str, pid: int) -> int:
 GATED = RECORD + '; while [ ! -e "$RUNLOG.go.$JOBCTL_JOB_ID" ]; do sleep 0.02; done; echo \'{"ok": true}\''
 
 
+@pytest.mark.slow
 def test_worker_reconnects_when_its_connections_are_killed_mid_run_and_records_each_job_once(pg_url, env):
     e = env(db=pg_url, command=["/bin/sh", "-c", GATED], lease="30s")
     ids = e.enqueue(6)
@@ -126,6 +154,7 @@ def test_worker_reconnects_when_its_connections_are_killed_mid_run_and_records_e
     assert {job_id: h for job_id, h in history.items() if h != ["pending", "running", "completed"]} == {}
 
 
+@pytest.mark.slow
 def test_a_lease_that_expired_while_the_worker_was_cut_off_is_recovered_and_its_late_report_refused(pg_url, env):
     # The worker is frozen (SIGSTOP) with its handler running and its connections killed: when it
     # wakes, it finds them dead, reconnects, and learns that its claim is no longer its own.
@@ -160,6 +189,7 @@ def test_a_lease_that_expired_while_the_worker_was_cut_off_is_recovered_and_its_
 
 # -- connections killed at random moments, two workers, many short jobs -------------------------
 
+@pytest.mark.slow
 def test_connections_killed_at_random_moments_lose_nothing_and_complete_each_job_once(pg_url, env):
     """A kill can land anywhere, a commit included: if a claim's COMMIT reached the server but its
     answer did not reach the worker, the job stays running until its lease expires and then runs

@@ -300,10 +300,12 @@ def bench_stats(base: str, n: int, calls: int, tmp: Path) -> dict:
             "ratio": statistics.median(times["postgres"]) / statistics.median(times["sqlite"]), "raw": times}
 
 
-def counts_of(stats: dict):
-    """The per-queue, per-state counts of a `stats --json` answer, whatever its exact shape."""
-    found = stats.get("queues", stats.get("counts", stats))
-    return json.dumps(found, sort_keys=True, default=str)
+STATES = ("ready", "scheduled", "blocked", "running", "cancel_requested", "buried", "completed", "cancelled")
+
+
+def counts_of(stats: dict) -> dict:
+    """The jobs per queue and state of a `stats --json` answer (not the ages, which move)."""
+    return {queue: {state: figures.get(state) for state in STATES} for queue, figures in stats["queues"].items()}
 
 
 # -- report ---------------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
-"""PostgreSQL connections cut from under jobctl: `pg_terminate_backend` of the server processes that
-serve one `jobctl work` (found by the client ports of that worker's own sockets, so no other
-test's connection is touched) while its handlers run.
+"""PostgreSQL faults under a running worker: connections cut from under it with
+`pg_terminate_backend` of the server processes that serve one `jobctl work` (found by the client
+ports of that worker's own sockets, so no other test's connection is touched) while its handlers
+run, and a table lock held by someone else.
 
 The worker must reconnect, record each outcome exactly once and lose nothing; a claim whose lease
 expired while its worker could not reach the server is recovered by another worker, and the late
-report of the first is refused by its token."""
+report of the first is refused by its token. A lock is waited out, without spinning."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from .test_worker_torture import RECORD, SLOW_RECORD, drain, wait_for
+from .test_worker_torture import RECORD, SLOW_RECORD, cpu_seconds, drain, wait_for
 from .util import jobs, json_value, pg_rows, rows
 
 
@@ -195,7 +196,7 @@ def test_connections_killed_at_random_moments_lose_nothing_and_complete_each_job
     answer did not reach the worker, the job stays running until its lease expires and then runs
     again (attempt 2, its lost run on record). Never twice for one attempt, never completed twice."""
     e = env(db=pg_url, command=["/bin/sh", "-c", RECORD + "; sleep 0.01"], lease="2s", recover_every="300ms")
-    ids = e.enqueue(300)
+    ids = e.enqueue(600)
     workers = [e.worker(f"cut-{i}", "--poll", "100ms") for i in range(2)]
     rng = random.Random(os.environ.get("JOBCTL_TEST_SEED", "5"))
     stop = threading.Event()
@@ -203,7 +204,7 @@ def test_connections_killed_at_random_moments_lose_nothing_and_complete_each_job
 
     def killer():
         while not stop.is_set():
-            time.sleep(rng.uniform(0.05, 0.3))
+            time.sleep(rng.uniform(0.02, 0.2))
             victim = rng.choice(workers)
             if victim.poll() is None:
                 cuts.append(terminate(pg_url, victim.pid))
@@ -242,3 +243,34 @@ def test_connections_killed_at_random_moments_lose_nothing_and_complete_each_job
     for p in workers:
         assert "Traceback" not in p.log.read_text()
     print(f"{sum(cuts)} server processes terminated; {again} jobs claimed again after a lost answer")
+
+
+# -- a lock held by someone else -------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_worker_waits_out_a_locked_jobs_table_without_spinning_then_continues(pg_url, env):
+    import psycopg2
+
+    # each handler takes 100 ms, so the worker is still busy when the lock is taken however fast it gets
+    e = env(db=pg_url, lease="30s", command=["/bin/sh", "-c", RECORD + "; sleep 0.1"])
+    ids = e.enqueue(20)
+    e.env["JOBCTL_BUSY_TIMEOUT"] = "500ms"  # the lock outlasts the worker's lock timeout many times
+    w = e.worker("patient", "--stop-when-empty", "--poll", "100ms")
+    wait_for(lambda: len(e.runs()) >= 1, what="the first job")
+    holder = psycopg2.connect(pg_url)  # as a migration or a careless operator would: the whole table
+    try:
+        holder.cursor().execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+        wait_for(lambda: "db-busy" in w.log.read_text(), what="the worker to notice the lock")
+        before = cpu_seconds(w.pid)
+        time.sleep(2)
+        assert w.poll() is None, "the worker died on a locked table:\n" + w.log.read_text()
+        assert cpu_seconds(w.pid) - before < 1.0, "the worker spins while the table is locked"
+    finally:
+        holder.rollback()
+        holder.close()
+    assert w.wait(timeout=120) == 0, w.log.read_text()
+    assert sorted(e.runs()) == ids and all(a == [1] for a in e.runs().values())
+    table = jobs(e.db)
+    assert {j["status"] for j in table.values()} == {"completed"} and {j["attempts"] for j in table.values()} == {1}
+    log = w.log.read_text()
+    assert "Traceback" not in log and "db-ok" in log, log

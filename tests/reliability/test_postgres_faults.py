@@ -13,6 +13,9 @@ import json
 import os
 import random
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections import Counter, defaultdict
@@ -274,3 +277,50 @@ def test_worker_waits_out_a_locked_jobs_table_without_spinning_then_continues(pg
     assert {j["status"] for j in table.values()} == {"completed"} and {j["attempts"] for j in table.values()} == {1}
     log = w.log.read_text()
     assert "Traceback" not in log and "db-ok" in log, log
+
+
+# -- hosts whose clocks disagree -----------------------------------------------------------------------
+
+# A worker whose host clock is `shift` seconds off (time.time and time.time_ns: what a host clock
+# engine would stamp leases with); its monotonic clock, and the server's, are true.
+SHIFTED_WORKER = textwrap.dedent("""
+    import sys, time
+    real_time, real_ns, shift = time.time, time.time_ns, float(sys.argv[1])
+    time.time = lambda: real_time() + shift
+    time.time_ns = lambda: real_ns() + int(shift * 1e9)
+    from jobctl.cli import main
+    sys.argv = ["jobctl", *sys.argv[2:]]
+    main()
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("holder_shift, sweeper_shift", [(-3600, 0), (0, 3600)], ids=["holder-behind", "sweeper-ahead"])
+def test_hosts_whose_clocks_disagree_do_not_expire_each_others_leases(pg_url, env, holder_shift, sweeper_shift):
+    # The holder's handler runs 4 s on a 1 s lease (renewed every third of it); the sweeper
+    # recovers expired leases every 200 ms. By the server's clock the lease never runs out.
+    e = env(db=pg_url, command=["/bin/sh", "-c", RECORD + "; sleep 4"], lease="1s", recover_every="200ms")
+    [job_id] = e.enqueue(1)
+
+    def worker(name, shift, *args):
+        p = subprocess.Popen([sys.executable, "-c", SHIFTED_WORKER, str(shift), "--db", str(e.db), "--config",
+                              str(e.config), "work", "--worker", name, *args], env=e.env,
+                             stdout=subprocess.DEVNULL, stderr=open(e.dir / f"{name}.log", "ab"))
+        p.name, p.log = name, e.dir / f"{name}.log"
+        e.procs.append(p)
+        return p
+
+    holder = worker("holder", holder_shift, "--max-jobs", "1")
+    wait_for(lambda: e.runs().get(job_id), what="the run to start")
+    sweeper = worker("sweeper", sweeper_shift, "--poll", "100ms")
+    assert holder.wait(timeout=60) == 0, holder.log.read_text()
+    assert sweeper.poll() is None, sweeper.log.read_text()
+    sweeper.send_signal(signal.SIGTERM)
+    assert sweeper.wait(timeout=60) == 0, sweeper.log.read_text()
+    assert e.runs()[job_id] == [1], "the job ran again: a lease was judged by a host's clock"
+    job = jobs(e.db)[job_id]
+    assert job["status"] == "completed" and job["attempts"] == 1, job
+    assert [r["outcome"] for r in rows(e.db, "SELECT outcome FROM runs WHERE job_id = ?", (job_id,))] == ["completed"]
+    # and the times on record are the server's, not the holder's
+    now_ms = time.time() * 1000
+    assert abs(job["claimed_at"] - now_ms) < 600_000 and abs(job["finished_at"] - now_ms) < 600_000, job

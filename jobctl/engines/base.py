@@ -21,6 +21,10 @@ Optional capabilities, checked with getattr/isinstance by the few commands that 
 - `files` (FileStore or None): the database is a local file that jobctl can back up and checkpoint;
 - `has_changed()` / `wait_for_change(timeout)`: wake-ups for wait loops (else: poll the claim).
 The contract suite in tests/test_engine_contract.py runs against every engine.
+
+The SQL engines (SQLite, PostgreSQL) implement this contract once, in jobctl/engines/sql.py
+(SQLEngine): each engine adds only what is its own (connections, transactions and locks, its
+clock, schema and files, wake-ups, health checks) through the hooks that module names.
 """
 
 from __future__ import annotations

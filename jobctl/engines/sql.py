@@ -1,0 +1,920 @@
+"""The queue's SQL, shared by the SQL engines (SQLite, PostgreSQL): SQLEngine.
+
+Everything the Engine contract (engines/base.py) asks of a SQL database is written here once:
+enqueue, the claim with admission control, transitions and their reactions, dependents, the
+sweeps, purge, pauses, reads and the stats snapshot. A subclass supplies what is its own: the
+connection and its transactions, how it locks, its clock, its schema and files, its wake-ups,
+its health checks. SQLiteEngine (engines/sqlite.py) is one.
+
+The SQL runs unchanged on SQLite (3.35 or newer) and PostgreSQL (12 or newer), so here:
+- parameters are positional `?` only (a PostgreSQL connection turns them into its own, and
+  escapes `%`): never a `?` inside SQL text, `%` only as an operator;
+- every subquery in FROM has an alias, and no function or syntax is one dialect's: where the
+  dialects differ, the class attributes (NULL_EQ, GREATEST, NO_LIMIT, the lock clauses) and
+  _indexed() say how;
+- the connection `c` offers execute(sql, params) -> cursor (fetchone, fetchall, iteration) and
+  executemany(sql, rows); a row is read as r["col"] or r[i], and also offers keys() and
+  iteration over its values (models.row_damage reads it so);
+- a new id comes from `INSERT ... RETURNING id`, never from cursor.lastrowid; a count is read as
+  it comes, a SUM() only through int() (PostgreSQL's is numeric).
+
+Hooks a subclass implements (see each one's docstring): now(), _errors(), _write(rollback=False)
+yielding (c, now), _read() yielding c, close(), _indexed(name), _insert_many, _admission_now,
+_lock_unique, _jobs_may_be_ready and _state_counts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+from jobctl.engines.base import Change, ClaimRequest, Decide, NewJob, RunLog
+from jobctl.errors import InvalidState, NoSuchJob
+from jobctl.models import FINISHED, Event, Job, row_damage
+from jobctl import payloads
+from jobctl.payloads import sha256
+
+HELD = ("running", "cancel_requested")
+REACTING = ("buried", "completed", "cancelled")  # the states a job may have a reaction to (Job.reaction_type)
+DEPENDS, DEPENDED_ON = 1, 2  # bits of jobs.dep_flags (schema.py)
+UNIQUE_LIVE = ("pending", "running", "cancel_requested")
+
+# A ready job is held while its queue is paused, or its type is paused in its queue, by a pause
+# that has not ended (an ended pause is ignored: nothing has to wake up to resume it). Both are
+# key lookups inside the claim's one statement. Its two parameters are both "now".
+NOT_PAUSED = (" AND queue NOT IN (SELECT name FROM queues WHERE paused = 1 AND (paused_until IS NULL OR paused_until > ?))"
+              " AND NOT EXISTS (SELECT 1 FROM paused_types p WHERE p.queue = jobs.queue AND p.type = jobs.type"
+              " AND (p.until IS NULL OR p.until > ?))")
+
+
+class SQLEngine:
+    """The Engine contract (engines/base.py) in SQL that SQLite and PostgreSQL both run."""
+
+    # -- what differs between dialects (these values: SQLite's) -----------------------------
+    NULL_EQ = "IS"  # compares two values that may be NULL (PostgreSQL: IS NOT DISTINCT FROM)
+    GREATEST = "MAX"  # the scalar maximum of two values (PostgreSQL: GREATEST)
+    NO_LIMIT = -1  # LIMIT ? for "no limit" (PostgreSQL: None, LIMIT NULL)
+    SKIP_LOCKED = ""  # after the claim's pick (PostgreSQL: FOR UPDATE SKIP LOCKED)
+    ROW_LOCK = ""  # after a SELECT of rows that a transaction then decides on (PostgreSQL: FOR UPDATE)
+    PARENTS_LOCK = ""  # after the SELECT of `after` parents at enqueue (PostgreSQL: FOR SHARE)
+
+    PROGRESS_STEP = 1000  # jobs between two on_progress calls (all inside the one transaction)
+
+    # -- hooks: what each engine supplies ------------------------------------------------------
+
+    def now(self) -> int:
+        """The database's clock, ms since the epoch."""
+        raise NotImplementedError
+
+    def _errors(self) -> AbstractContextManager[None]:
+        """A context that turns the driver's errors into jobctl's (errors by cause)."""
+        raise NotImplementedError
+
+    def _write(self, *, rollback: bool = False) -> AbstractContextManager[tuple]:
+        """One write transaction: yields (connection, now), "now" read once inside it; commits
+        at the end (rolls back with rollback=True: a dry run), rolls back on an error."""
+        raise NotImplementedError
+
+    def _read(self) -> AbstractContextManager:
+        """One consistent snapshot for several SELECTs; yields the connection."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _indexed(self, name: str) -> str:
+        """SQL after a table name that pins the index `name` (SQLite: INDEXED BY), or ""."""
+        raise NotImplementedError
+
+    def _insert_many(self, c, jobs: list[NewJob], now: int, actor: str,
+                     on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
+        """Inside insert_jobs' transaction: insert jobs that have no keys and no `after`, with their
+        enqueue events, as fast as the engine can; [(id, True)] in order. on_progress(done, total)
+        every PROGRESS_STEP jobs."""
+        raise NotImplementedError
+
+    def _admission_now(self, c, now: int) -> int:
+        """At the start of a claim under limits, before anything is counted: make the claims
+        under limits take turns (if the transaction does not already) and return the "now" they
+        use from there on."""
+        raise NotImplementedError
+
+    def _lock_unique(self, c, unique_key: str) -> None:
+        """Before looking up a `unique` job's twin: make two enqueues of the same key take turns
+        (if the transaction does not already)."""
+        raise NotImplementedError
+
+    def _jobs_may_be_ready(self, c) -> None:
+        """Called in every transaction that may make a job claimable (an insert, a change to
+        pending, dependents unblocked, a pause removed or shortened), to wake waiting workers."""
+        raise NotImplementedError
+
+    def _state_counts(self, c) -> list[tuple[str, str, int]]:
+        """(queue, state, n) of every queue and state (a pending job waiting on `after` jobs:
+        state "blocked"); rows with n = 0 may appear."""
+        raise NotImplementedError
+
+    # -- events ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _event(c, job_id: int, now: int, from_status, to_status: str, actor: str, message=None, details=None):
+        c.execute(
+            "INSERT INTO events (job_id, at, from_status, to_status, actor, message, details) VALUES (?,?,?,?,?,?,?)",
+            (job_id, now, from_status, to_status, actor, message,
+             json.dumps(details, ensure_ascii=False) if details else None),
+        )
+
+    # -- enqueue ---------------------------------------------------------------------------
+
+    _INSERT = (
+        "INSERT INTO jobs (queue, type, payload, payload_hash, priority, status, max_attempts, backoff, "
+        "timeout_ms, run_at, waiting_on, unique_key, idempotency_key, created_at, updated_at, cost_units, "
+        "concurrency_group, on_buried, on_completed, on_cancelled) VALUES (?,?,?,?,?,'pending',?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    )
+
+    def insert_jobs(self, jobs: list[NewJob], actor: str, *,
+                    on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
+        with self._write() as (c, now):
+            self._jobs_may_be_ready(c)
+            if all(not (j.idempotency_key or j.unique or j.after or j.after_previous) for j in jobs):
+                return self._insert_many(c, jobs, now, actor, on_progress)
+            done: list[tuple[int, bool]] = []
+            for j in jobs:
+                if j.after_previous and done:
+                    j = NewJob(**{k: getattr(j, k) for k in NewJob.__slots__})
+                    j.after = [*j.after, done[-1][0]]
+                done.append(self._insert_one(c, j, now, actor))
+                if on_progress is not None and (len(done) % self.PROGRESS_STEP == 0 or len(done) == len(jobs)):
+                    on_progress(len(done), len(jobs))
+            return done
+
+    def _insert_one(self, c, j: NewJob, now: int, actor: str, message: str = "enqueued") -> tuple[int, bool]:
+        if j.idempotency_key is not None:
+            row = c.execute(
+                "SELECT id, type, payload_hash FROM jobs WHERE idempotency_key = ?", (j.idempotency_key,)
+            ).fetchone()
+            if row:
+                if row["type"] != j.type or row["payload_hash"] != j.payload_hash:
+                    raise InvalidState(
+                        f"idempotency key {j.idempotency_key!r} already belongs to job {row['id']} with a "
+                        f"different type or payload; use another key, or `jobctl show {row['id']}`"
+                    )
+                return row["id"], False
+        unique_key = None
+        if j.unique:
+            unique_key = sha256(f"{j.queue}\0{j.type}\0{j.payload_hash}".encode()).hexdigest()
+            self._lock_unique(c, unique_key)
+            row = c.execute(
+                "SELECT id FROM jobs WHERE unique_key = ? AND status IN (?,?,?) ORDER BY id LIMIT 1",
+                (unique_key, *UNIQUE_LIVE),
+            ).fetchone()
+            if row:
+                return row["id"], False
+        waiting = 0
+        after = sorted(set(j.after))
+        if after:
+            # Locked (where the engine locks rows) so that no parent completes unseen meanwhile:
+            # this job would wait for ever on a parent counted as not completed.
+            found = {r[0]: r[1] for r in c.execute(
+                f"SELECT id, status FROM jobs WHERE id IN ({','.join('?' * len(after))}){self.PARENTS_LOCK}", after)}
+            for a in after:
+                if a not in found:
+                    raise NoSuchJob(a)
+            waiting = sum(1 for a in after if found[a] != "completed")
+        job_id = c.execute(
+            self._INSERT + " RETURNING id",
+            (j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff, j.timeout_ms,
+             j.run_at(now), waiting, unique_key, j.idempotency_key, now, now, j.cost_units, j.concurrency_group,
+             j.on_buried, j.on_completed, j.on_cancelled),
+        ).fetchall()[0][0]  # fetch it all: an unfinished RETURNING statement blocks COMMIT
+        if after:
+            c.executemany("INSERT INTO job_deps (job_id, after_id) VALUES (?, ?)", [(job_id, a) for a in after])
+            c.execute(
+                f"UPDATE jobs SET dep_flags = dep_flags | CASE WHEN id = ? THEN {DEPENDS} ELSE {DEPENDED_ON} END "
+                f"WHERE id IN (?,{','.join('?' * len(after))})", [job_id, job_id, *after])
+        self._event(c, job_id, now, None, "pending", actor, message)
+        return job_id, True
+
+    # -- claim -----------------------------------------------------------------------------
+
+    def claim(self, request: ClaimRequest) -> Job | None:
+        with self._write() as (c, now):
+            return self._claim(c, request, now)
+
+    def _claim(self, c, request: ClaimRequest, now: int) -> Job | None:
+        if request.limits:
+            return self._claim_admitted(c, request, now)
+        type_filter, type_params = "", []
+        if request.types:
+            type_filter = f" AND type IN ({','.join('?' * len(request.types))})"
+            type_params = list(request.types)
+        queues: list[str | None] = [*request.queues] if request.queues else [None]
+        for queue in queues:
+            queue_filter = " AND queue = ?" if queue is not None else ""
+            queue_params = [queue] if queue is not None else []
+            # Pin the partial index that matches the claim order, so the planner never falls back
+            # to sorting every pending row (its choice on a fresh file without statistics).
+            index = "jobs_ready_by_queue" if queue is not None else "jobs_ready"
+            pick = (f"SELECT id FROM jobs{self._indexed(index)} "
+                    f"WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?{queue_filter}{type_filter}"
+                    f"{NOT_PAUSED} ORDER BY priority DESC, run_at, id LIMIT 1{self.SKIP_LOCKED}")
+            job = self._take(c, request, now, pick, [now, *queue_params, *type_params, now, now])
+            if job is not None:
+                return job
+        return None
+
+    def _take(self, c, request: ClaimRequest, now: int, pick: str, pick_params: list) -> Job | None:
+        """Move the job that `pick` (a SELECT of one id) finds to running, with the claim's event.
+        A damaged job is never handed out: it is buried in this transaction, and the pick runs again.
+
+        One statement picks and takes the job, so no other claim can take it in between: on SQLite
+        the transaction holds the write lock; where rows are locked, the pick locks its row and
+        skips rows that other claims hold (SKIP_LOCKED)."""
+        while True:
+            rows = c.execute(
+                f"""
+                UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = ?,
+                    heartbeat_at = ?, lease_ms = COALESCE(?, timeout_ms),
+                    lease_expires_at = ? + COALESCE(?, timeout_ms), token = ?, progress = NULL, updated_at = ?,
+                    expiry_seen_at = NULL, expiry_seen_hb = NULL
+                WHERE status = 'pending' AND id = ({pick})
+                RETURNING *
+                """,
+                [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now, *pick_params],
+            ).fetchall()  # fetch before COMMIT: an unfinished RETURNING cursor blocks it
+            if not rows:
+                return None
+            damage = row_damage(rows[0], check_hash=True)
+            if damage is None:
+                break
+            self._bury_damaged(c, rows[0]["id"], damage, now, request.worker)
+        job = Job.from_checked_row(rows[0])
+        if rows[0]["dep_flags"] & DEPENDS:
+            job.after = [r[0] for r in c.execute(
+                "SELECT after_id FROM job_deps WHERE job_id = ? ORDER BY after_id", (job.id,))]
+        self._event(c, job.id, now, "pending", "running", request.worker, f"run {job.attempts} of {job.max_attempts}")
+        return job
+
+    # -- admission control -------------------------------------------------------------------
+
+    def _held_rows(self, c) -> list:
+        """Every held job's type, group, cost and start: few rows (one per running handler)."""
+        return c.execute(
+            f"SELECT type, concurrency_group, cost_units, claimed_at FROM jobs{self._indexed('jobs_held')} "
+            "WHERE status IN ('running', 'cancel_requested')").fetchall()  # literals: the partial index's own
+
+    def _recent_starts(self, c, held: list, type: str, n: int, window_ms: int, now: int) -> list[int]:
+        """Start times of `type` in its window (newest first, at most n): ended runs and held jobs."""
+        since = now - window_ms
+        ended = [r[0] for r in c.execute(
+            f"SELECT started_at FROM runs{self._indexed('runs_type_started')} WHERE type = ? AND started_at > ? "
+            "ORDER BY started_at DESC LIMIT ?", (type, since, n))]
+        running = [r["claimed_at"] for r in held if r["type"] == type and r["claimed_at"] is not None
+                   and r["claimed_at"] > since]
+        return sorted(ended + running, reverse=True)[:n]
+
+    def _admission(self, c, limits, types, now: int):
+        from jobctl import limits as policy
+
+        held = self._held_rows(c)
+        units: dict[tuple[str, str], int] = {}
+        for r in held:
+            key = policy.key_of(r["concurrency_group"], r["type"])
+            units[key] = units.get(key, 0) + r["cost_units"]
+        rates = [(t, n, window) for t, (n, window) in limits.rates.items() if types is None or t in types]
+        starts: dict[str, int] = {}
+        if rates:
+            # Every rate's count of ended runs in its window, in one statement (one index range
+            # each, stopped at the limit): a claim under ten rates pays one round trip, not ten.
+            one = (f"(SELECT count(*) FROM (SELECT 1 FROM runs{self._indexed('runs_type_started')} "
+                   "WHERE type = ? AND started_at > ? LIMIT ?) AS recent)")
+            row = c.execute("SELECT " + ", ".join([one] * len(rates)),
+                            [p for t, n, window in rates for p in (t, now - window, n)]).fetchone()
+            for i, (t, n, window) in enumerate(rates):
+                ended = row[i]
+                running = sum(1 for r in held if r["type"] == t and r["claimed_at"] is not None
+                              and r["claimed_at"] > now - window)
+                starts[t] = ended + running
+        return policy.admission(limits, starts, units)
+
+    def _room_filter(self, admission) -> tuple[str, list]:
+        """SQL that leaves out jobs whose concurrency key has no room for their cost."""
+        sql, params = "", []
+        for (kind, name), room in admission.room.items():
+            if kind == "group":  # NULL_EQ, not "=": NOT (NULL AND ...) would leave out group-less jobs too
+                sql += f" AND NOT (concurrency_group {self.NULL_EQ} ? AND cost_units > ?)"
+            else:
+                sql += " AND NOT (concurrency_group IS NULL AND type = ? AND cost_units > ?)"
+            params += [name, room]
+        return sql, params
+
+    def _claim_admitted(self, c, request: ClaimRequest, now: int) -> Job | None:
+        """The claim under limits: the best ready job that the limits admit, counted now, in this
+        transaction. A shut type's jobs are skipped, never waited on (no head-of-line blocking)."""
+        now = self._admission_now(c, now)  # from here on, no other claim under limits counts or takes
+        admission = self._admission(c, request.limits, request.types, now)
+        room_sql, room_params = self._room_filter(admission)
+        paused = NOT_PAUSED
+        types = request.types
+        if types is not None:
+            types = [t for t in types if t not in admission.shut_types]
+            if not types:
+                return None
+        # When something is shut or full, walking the claim order could pass over many rows that
+        # a limit holds back: then seek each admitted type's best job instead. Otherwise the walk
+        # finds the first admitted row at once, with one seek where the union would make one per type.
+        seek_by_type = types is not None and (
+            len(types) < len(request.types or ()) or any(room < 1 for room in admission.room.values()))
+        queues: list[str | None] = [*request.queues] if request.queues else [None]
+        for queue in queues:
+            queue_filter = " AND queue = ?" if queue is not None else ""
+            queue_params = [queue] if queue is not None else []
+            if types is not None and seek_by_type:
+                # The best ready job of each admitted type, each one index seek, then the best of
+                # those (a few rows, by id): a shut type's ready rows are never walked. The best is
+                # chosen outside the union, where a row lock (SKIP_LOCKED) is allowed. Its status
+                # is checked again for a row that another claim took meanwhile (where rows are
+                # locked, that row is read anew and skipped); `|| ''` keeps SQLite from walking
+                # every pending row through an index on status instead of looking up these ids.
+                one = ("SELECT best.id FROM (SELECT id FROM jobs" + self._indexed("jobs_ready_by_type") +
+                       f" WHERE status = 'pending' AND waiting_on = 0 AND type = ? AND run_at <= ?{queue_filter}"
+                       f"{paused}{room_sql} ORDER BY priority DESC, run_at, id LIMIT 1) AS best")
+                pick = (f"SELECT id FROM jobs WHERE id IN ({' UNION ALL '.join([one] * len(types))}) "
+                        f"AND status || '' = 'pending' ORDER BY priority DESC, run_at, id LIMIT 1{self.SKIP_LOCKED}")
+                params = [p for t in types for p in (t, now, *queue_params, now, now, *room_params)]
+            else:
+                shut = sorted(admission.shut_types)
+                shut_sql = f" AND type NOT IN ({','.join('?' * len(shut))})" if shut else ""
+                type_sql = f" AND type IN ({','.join('?' * len(types))})" if types is not None else ""
+                index = "jobs_ready_by_queue" if queue is not None else "jobs_ready"
+                pick = (f"SELECT id FROM jobs{self._indexed(index)} "
+                        f"WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?{queue_filter}{paused}"
+                        f"{type_sql}{shut_sql}{room_sql} ORDER BY priority DESC, run_at, id LIMIT 1{self.SKIP_LOCKED}")
+                params = [now, *queue_params, now, now, *(types or ()), *shut, *room_params]
+            job = self._take(c, request, now, pick, params)
+            if job is not None:
+                return job
+        return None
+
+    def limit_figures(self, limits) -> dict:
+        from jobctl import limits as policy
+
+        with self._read() as c:
+            now = self.now()
+            held = self._held_rows(c)
+            units: dict[tuple[str, str], int] = {}
+            for r in held:
+                key = policy.key_of(r["concurrency_group"], r["type"])
+                units[key] = units.get(key, 0) + r["cost_units"]
+            starts = {t: self._recent_starts(c, held, t, n, window, now) for t, (n, window) in limits.rates.items()}
+            admission = policy.admission(limits, {t: len(s) for t, s in starts.items()}, units)
+            ready_sql = ("SELECT count(*) FROM jobs{} WHERE status = 'pending' AND waiting_on = 0 "
+                         "AND run_at <= ? AND {}" + NOT_PAUSED)
+            held_ready: dict[tuple[str, str], int] = {}
+            for t in {*limits.rates, *limits.types}:
+                if t in admission.shut_types:  # every ready job of a rate-shut type waits
+                    sql, args = ready_sql.format(self._indexed("jobs_ready_by_type"), "type = ?"), [now, t]
+                elif t in limits.types and admission.room[("type", t)] < 1:  # full: all of its ready jobs wait
+                    sql = ready_sql.format(self._indexed("jobs_ready_by_type"), "type = ? AND concurrency_group IS NULL")
+                    args = [now, t]
+                elif t in limits.types:  # those that need more units than are free: only costly jobs can
+                    sql = ready_sql.format(self._indexed("jobs_ready_costly"),
+                                           "type = ? AND concurrency_group IS NULL AND cost_units > 1 AND cost_units > ?")
+                    args = [now, t, admission.room[("type", t)]]
+                else:  # a rate with starts to spare holds nothing back
+                    held_ready[("type", t)] = 0
+                    continue
+                held_ready[("type", t)] = c.execute(sql, [*args, now, now]).fetchone()[0]
+            for g in limits.groups:
+                held_ready[("group", g)] = c.execute(
+                    ready_sql.format(self._indexed("jobs_ready_by_group"), "concurrency_group = ? AND cost_units > ?"),
+                    (now, g, admission.room[("group", g)], now, now)).fetchone()[0]
+        return {"now": now, "starts": starts, "held": units, "admission": admission, "held_ready": held_ready}
+
+    def _bury_damaged(self, c, job_id: int, damage: str, now: int, actor: str) -> None:
+        """Inside the claim's transaction: the job just taken cannot be trusted; bury it instead,
+        as if never claimed (that run does not count)."""
+        error = damage if damage.startswith("payload damaged") else f"damaged: {damage}"
+        c.execute(
+            "UPDATE jobs SET status = 'buried', attempts = attempts - 1, worker = NULL, claimed_at = NULL, "
+            "heartbeat_at = NULL, lease_ms = NULL, lease_expires_at = NULL, token = NULL, error = ?, "
+            "finished_at = ?, updated_at = ? WHERE id = ?", (error, now, now, job_id))
+        self._event(c, job_id, now, "pending", "buried", actor, f"{error}; buried instead of handed out")
+
+    # -- transitions -----------------------------------------------------------------------
+
+    def update_job(self, job_id: int, decide: Decide, actor: str) -> Job:
+        with self._write() as (c, now):
+            return self._decide_and_apply(c, job_id, decide, now, actor)
+
+    def update_jobs_and_claim(self, updates: list[tuple[int, Decide]], requests: list[ClaimRequest],
+                              actor: str) -> tuple[list[Job], list[Job]]:
+        """Every update, then up to len(requests) claims, in one transaction: a worker finishing
+        jobs and taking the next ones pays for one commit (one fsync). All or nothing."""
+        with self._write() as (c, now):
+            done = [self._decide_and_apply(c, job_id, decide, now, actor) for job_id, decide in updates]
+            claimed = []
+            for request in requests:
+                job = self._claim(c, request, now)
+                if job is None:
+                    break
+                claimed.append(job)
+            return done, claimed
+
+    def _decide_and_apply(self, c, job_id: int, decide: Decide, now: int, actor: str) -> Job:
+        """Inside a write transaction: read the row, let the queue decide, apply the change."""
+        row = c.execute("SELECT * FROM jobs WHERE id = ?" + self.ROW_LOCK, (job_id,)).fetchone()
+        if row is None:
+            raise NoSuchJob(job_id)
+        job = Job.from_row(row)
+        change = decide(job, now)
+        return job if change is None else self._apply(c, job, change, now, actor)
+
+    def _apply(self, c, job: Job, change: Change, now: int, actor: str) -> Job:
+        fields = dict(change.fields)
+        fields["status"] = change.to_status
+        fields["updated_at"] = now
+        if change.to_status in FINISHED and job.status not in FINISHED:
+            fields.setdefault("finished_at", now)
+        elif change.to_status not in FINISHED:
+            fields.setdefault("finished_at", None)
+        assignments = ", ".join(f"{k} = ?" for k in fields)
+        rows = c.execute(
+            f"UPDATE jobs SET {assignments} WHERE id = ? AND status = ? RETURNING *",
+            [*fields.values(), job.id, job.status],
+        ).fetchall()
+        if not rows:  # cannot happen under the write lock (or the row's lock); refuse rather than guess
+            raise InvalidState(f"job {job.id} changed while it was being updated; retry")
+        if change.to_status == "completed" and job.status != "completed" and rows[0]["dep_flags"] & DEPENDED_ON:
+            # Jobs waiting on this one have one dependency fewer; one whose last dependency just
+            # completed becomes ready now, so its age (and its place in the claim order) counts
+            # from this moment rather than from when it was enqueued.
+            c.execute(
+                f"UPDATE jobs SET run_at = CASE WHEN waiting_on = 1 THEN {self.GREATEST}(run_at, ?) ELSE run_at END, "
+                "waiting_on = waiting_on - 1 WHERE waiting_on > 0 AND id IN "
+                "(SELECT job_id FROM job_deps WHERE after_id = ?)",
+                (now, job.id),
+            )
+            self._jobs_may_be_ready(c)
+        elif change.to_status == "pending":  # a retry, a release, a requeue, a new run_at
+            self._jobs_may_be_ready(c)
+        message = change.message
+        if change.to_status != job.status and change.to_status in REACTING:
+            reaction_id = self._react(c, rows[0], change, now, change.actor or actor)
+            if reaction_id is not None and change.reaction is not None:
+                message = f"{message or change.to_status}; reaction: job {reaction_id} ({change.reaction.type})"
+        if change.run and job.claimed_at is not None:
+            c.execute(
+                "INSERT INTO runs (job_id, queue, type, worker, ready_at, started_at, ended_at, outcome) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                (job.id, job.queue, job.type, job.worker, job.run_at, job.claimed_at, now, change.run),
+            )
+        if change.log is not None and job.claimed_at is not None:
+            self._store_output(c, job, change, now)
+        if message is not None or change.to_status != job.status:
+            self._event(c, job.id, now, job.status, change.to_status, change.actor or actor, message, change.details)
+        return Job.from_row(rows[0])
+
+    @staticmethod
+    def _store_output(c, job: Job, change: Change, now: int) -> None:
+        """Inside the change's transaction: the run's output so far (the run is the job's claim)."""
+        out = change.log
+        assert out is not None
+        ended = None if change.to_status in ("running", "cancel_requested") else now
+        c.execute(
+            "INSERT INTO job_logs (job_id, started_at, ended_at, head, tail, dropped) VALUES (?,?,?,?,?,?) "
+            "ON CONFLICT (job_id, started_at) DO UPDATE SET ended_at = excluded.ended_at, head = excluded.head, "
+            "tail = excluded.tail, dropped = excluded.dropped",
+            (job.id, job.claimed_at, ended, bytes(out.head), bytes(out.tail), out.dropped))
+
+    def _react(self, c, row, change: Change, now: int, actor: str) -> int | None:
+        """Inside the transaction that made the job of `row` become change.to_status: enqueue the
+        reaction the Change carries, with the job as it is now in its payload; its id (None: none).
+        A job with a reaction type for that state and a Change without one is refused."""
+        if change.reaction is None:
+            wanted = row[f"on_{change.to_status}"]
+            if wanted is not None:
+                raise InvalidState(
+                    f"job {row['id']} has a reaction ({wanted}) to becoming {change.to_status}, and this change "
+                    "would not enqueue it; nothing changed (make the change through jobctl's Queue)")
+            return None
+        changed = self._with_after(c, [Job.from_row(row)])[0]
+        body = {"event": change.to_status, "job": changed.to_dict()}
+        r = change.reaction
+        reaction = NewJob(**{k: getattr(r, k) for k in NewJob.__slots__})  # the template may be shared
+        reaction.payload = payloads.compact(body, depth_checked=True)
+        reaction.payload_hash = payloads.canonical_hash(body)
+        reaction.after, reaction.idempotency_key, reaction.unique = [], None, False
+        reaction_id, _ = self._insert_one(c, reaction, now, actor,
+                                          f"enqueued: reaction to job {row['id']} ({change.to_status})")
+        self._jobs_may_be_ready(c)
+        return reaction_id
+
+    def _update_selected(self, select: Callable[[int], tuple[str, list]], decide: Decide, actor: str,
+                         dry_run: bool, on_progress: Callable[[int, int], None] | None = None
+                         ) -> list[tuple[Job, Change]]:
+        """select(now) -> (sql, params) of the rows to decide on, inside the one transaction (where
+        rows are locked, they are locked as they are read: concurrent sweeps act on each once)."""
+        with self._write(rollback=dry_run) as (c, now):
+            done = []
+            sql, params = select(now)
+            rows = c.execute(sql + self.ROW_LOCK, params).fetchall()
+            for n, row in enumerate(rows, 1):
+                # A damaged row is left as it is (doctor names it): it must not stop the others.
+                if row_damage(row) is None:
+                    job = Job.from_checked_row(row)
+                    change = decide(job, now)
+                    if change is not None:
+                        done.append((job if dry_run else self._apply(c, job, change, now, actor), change))
+                if on_progress is not None and (n % 100 == 0 or n == len(rows)):
+                    on_progress(n, len(rows))
+            return done
+
+    def update_expired(self, decide: Decide, actor: str, *, silent_for_ms: int | None = None,
+                       dry_run: bool = False) -> list[tuple[Job, Change]]:
+        def select(now: int) -> tuple[str, list]:
+            sql = "SELECT * FROM jobs WHERE status IN (?, ?) AND (lease_expires_at < ?"
+            params: list = [*HELD, now]
+            if silent_for_ms is not None:
+                sql += " OR COALESCE(heartbeat_at, claimed_at) < ?"
+                params.append(now - silent_for_ms)
+            return sql + ") ORDER BY id", params
+
+        return self._update_selected(select, decide, actor, dry_run)
+
+    def update_buried(self, decide: Decide, actor: str, *, queue: str | None = None,
+                      type: str | None = None, dry_run: bool = False,
+                      on_progress: Callable[[int, int], None] | None = None) -> list[tuple[Job, Change]]:
+        sql, params = "SELECT * FROM jobs WHERE status = 'buried'", []
+        if queue is not None:
+            sql += " AND queue = ?"
+            params.append(queue)
+        if type is not None:
+            sql += " AND type = ?"
+            params.append(type)
+        return self._update_selected(lambda now: (sql + " ORDER BY id", params), decide, actor, dry_run, on_progress)
+
+    def update_dependents(self, job_id: int, decide: Decide, actor: str) -> list[Job]:
+        """decide on the job, then on every job that waits on it, directly or not (oldest first),
+        in one transaction: the job, then each dependent that changed."""
+        with self._write() as (c, now):
+            done = [self._decide_and_apply(c, job_id, decide, now, actor)]
+            rows = c.execute(
+                "WITH RECURSIVE dependents(id) AS (SELECT job_id FROM job_deps WHERE after_id = ? "
+                "UNION SELECT d.job_id FROM job_deps d JOIN dependents ON d.after_id = dependents.id) "
+                "SELECT * FROM jobs WHERE id IN (SELECT id FROM dependents) ORDER BY id" + self.ROW_LOCK,
+                (job_id,)).fetchall()
+            for row in rows:
+                job = Job.from_row(row)
+                change = decide(job, now)
+                if change is not None:
+                    done.append(self._apply(c, job, change, now, actor))
+            return done
+
+    MATCH_KINDS = {  # update_matching's kinds of job not yet started; every parameter is "now"
+        "pending": "status = 'pending'",
+        "ready": "status = 'pending' AND waiting_on = 0 AND run_at <= ?",
+        "scheduled": "status = 'pending' AND waiting_on = 0 AND run_at > ?",
+        "blocked": "status = 'pending' AND waiting_on > 0",
+        "buried": "status = 'buried'",
+    }
+    _KIND_OF = ("CASE WHEN status = 'buried' THEN 'buried' WHEN waiting_on > 0 THEN 'blocked' "
+                "WHEN run_at > ? THEN 'scheduled' ELSE 'ready' END")  # its parameter: "now"
+
+    def update_matching(self, decide: Decide, actor: str, *, kinds: list[str], queue: str | None = None,
+                        type: str | None = None, dry_run: bool = False, batch: int = 500,
+                        on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """Apply decide to every job of the given kinds (MATCH_KINDS: pending, ready, scheduled,
+        blocked, buried) of a queue and type, in short transactions of `batch` jobs; jobs that
+        arrive meanwhile are left alone. Returns how many changed (would, with dry_run) by kind:
+        ready, scheduled, blocked, buried. on_progress(done, total) after each batch."""
+        matched = self.now()  # one "now" decides what is scheduled, for every batch
+        where = "(" + " OR ".join(self.MATCH_KINDS[k] for k in kinds) + ")"
+        params: list = [matched] * where.count("?")
+        if queue is not None:
+            where += " AND queue = ?"
+            params.append(queue)
+        if type is not None:
+            where += " AND type = ?"
+            params.append(type)
+        counts = {"ready": 0, "scheduled": 0, "blocked": 0, "buried": 0}
+        with self._read() as c:
+            last = c.execute("SELECT COALESCE(MAX(id), 0) FROM jobs").fetchone()[0]
+            total = 0
+            for r in c.execute(f"SELECT {self._KIND_OF} AS kind, count(*) FROM jobs WHERE {where} AND id <= ? "
+                               "GROUP BY 1", [matched, *params, last]):
+                total += r[1]
+                if dry_run:
+                    counts[r[0]] = r[1]
+        if dry_run:
+            return counts
+        after, done = 0, 0
+        while True:
+            with self._write() as (c, now):
+                rows = c.execute(f"SELECT *, {self._KIND_OF} AS kind FROM jobs WHERE {where} AND id > ? "
+                                 f"AND id <= ? ORDER BY id LIMIT ?{self.ROW_LOCK}",
+                                 [matched, *params, after, last, batch]).fetchall()
+                for row in rows:
+                    job = Job.from_row(row)
+                    change = decide(job, now)
+                    if change is not None:
+                        self._apply(c, job, change, now, actor)
+                        counts[row["kind"]] += 1
+            done += len(rows)
+            if rows:
+                after = rows[-1]["id"]
+                if on_progress is not None:
+                    on_progress(done, max(total, done))
+            if len(rows) < batch:
+                return counts
+
+    def purge(self, status: str, older_than_ms: int, *, dry_run: bool = False, batch: int = 500,
+              on_progress: Callable[[int], None] | None = None) -> int:
+        """on_progress(deleted so far) is called after each batch's commit."""
+        where = "status = ? AND finished_at < ?"
+        finished_before = self.now() - older_than_ms  # one cut-off for every batch
+        if dry_run:
+            with self._read() as c:
+                return c.execute(f"SELECT count(*) FROM jobs WHERE {where}", (status, finished_before)).fetchone()[0]
+        total = 0
+        while True:
+            # Small batches, each its own short transaction, so workers are never held up long.
+            with self._write() as (c, _now):
+                ids = [r[0] for r in c.execute(
+                    f"SELECT id FROM jobs WHERE {where} LIMIT ?", (status, finished_before, batch))]
+                if ids:
+                    marks = ",".join("?" * len(ids))
+                    for table, column in (("events", "job_id"), ("runs", "job_id"), ("job_logs", "job_id"),
+                                          ("job_deps", "job_id"), ("jobs", "id")):
+                        c.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", ids)
+            total += len(ids)
+            if on_progress is not None and ids:
+                on_progress(total)
+            if len(ids) < batch:
+                return total
+
+    def set_paused(self, queue: str, paused: bool, *, type: str | None = None, until: int | None = None) -> None:
+        with self._write() as (c, now):
+            if not paused or until is not None:  # removed, or maybe shortened: its jobs may be claimable
+                self._jobs_may_be_ready(c)
+            if type is None:
+                c.execute(
+                    "INSERT INTO queues (name, paused, paused_until, updated_at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, paused_until = excluded.paused_until, "
+                    "updated_at = excluded.updated_at",
+                    (queue, int(paused), until if paused else None, now),
+                )
+                if not paused:  # the whole queue flows again, every type in it too
+                    c.execute("DELETE FROM paused_types WHERE queue = ?", (queue,))
+                return
+            c.execute("INSERT INTO queues (name, paused, updated_at) VALUES (?, 0, ?) ON CONFLICT (name) DO NOTHING",
+                      (queue, now))  # a known queue (completion, stats), not a paused one
+            if paused:
+                c.execute(
+                    "INSERT INTO paused_types (queue, type, until, updated_at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (queue, type) DO UPDATE SET until = excluded.until, updated_at = excluded.updated_at",
+                    (queue, type, until, now))
+            else:
+                c.execute("DELETE FROM paused_types WHERE queue = ? AND type = ?", (queue, type))
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def _with_after(self, c, jobs: list[Job]) -> list[Job]:
+        ids = [j.id for j in jobs]
+        if ids:
+            deps: dict[int, list[int]] = {}
+            for start in range(0, len(ids), 500):
+                chunk = ids[start:start + 500]
+                for r in c.execute(
+                    f"SELECT job_id, after_id FROM job_deps WHERE job_id IN ({','.join('?' * len(chunk))}) "
+                    "ORDER BY after_id", chunk,
+                ):
+                    deps.setdefault(r[0], []).append(r[1])
+            for j in jobs:
+                j.after = deps.get(j.id, [])
+        return jobs
+
+    def get_job(self, job_id: int) -> Job:
+        with self._read() as c:
+            row = c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise NoSuchJob(job_id)
+            return self._with_after(c, [Job.from_row(row)])[0]
+
+    def get_jobs(self, job_ids: list[int]) -> list[Job]:
+        with self._read() as c:
+            jobs = []
+            for start in range(0, len(job_ids), 500):
+                chunk = job_ids[start:start + 500]
+                jobs += [Job.from_row(r) for r in c.execute(
+                    f"SELECT * FROM jobs WHERE id IN ({','.join('?' * len(chunk))})", chunk)]
+            by_id = {j.id: j for j in self._with_after(c, jobs)}
+            return [by_id[i] for i in job_ids if i in by_id]
+
+    def events(self, job_id: int) -> list[Event]:
+        with self._read() as c:
+            return [
+                Event(r["job_id"], r["at"], r["from_status"], r["to_status"], r["actor"], r["message"], r["details"])
+                for r in c.execute("SELECT * FROM events WHERE job_id = ? ORDER BY id", (job_id,))
+            ]
+
+    def run_output(self, job_id: int, run: int | None = None) -> RunLog | None:
+        with self._read() as c:
+            if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is None:
+                raise NoSuchJob(job_id)
+            runs = c.execute("SELECT count(*) FROM job_logs WHERE job_id = ?", (job_id,)).fetchone()[0]
+            n = runs if run is None else run
+            if not runs or not 1 <= n <= runs:
+                return None
+            r = c.execute("SELECT started_at, ended_at, head, tail, dropped FROM job_logs WHERE job_id = ? "
+                          "ORDER BY started_at LIMIT 1 OFFSET ?", (job_id, n - 1)).fetchone()
+            end = c.execute("SELECT ended_at, outcome FROM runs WHERE job_id = ? AND started_at = ? "
+                            "ORDER BY id DESC LIMIT 1", (job_id, r[0])).fetchone()
+            ended_at = r[1] if r[1] is not None or end is None else end[0]
+            return RunLog(job_id, n, runs, r[0], ended_at, bytes(r[2]), bytes(r[3]), r[4],
+                          end[1] if end is not None else None)
+
+    _LIST_ORDERS = {"newest": "id DESC", "oldest": "id", "priority": "priority DESC, run_at, id",
+                    "run-at": "run_at, id", "updated": "updated_at DESC, id DESC"}  # keys: models.LIST_SORTS
+
+    def list_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None, limit: int = 50,
+                  stuck: bool = False, created_older_than_ms: int | None = None, sort: str = "newest",
+                  held_by=None) -> list[Job]:
+        """limit 0: every matching job."""
+        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms, held_by)
+        sql = f"SELECT * FROM jobs{where} ORDER BY {self._LIST_ORDERS[sort]} LIMIT ?"
+        with self._read() as c:
+            return self._with_after(c, [Job.from_row(r) for r in c.execute(sql, [*args, limit or self.NO_LIMIT])])
+
+    def count_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None,
+                   stuck: bool = False, created_older_than_ms: int | None = None, held_by=None) -> int:
+        """How many jobs list_jobs would return without a limit."""
+        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms, held_by)
+        with self._read() as c:
+            return c.execute(f"SELECT count(*) FROM jobs{where}", args).fetchone()[0]
+
+    def _job_filter(self, statuses, queue, type, stuck, created_older_than_ms, held_by=None) -> tuple[str, list]:
+        clauses, args = [], []
+        statuses = list(statuses)
+        if statuses:
+            clauses.append(f"status IN ({','.join('?' * len(statuses))})")
+            args += statuses
+        if queue is not None:
+            clauses.append("queue = ?")
+            args.append(queue)
+        if type is not None:
+            clauses.append("type = ?")
+            args.append(type)
+        now = self.now()
+        if stuck:  # held, and its lease expired or it ran past its timeout
+            clauses.append("status IN ('running', 'cancel_requested') AND (lease_expires_at < ? OR claimed_at + timeout_ms < ?)")
+            args += [now, now]
+        if created_older_than_ms is not None:
+            clauses.append("created_at < ?")
+            args.append(now - created_older_than_ms)
+        if held_by is not None:  # ready, and held back by a limit (a limits.Admission)
+            held, held_args = ["1 = 0"], []  # (a boolean on every engine: 0 is not one on PostgreSQL)
+            if held_by.shut_types:
+                held.append(f"type IN ({','.join('?' * len(held_by.shut_types))})")
+                held_args += sorted(held_by.shut_types)
+            for (kind, name), room in held_by.room.items():
+                held.append(f"(concurrency_group {self.NULL_EQ} ? AND cost_units > ?)" if kind == "group" else
+                            "(concurrency_group IS NULL AND type = ? AND cost_units > ?)")
+                held_args += [name, room]
+            clauses.append("status = 'pending' AND waiting_on = 0 AND run_at <= ?" + NOT_PAUSED +
+                           " AND (" + " OR ".join(held) + ")")
+            args += [now, now, now, *held_args]
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
+
+    def dependencies(self, job_id: int) -> list[tuple[int, str | None]]:
+        """The `after` jobs of a job and their states (None when the row is gone)."""
+        with self._read() as c:
+            return [(r[0], r[1]) for r in c.execute(
+                "SELECT d.after_id, j.status FROM job_deps d LEFT JOIN jobs j ON j.id = d.after_id "
+                "WHERE d.job_id = ? ORDER BY d.after_id", (job_id,))]
+
+    def paused_queues(self) -> set[str]:
+        with self._read() as c:
+            return {r[0] for r in c.execute(
+                "SELECT name FROM queues WHERE paused = 1 AND (paused_until IS NULL OR paused_until > ?)", (self.now(),))}
+
+    def pauses(self) -> list[tuple[str, str | None, int | None]]:
+        with self._read() as c:
+            return self._pauses(c, self.now())
+
+    @staticmethod
+    def _pauses(c, now: int) -> list[tuple[str, str | None, int | None]]:
+        rows = c.execute(
+            "SELECT name, NULL, paused_until FROM queues WHERE paused = 1 AND (paused_until IS NULL OR paused_until > ?) "
+            "UNION ALL SELECT queue, type, until FROM paused_types WHERE until IS NULL OR until > ?", (now, now)).fetchall()
+        return sorted(((r[0], r[1], r[2]) for r in rows), key=lambda p: (p[0], p[1] is not None, p[1] or ""))
+
+    def queue_names(self) -> list[str]:
+        with self._read() as c:
+            names = {q for q, _state, n in self._state_counts(c) if n > 0}
+            names.update(r[0] for r in c.execute("SELECT name FROM queues"))
+            return sorted(names)
+
+    def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000, queues: list[str] | None = None) -> dict:
+        """The raw figures of `jobctl stats`, from one read transaction (one consistent snapshot).
+
+        Every figure is a short index walk or the engine's count by state (_state_counts), so the cost
+        does not grow with the number of finished jobs. Run times and waits are taken from the
+        latest `sample` runs of the last hour. With `queues`, the stuck, buried and aging jobs and
+        the runs are those of these queues only. `known`: every queue that ever had a job or a pause."""
+        only, only_args = "", []
+        if queues:
+            only, only_args = f" AND queue IN ({','.join('?' * len(queues))})", list(queues)
+        with self._read() as c:
+            now = self.now()
+            counts: dict[str, dict[str, int]] = {}
+            known = set()
+            for queue, state_, n in self._state_counts(c):
+                known.add(queue)
+                if n and (not queues or queue in queues):
+                    counts.setdefault(queue, {})[state_] = int(n)
+            paused = {r[0]: False for r in c.execute("SELECT name FROM queues")}
+            known |= set(paused)
+            paused_until: dict[str, int | None] = {}
+            paused_types: dict[str, dict[str, int | None]] = {}
+            for queue, type_, until in self._pauses(c, now):
+                if type_ is None:
+                    paused[queue] = True
+                    paused_until[queue] = until
+                else:
+                    paused_types.setdefault(queue, {})[type_] = until
+            scheduled, oldest_ready, aging = {}, {}, []
+            for queue, by_state in counts.items():
+                if not by_state.get("pending"):
+                    continue
+                scheduled[queue] = c.execute(
+                    f"SELECT count(*) FROM jobs{self._indexed('jobs_pending_age')} "
+                    "WHERE status = 'pending' AND waiting_on = 0 AND queue = ? AND run_at > ?", (queue, now),
+                ).fetchone()[0]
+                rows = c.execute(
+                    f"SELECT * FROM jobs{self._indexed('jobs_pending_age')} "
+                    "WHERE status = 'pending' AND waiting_on = 0 AND queue = ? AND run_at <= ? "
+                    "ORDER BY run_at, id LIMIT ?", (queue, now, limit),
+                ).fetchall()
+                if rows:
+                    oldest_ready[queue] = rows[0]["run_at"]
+                aging += [Job.from_row(r) for r in rows]
+            aging = sorted(aging, key=lambda j: (j.run_at, j.id))[:limit]
+            held = ("SELECT {} FROM jobs WHERE status IN (?, ?) "
+                    "AND (lease_expires_at < ? OR claimed_at + timeout_ms < ?)" + only)
+            stuck_total = c.execute(held.format("count(*)"), (*HELD, now, now, *only_args)).fetchone()[0]
+            stuck = [Job.from_row(r) for r in c.execute(
+                held.format("*") + " ORDER BY claimed_at, id LIMIT ?", (*HELD, now, now, *only_args, limit))]
+            buried = [Job.from_row(r) for r in c.execute(
+                "SELECT * FROM jobs WHERE status = 'buried'" + only + " ORDER BY finished_at DESC, id DESC LIMIT ?",
+                (*only_args, limit))]
+            # Runs that ended in (now - 60 min, now], per minute back from now (bucket 0 = the last minute).
+            by_minute = c.execute(
+                "SELECT (? - ended_at) / 60000 AS minute, outcome, count(*) FROM runs "
+                "WHERE ended_at > ? AND ended_at <= ?" + only + " GROUP BY minute, outcome",
+                (now, now - 3_600_000, now, *only_args),
+            ).fetchall()
+            recent = c.execute(
+                "SELECT ended_at - started_at, started_at - ready_at, outcome FROM runs "
+                "WHERE ended_at > ? AND ended_at <= ?" + only + " ORDER BY ended_at DESC LIMIT ?",
+                (now - 3_600_000, now, *only_args, sample),
+            ).fetchall()
+            self._with_after(c, stuck + buried + aging)
+        return {
+            "now": now, "counts": counts, "paused": paused, "paused_until": paused_until, "paused_types": paused_types,
+            "known": sorted(known), "scheduled": scheduled,
+            "oldest_ready": oldest_ready,
+            "stuck": stuck, "stuck_total": stuck_total, "buried": buried, "aging": aging,
+            "runs_by_minute": [(r[0], r[1], r[2]) for r in by_minute],
+            "run_ms": [r[0] for r in recent if r[2] in ("completed", "failed")],
+            "wait_ms": [r[1] for r in recent if r[1] is not None],
+        }
+
+    def damaged_jobs(self, *, chunk: int = 500) -> tuple[int, list[tuple[int, str]]]:
+        """Every job row checked as a claim checks it (decodable, payload matching its hash):
+        (rows checked, [(id, why)]). Read in short chunks, so checkpoints are never held up long."""
+        checked, damaged, last = 0, [], 0
+        while True:
+            with self._read() as c:
+                rows = c.execute("SELECT * FROM jobs WHERE id > ? ORDER BY id LIMIT ?", (last, chunk)).fetchall()
+            for row in rows:
+                reason = row_damage(row, check_hash=True)
+                if reason is not None:
+                    damaged.append((row["id"], reason))
+            checked += len(rows)
+            if len(rows) < chunk:
+                return checked, damaged
+            last = rows[-1]["id"]
+
+    def count_expired(self) -> int:
+        """Held jobs whose lease has expired."""
+        with self._read() as c:
+            return c.execute(
+                "SELECT count(*) FROM jobs WHERE status IN (?, ?) AND lease_expires_at < ?", (*HELD, self.now())
+            ).fetchone()[0]
+
+    def pending_types(self) -> dict[str, int]:
+        with self._read() as c:
+            return {r[0]: r[1] for r in c.execute(
+                "SELECT type, count(*) FROM jobs WHERE status = 'pending' GROUP BY type")}

@@ -121,3 +121,55 @@ def test_the_harness_catches_a_naive_claim(tmp_path):
         if doubled:
             break
     assert doubled, "the naive SELECT-then-UPDATE claim never handed a job out twice in 6 runs"
+
+
+# -- the same keys enqueued by eight processes at once ---------------------------------------------
+
+ENQUEUER = textwrap.dedent(
+    r"""
+    import json, sys
+    from jobctl.queue import Queue
+
+    db, n = sys.argv[1], int(sys.argv[2])
+    got, errors = {}, []
+    with Queue.open(db, busy_timeout=60) as q:
+        print("ready", flush=True)
+        sys.stdin.readline()  # every process starts at once
+        for i in range(n):
+            try:
+                keyed = q.enqueue("keyed", {"i": i}, key=f"k{i}").id
+                unique = q.enqueue("single", {"i": i % 7}, unique=True).id
+                got[i] = [keyed, unique]
+            except Exception as e:
+                errors.append(f"{type(e).__name__}: {e}")
+    print(json.dumps({"got": got, "errors": errors}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_eight_processes_enqueueing_the_same_keys_get_one_job_per_key(any_db):
+    """An idempotency key, and a `unique` job that is pending, stand for one job however many
+    processes enqueue them at the same moment: each gets that job's id, none an error."""
+    db, n = any_db, 150
+    fill(db, 0)  # the schema exists before the race
+    procs = [subprocess.Popen([sys.executable, "-c", ENQUEUER, str(db), str(n)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    for p in procs:
+        assert p.stdout.readline().strip() == "ready", p.stderr.read()
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    reports = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        reports.append(json.loads(out))
+    assert [e for r in reports for e in r["errors"]] == []
+    for i in range(n):
+        assert len({tuple(r["got"][str(i)]) for r in reports}) == 1, f"job {i}: processes got different ids"
+    keyed = rows(db, "SELECT idempotency_key, count(*) AS n FROM jobs WHERE type = 'keyed' GROUP BY idempotency_key")
+    assert len(keyed) == n and {r["n"] for r in keyed} == {1}
+    single = rows(db, "SELECT payload, count(*) AS n FROM jobs WHERE type = 'single' GROUP BY payload")
+    assert len(single) == 7 and {r["n"] for r in single} == {1}
+    assert rows(db, "SELECT count(*) AS n FROM events")[0]["n"] == n + 7  # one enqueue event per job

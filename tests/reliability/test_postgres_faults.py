@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from .test_worker_torture import RECORD, SLOW_RECORD, cpu_seconds, drain, wait_for
-from .util import jobs, json_value, pg_rows, rows
+from .util import jobs, json_value, pg_rows, rows, run_cli
 
 
 # -- finding and cutting one process's connections ------------------------------------------------
@@ -189,6 +189,47 @@ def test_a_lease_that_expired_while_the_worker_was_cut_off_is_recovered_and_its_
     log = a.log.read_text()
     assert f"lost job {job_id}" in log and ("not recorded" in log or "no longer ours" in log), log
     assert "Traceback" not in log
+
+
+@pytest.mark.slow
+def test_an_idle_worker_whose_connections_were_killed_still_wakes_on_new_jobs(pg_url, env):
+    # (whether it listens again is checked on the engine itself, below: the worker's own idle
+    # claims, whose pace slows towards the poll interval, would find the jobs anyway)
+    e = env(db=pg_url, command=["/bin/sh", "-c", RECORD], lease="30s", recover_every="1h")
+    e.enqueue(1)
+    w = e.worker("idle", "--poll", "30s")
+    wait_for(lambda: len(e.runs()) == 1, what="the first job")
+    for n in range(2, 5):
+        wait_for(lambda: connections(pg_url, w.pid) >= 1, what="the worker to be connected")
+        time.sleep(0.5)  # idle, waiting for news
+        assert terminate(pg_url, w.pid) >= 1
+        time.sleep(0.5)
+        e.enqueue(1)
+        wait_for(lambda: len(e.runs()) == n, timeout=10, what=f"job {n} to start before the next poll")
+    assert w.poll() is None, w.log.read_text()
+    w.send_signal(signal.SIGTERM)
+    assert w.wait(timeout=60) == 0, w.log.read_text()
+    assert {j["status"] for j in jobs(e.db).values()} == {"completed"}
+    assert "Traceback" not in w.log.read_text()
+
+
+def test_the_listening_connection_killed_is_replaced_and_listens_again(pg_url):
+    from jobctl.queue import Queue
+
+    ours_before = client_ports(os.getpid(), server_port(pg_url))  # the test's own, if any
+    with Queue.open(pg_url, create=True) as q:
+        q.has_changed()  # opens the listening connection
+        q.has_changed()
+        assert terminate(pg_url, os.getpid(), spare=ours_before) >= 1
+        q.wait_for_change(0.5)  # finds it dead and listens again (which counts as news)
+        q.has_changed()
+        other = threading.Timer(0.3, lambda: run_cli("enqueue", "t", "{}", db=pg_url))  # another process
+        other.start()
+        try:
+            # True: a notification came before the timeout ran out
+            assert q.wait_for_change(20) is True, "no notification after the listening connection was replaced"
+        finally:
+            other.join()
 
 
 # -- connections killed at random moments, two workers, many short jobs -------------------------

@@ -289,6 +289,43 @@ def test_connections_killed_at_random_moments_lose_nothing_and_complete_each_job
     print(f"{sum(cuts)} server processes terminated; {again} jobs claimed again after a lost answer")
 
 
+# -- a one-shot command whose connection is killed ---------------------------------------------------
+
+@pytest.mark.slow
+def test_enqueue_batch_whose_connection_is_killed_is_all_or_nothing_with_one_error_line(pg_url, tmp_path):
+    from conftest import JOBCTL, Result
+
+    n = 20_000
+    batch = tmp_path / "batch.ndjson"
+    batch.write_text("".join(json.dumps({"type": "t", "payload": {"n": i, "pad": "x" * 40}}) + "\n" for i in range(n)))
+    assert run_cli("init", db=pg_url).exit_code == 0
+    started = time.monotonic()
+    r = run_cli("enqueue", "--batch", batch, db=pg_url, timeout=120)
+    took = time.monotonic() - started
+    assert r.exit_code == 0 and len(r.stdout.split()) == n, r.output
+    rng = random.Random(os.environ.get("JOBCTL_TEST_SEED", "3"))
+    stored, cut = n, 0
+    for attempt in range(8):
+        p = subprocess.Popen([*JOBCTL, "--db", pg_url, "enqueue", "--batch", str(batch)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        # cut at a random moment of its run: while it reads the batch, inserts, commits, or after
+        time.sleep(rng.uniform(0.0, took))
+        cut += terminate(pg_url, p.pid) > 0
+        out, err = p.communicate(timeout=120)
+        r = Result(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+        now = rows(pg_url, "SELECT count(*) AS n FROM jobs")[0]["n"]
+        if r.exit_code == 0:
+            stored += n
+            assert len(out.split()) == n, r.output
+        else:
+            assert r.exit_code in (6, 8), r.output
+            r.one_error_line()
+            assert out == "", "ids were printed for a batch that is not stored"
+        assert now == stored, f"attempt {attempt}: {now} jobs stored, expected {stored} (a partial batch?)"
+    assert cut >= 3, f"only {cut} of 8 batches were cut"
+    assert rows(pg_url, "SELECT count(*) AS n FROM events")[0]["n"] == stored
+
+
 # -- a lock held by someone else -------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from enum import Enum
+from operator import attrgetter, itemgetter
 
 from jobctl import payloads
 from jobctl.durations import to_rfc3339
@@ -134,18 +135,33 @@ class Job(Record):
     @classmethod
     def from_row(cls, row: dict, after: list[int] | None = None) -> "Job":
         """A job from a stored row; a row that cannot be decoded raises DamagedJob (exit 8)."""
+        if not isinstance(row, dict):  # a sqlite3.Row, read once (see row_damage)
+            row = dict(zip(row.keys(), row))
         reason = row_damage(row)
         if reason is not None:
-            raise DamagedJob(row["id"] if "id" in row.keys() else "?", reason)
+            raise DamagedJob(row.get("id", "?"), reason)
         return cls.from_checked_row(row, after)
 
     @classmethod
     def from_checked_row(cls, row: dict, after: list[int] | None = None) -> "Job":
         """A job from a row that row_damage() found sound."""
-        names = _JOB_COLUMNS
-        job = cls(**{k: row[k] for k in row.keys() if k in names})
-        if after is not None:
-            job.after = after
+        keys = row.keys()
+        take = _columns_in_order(keys)
+        if take is None:  # not every column: the constructor's defaults fill the others in
+            items = row.items() if isinstance(row, dict) else zip(keys, row)
+            args = {k: v for k, v in items if k in JOB_COLUMNS}
+            args["after"] = after  # not a column
+            return cls(**args)
+        # A whole row (SELECT * or RETURNING *: the worker reads three per job it runs), passed by
+        # position: a sqlite3.Row finds a name by comparing it with each column name in turn, and
+        # a call with 32 keyword arguments costs several times one with 32 positional ones.
+        return cls(*take(tuple(row.values()) if isinstance(row, dict) else row), after=after)  # type: ignore[misc]
+
+    def updated(self, fields: dict) -> "Job":
+        """A copy with these columns set to these values (as an UPDATE of them leaves the row)."""
+        job = Job(*_job_args(self), after=list(self.after))  # type: ignore[misc]
+        for name, value in fields.items():
+            setattr(job, name, value)
         return job
 
     @property
@@ -194,7 +210,27 @@ class Job(Record):
         return d
 
 
-_JOB_COLUMNS = frozenset(Job.__slots__) - {"after"}  # what from_row takes from a row
+JOB_COLUMNS = frozenset(Job.__slots__) - {"after"}  # what from_row takes from a row
+_JOB_ARGS = Job.__init__.__code__.co_varnames[1:Job.__init__.__code__.co_argcount - 1]  # the columns, in order
+_job_args = attrgetter(*_JOB_ARGS)  # a job's constructor arguments, in order
+_TAKERS: dict[tuple, itemgetter | None] = {}
+
+
+def _columns_in_order(keys) -> itemgetter | None:
+    """What picks Job's constructor arguments, in order, out of rows with these column names; None
+    when some job column is missing. Worked out once per shape of row (a few SELECTs make them all)."""
+    shape = tuple(keys)
+    try:
+        return _TAKERS[shape]
+    except KeyError:
+        pass
+    first: dict[str, int] = {}
+    for i, name in enumerate(shape):
+        first.setdefault(name, i)  # a name twice: its first column, as row[name] reads
+    take = itemgetter(*(first[n] for n in _JOB_ARGS)) if all(n in first for n in _JOB_ARGS) else None
+    if len(_TAKERS) < 64:  # a handful of shapes in practice; never a leak
+        _TAKERS[shape] = take
+    return take
 
 # What a sound row holds, column by column (only the columns present are checked).
 _INTEGERS = ("id", "priority", "attempts", "max_attempts", "timeout_ms", "waiting_on")
@@ -204,6 +240,9 @@ _TEXTS = ("queue", "type", "backoff")
 _OPTIONAL_TEXTS = ("idempotency_key", "worker", "token", "error", "on_buried", "on_completed", "on_cancelled")
 _MAX_MS = 253402300799999  # 9999-12-31T23:59:59.999Z: the last time RFC 3339 can write
 _BACKOFF_NAMES = ("exponential", "linear", "fixed")
+_TIME_CHECKS = tuple((k, k not in _TIMES, "milliseconds" if k == "lease_ms" else "a time")
+                     for k in _TIMES + _OPTIONAL_TIMES + ("lease_ms",))  # (column, may be NULL, what it holds)
+_ABSENT = object()  # a column the row does not have
 
 
 def _shown(value) -> str:
@@ -229,37 +268,40 @@ def row_damage(row, *, check_hash: bool = False) -> str | None:
     whose canonical form no longer matches the hash stored at enqueue."""
     if not isinstance(row, dict):  # a sqlite3.Row: one dict, so each look-up below is a hash
         row = dict(zip(row.keys(), row))
-    keys = row
+    # Each check is written for the sound row, which is nearly every row (three a job the worker
+    # runs): one dict look-up, a type test, and a function call only for what may be damaged.
+    get = row.get
     for k in _INTEGERS:
-        if k in keys and type(row[k]) is not int:
-            return f"{k} holds {_shown(row[k])}, not an integer"
-    for k in _TIMES + _OPTIONAL_TIMES + ("lease_ms",):
-        if k in keys:
-            v = row[k]
-            if v is None and k not in _TIMES:
-                continue
-            if type(v) is not int or not 0 <= v <= _MAX_MS:
-                return f"{k} holds {_shown(v)}, not {'milliseconds' if k == 'lease_ms' else 'a time'}"
-    if "status" in keys and row["status"] not in STATES:
-        return f"status holds {_shown(row['status'])}, not a state"
+        v = get(k, _ABSENT)
+        if v is not _ABSENT and type(v) is not int:
+            return f"{k} holds {_shown(v)}, not an integer"
+    for k, optional, what in _TIME_CHECKS:
+        v = get(k, _ABSENT)
+        if v is _ABSENT or (v is None and optional):
+            continue
+        if type(v) is not int or not 0 <= v <= _MAX_MS:
+            return f"{k} holds {_shown(v)}, not {what}"
+    v = get("status", _ABSENT)
+    if v is not _ABSENT and v not in STATES:
+        return f"status holds {_shown(v)}, not a state"
     for k in _TEXTS:
-        if k in keys and _bad_text(row[k]):
-            return f"{k} holds {_shown(row[k])}, not text"
+        v = get(k, _ABSENT)
+        if v is not _ABSENT and not (type(v) is str and v.isascii()) and _bad_text(v):
+            return f"{k} holds {_shown(v)}, not text"
     for k in _OPTIONAL_TEXTS:
-        if k in keys and row[k] is not None and _bad_text(row[k]):
-            return f"{k} holds {_shown(row[k])}, not text"
-    if "backoff" in keys:
-        b = row["backoff"]
-        if b not in _BACKOFF_NAMES and not all(x.isdigit() and x.isascii() for x in b.split(",")):
-            return f"backoff holds {_shown(b)}, not a strategy"
-    if "payload" in keys:
-        reason = payloads.stored_damage(row["payload"], row["payload_hash"] if "payload_hash" in keys else None,
-                                        check_hash=check_hash)
+        v = get(k)
+        if v is not None and not (type(v) is str and v.isascii()) and _bad_text(v):
+            return f"{k} holds {_shown(v)}, not text"
+    b = get("backoff", _ABSENT)
+    if b is not _ABSENT and b not in _BACKOFF_NAMES and not all(x.isdigit() and x.isascii() for x in b.split(",")):
+        return f"backoff holds {_shown(b)}, not a strategy"
+    if "payload" in row:
+        reason = payloads.stored_damage(row["payload"], get("payload_hash"), check_hash=check_hash)
         if reason is not None:
             return reason
     for k in ("progress", "result"):
-        if k in keys and row[k] is not None:
-            v = row[k]
+        v = get(k)
+        if v is not None:
             if _bad_text(v):
                 return f"{k} holds {_shown(v)}, not JSON text"
             try:

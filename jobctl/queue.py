@@ -130,6 +130,7 @@ class Queue:
         self.settings = settings or Settings()
         self._limits: Limits | None = None
         self._reaction_jobs: dict[str, NewJob] = {}
+        self._claim_args: dict[tuple, tuple] = {}  # what a claim asked for, checked (a worker asks the same each time)
 
     def _reaction_job(self, type: str) -> NewJob:
         """The job a reaction of `type` enqueues, from that type's config, like any enqueue (the
@@ -338,11 +339,18 @@ class Queue:
         return self.engine.claim(self._claim_request(worker, queues, types, lease))
 
     def _claim_request(self, worker, queues, types, lease) -> ClaimRequest:
-        queues = [validate_name(q, "queue") for q in queues] if queues else None
-        types = [validate_name(t, "type") for t in types] if types else None
-        lease_ms = int(duration_in_range(lease, "lease", "lease") * 1000) if lease is not None else None
+        key = (tuple(queues) if queues else None, tuple(types) if types else None, lease)
+        checked = self._claim_args.get(key)
+        if checked is None:
+            checked = ([validate_name(q, "queue") for q in queues] if queues else None,
+                       [validate_name(t, "type") for t in types] if types else None,
+                       int(duration_in_range(lease, "lease", "lease") * 1000) if lease is not None else None)
+            if len(self._claim_args) < 16:
+                self._claim_args[key] = checked
+        queues, types, lease_ms = checked
         return ClaimRequest(worker=worker or shell_worker_id(), token=os.urandom(12).hex(),
-                            queues=queues, types=types, lease_ms=lease_ms, limits=self.limits or None)
+                            queues=None if queues is None else list(queues), types=None if types is None else list(types),
+                            lease_ms=lease_ms, limits=self.limits or None)
 
     def claim_wait(self, wait: float, poll: float = 0.5, **claim_options) -> Job | None:
         """Claim, waiting up to `wait` seconds (monotonic clock) for a job to become ready. Between

@@ -3,12 +3,12 @@
 import pytest
 
 from jobctl import payloads
-from jobctl.cli import run
-from jobctl.cli.app import app
+from jobctl.cli import run, typer_app
 from jobctl.errors import InvalidInput
 
 
 def test_run_builds_only_the_command_it_runs_and_restores_the_others(db, capsys):
+    app = typer_app()
     before = list(app.registered_commands), list(app.registered_groups)
     assert run(["--db", str(db), "enqueue", "t", "{}"]) == 0
     assert capsys.readouterr().out.strip() == "1"
@@ -100,3 +100,73 @@ def test_enqueue_does_not_load_hashlib_secrets_random_or_dataclasses(tmp_path, d
     assert p.returncode == 0, p.stderr
     unwanted = {"hashlib", "secrets", "hmac", "random", "dataclasses"}
     assert not loaded & unwanted, sorted(loaded & unwanted)
+
+
+def test_stored_payload_check_takes_the_short_way_only_for_the_canonical_text():
+    """stored_damage skips parsing when the stored text hashes to the stored canonical hash (it is
+    then that very text); every other text is parsed and hashed as before."""
+    canonical = {"a": 1, "b": [1, 2.5, "é"]}
+    good_hash = payloads.canonical_hash(canonical)
+    assert payloads.stored_damage('{"a":1,"b":[1,2.5,"é"]}', good_hash) is None  # the canonical text itself
+    assert payloads.stored_damage('{"b":[1,2.5,"é"],"a":1}', good_hash) is None  # keys as enqueued
+    assert "no longer matches" in payloads.stored_damage('{"a":2,"b":[1,2.5,"é"]}', good_hash)
+    assert "no longer matches" in payloads.stored_damage('{"a":1,"b":[1,2.5,"é"]}', "0" * 64)
+    assert payloads.stored_damage('{"a":1,"b":[1,2.5,"é"]}', "0" * 64, check_hash=False) is None
+    assert "not valid JSON" in payloads.stored_damage('{"a":1', payloads.canonical_hash({"a": 1}))
+    assert "not UTF-8" in payloads.stored_damage('{"a":"\udcff"}', good_hash)
+    assert "stored as bytes" in payloads.stored_damage(b'{"a":1}', payloads.canonical_hash({"a": 1}))
+
+
+def test_jobs_from_whole_rows_and_partial_rows_are_the_same_as_through_the_constructor(db):
+    from jobctl.models import Job
+    from jobctl.queue import Queue
+
+    with Queue.open(db, create=True) as q:
+        q.enqueue("t", {"b": 1, "a": 2}, priority=5)
+        conn = q.engine.conn
+        row = conn.execute("SELECT * FROM jobs WHERE id = 1").fetchone()
+        expected = Job(**{k: row[k] for k in row.keys() if k in Job.__slots__})
+        assert Job.from_row(row) == Job.from_checked_row(row) == expected
+        assert Job.from_row(dict(zip(row.keys(), row))) == expected
+        assert Job.from_row(row, after=[7]).after == [7] and Job.from_row(row).after == []
+        # a row with the columns in another order, one twice (its first one counts), or some
+        # missing (the constructor's defaults fill them in)
+        other = conn.execute("SELECT 99 AS id, * FROM jobs WHERE id = 1").fetchone()
+        assert Job.from_checked_row(other).id == 99 and Job.from_checked_row(other).payload == '{"b":1,"a":2}'
+        some = conn.execute("SELECT id, queue, type, payload, priority, status, attempts, max_attempts, backoff, "
+                            "timeout_ms, run_at, created_at, updated_at FROM jobs WHERE id = 1").fetchone()
+        partial = Job.from_row(some)
+        assert partial.priority == 5 and partial.token is None and partial.cost_units == 1 and partial.after == []
+
+
+def test_a_changed_job_is_returned_as_it_is_stored(db):
+    """The engine builds the job a change returns from the row it read and the values it wrote
+    (no re-read): for every kind of change, it equals the job read back from the database."""
+    from jobctl.queue import Queue
+
+    with Queue.open(db, create=True) as q:
+        def stored(job):
+            assert job == q.get(job.id)
+            return job
+
+        for i in range(6):
+            q.enqueue("t", {"i": i}, max_attempts=2)
+        job = q.claim(worker="w")
+        stored(q.heartbeat(job.id, token=job.token, extend=30))
+        stored(q.progress(job.id, token=job.token, message="half way", percent=50))
+        assert stored(q.fail(job.id, token=job.token, error="boom", details={"exit_code": 3})).status == "pending"
+        job = q.claim(worker="w")
+        stored(q.complete(job.id, token=job.token, result={"ok": True}))
+        job = q.claim(worker="w")
+        assert stored(q.fail(job.id, token=job.token, error="bad", bury=True)).status == "buried"
+        stored(q.retry(job.id))
+        job = q.claim(worker="w")
+        stored(q.release(job.id, token=job.token))
+        job = q.claim(worker="w")
+        assert stored(q.cancel(job.id)).status == "cancel_requested"
+        assert stored(q.cancel(job.id, token=job.token)).status == "cancelled"
+        job = q.claim(worker="w")
+        completed, following = q.complete_and_claim(job.id, token=job.token, worker="w")
+        stored(completed)
+        stored(following)
+        assert stored(q.cancel(q.enqueue("t", {"i": 9}).id)).status == "cancelled"

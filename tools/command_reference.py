@@ -22,9 +22,9 @@ def commands():
     """(path, click command) for every command of the app, sub-commands included, in help order."""
     import typer.main
 
-    from jobctl.cli import app
+    from jobctl.cli import typer_app
 
-    root = typer.main.get_command(app)
+    root = typer.main.get_command(typer_app())
 
     def walk(group, prefix):
         for name in group.list_commands(None):

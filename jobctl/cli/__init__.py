@@ -5,11 +5,22 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from jobctl.cli.app import app
-# Import order is the order of `jobctl --help`: the job lifecycle first, then views, then the file.
-from jobctl.cli import jobs, foreground, work, views, logs, stats, admin, config_cmd  # noqa: F401,I001  (each registers its commands)
 from jobctl.errors import JobctlError
+
+if TYPE_CHECKING:
+    from typer import Typer
+
+
+def typer_app() -> "Typer":
+    """The typer app with every command registered (imported on first use: a plain `work` runs
+    without typer, see fast.py)."""
+    from jobctl.cli.app import app
+    # Import order is the order of `jobctl --help`: the job lifecycle first, then views, then the file.
+    from jobctl.cli import jobs, foreground, work, views, logs, stats, admin, config_cmd  # noqa: F401,I001  (each registers its commands)
+
+    return app
 
 
 def _fail(message: str, code: int) -> int:
@@ -35,6 +46,7 @@ def _only_the_command_run(argv: list[str]):
     """
     from typer.main import get_command_name
 
+    app = typer_app()
     args = iter(argv)
     for arg in args:
         if arg in _GLOBAL_OPTIONS_WITH_VALUE:
@@ -80,6 +92,7 @@ def run(argv: list[str] | None = None) -> int:
     from typer._click.exceptions import ClickException, NoArgsIsHelpError, NoSuchOption, UsageError
 
     debug = os.environ.get("JOBCTL_DEBUG") == "1"
+    app = typer_app()
     commands, groups = app.registered_commands, app.registered_groups
     if os.environ.get("_JOBCTL_COMPLETE"):  # a TAB in a shell that sourced completions/: every command
         from jobctl.completion import register_shells
@@ -97,10 +110,6 @@ def run(argv: list[str] | None = None) -> int:
         return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
     except Exit as e:
         return e.exit_code
-    except JobctlError as e:
-        if debug:
-            raise
-        return _fail(e.message, e.exit_code)
     except NoArgsIsHelpError as e:
         # `jobctl` alone: its help, a success (like git). A group alone (`jobctl config`): its usage
         # and subcommands on stderr, and the usage error's exit code: a script that forgot the
@@ -121,25 +130,59 @@ def run(argv: list[str] | None = None) -> int:
         return _fail(" ".join(e.format_message().split()) + hint, 2)
     except ClickException as e:
         return _fail(" ".join(e.format_message().split()), e.exit_code)
-    except (Abort, KeyboardInterrupt):
+    except Abort:
         return _fail("interrupted", 130)
-    except BrokenPipeError:
+    except BaseException as e:
+        code = _common_error(e, debug)
+        if code is None:
+            raise
+        return code
+    finally:
+        app.registered_commands, app.registered_groups = commands, groups
+
+
+def _common_error(e: BaseException, debug: bool) -> int | None:
+    """The exit code of an error that is not typer's (printed as one line); None: re-raise it."""
+    if isinstance(e, JobctlError):
+        return None if debug else _fail(e.message, e.exit_code)
+    if isinstance(e, KeyboardInterrupt):
+        return _fail("interrupted", 130)
+    if isinstance(e, BrokenPipeError):
         # The reader went away (`jobctl list | head`): not an error worth a traceback.
         try:
             sys.stdout = open(os.devnull, "w")
         except OSError:
             pass
         return 0
-    except Exception as e:  # the one place an unexpected error becomes one line
-        if debug:
-            raise
+    if isinstance(e, Exception) and not debug:  # the one place an unexpected error becomes one line
         return _fail(f"unexpected internal error: {type(e).__name__}: {e}; rerun with JOBCTL_DEBUG=1 for details", 1)
-    finally:
-        app.registered_commands, app.registered_groups = commands, groups
+    return None
+
+
+def _fast_work(argv: list[str]) -> int | None:
+    """A plain `jobctl ... work ...` command line, run without loading typer (fast.py); None when
+    argv is anything else, for typer to run."""
+    if os.environ.get("_JOBCTL_COMPLETE"):
+        return None
+    from jobctl.cli import fast
+
+    parsed = fast.parse_work(argv)
+    if parsed is None:
+        return None
+    st, args = parsed
+    try:
+        return fast.start_worker(st, **args)
+    except BaseException as e:
+        code = _common_error(e, os.environ.get("JOBCTL_DEBUG") == "1")
+        if code is None:
+            raise
+        return code
 
 
 def main() -> None:
-    code = run()
+    code = _fast_work(sys.argv[1:])
+    if code is None:
+        code = run()
     try:
         sys.stdout.flush()
     except BrokenPipeError:

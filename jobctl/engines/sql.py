@@ -31,7 +31,7 @@ from contextlib import AbstractContextManager
 
 from jobctl.engines.base import Change, ClaimRequest, Decide, NewJob, RunLog
 from jobctl.errors import InvalidState, NoSuchJob
-from jobctl.models import FINISHED, Event, Job, row_damage
+from jobctl.models import FINISHED, JOB_COLUMNS, Event, Job, row_damage
 from jobctl import payloads
 from jobctl.payloads import sha256
 
@@ -440,8 +440,15 @@ class SQLEngine:
         elif change.to_status not in FINISHED:
             fields.setdefault("finished_at", None)
         assignments = ", ".join(f"{k} = ?" for k in fields)
+        reacting = change.to_status != job.status and change.to_status in REACTING
+        # The changed row is the one read before with these values written, and is built so, unless
+        # a reaction needs it as stored or a value might be stored as other than it was given (a
+        # float in an INTEGER column, say): reading back all of a job's columns and checking them
+        # again was a tenth of the worker's transaction.
+        known = not (reacting and change.reaction is not None) and all(
+            k in JOB_COLUMNS and (v is None or type(v) is int or type(v) is str) for k, v in fields.items())
         rows = c.execute(
-            f"UPDATE jobs SET {assignments} WHERE id = ? AND status = ? RETURNING *",
+            f"UPDATE jobs SET {assignments} WHERE id = ? AND status = ? RETURNING {'dep_flags' if known else '*'}",
             [*fields.values(), job.id, job.status],
         ).fetchall()
         if not rows:  # cannot happen under the write lock (or the row's lock); refuse rather than guess
@@ -460,8 +467,8 @@ class SQLEngine:
         elif change.to_status == "pending":  # a retry, a release, a requeue, a new run_at
             self._jobs_may_be_ready(c)
         message = change.message
-        if change.to_status != job.status and change.to_status in REACTING:
-            reaction_id = self._react(c, rows[0], change, now, change.actor or actor)
+        if reacting:
+            reaction_id = self._react(c, job, rows[0], change, now, change.actor or actor)
             if reaction_id is not None and change.reaction is not None:
                 message = f"{message or change.to_status}; reaction: job {reaction_id} ({change.reaction.type})"
         if change.run and job.claimed_at is not None:
@@ -474,7 +481,7 @@ class SQLEngine:
             self._store_output(c, job, change, now)
         if message is not None or change.to_status != job.status:
             self._event(c, job.id, now, job.status, change.to_status, change.actor or actor, message, change.details)
-        return Job.from_row(rows[0])
+        return job.updated(fields) if known else Job.from_row(rows[0])
 
     @staticmethod
     def _store_output(c, job: Job, change: Change, now: int) -> None:
@@ -488,15 +495,16 @@ class SQLEngine:
             "tail = excluded.tail, dropped = excluded.dropped",
             (job.id, job.claimed_at, ended, bytes(out.head), bytes(out.tail), out.dropped))
 
-    def _react(self, c, row, change: Change, now: int, actor: str) -> int | None:
-        """Inside the transaction that made the job of `row` become change.to_status: enqueue the
-        reaction the Change carries, with the job as it is now in its payload; its id (None: none).
-        A job with a reaction type for that state and a Change without one is refused."""
+    def _react(self, c, job: Job, row, change: Change, now: int, actor: str) -> int | None:
+        """Inside the transaction that made `job` become change.to_status (`row`: the job's row as
+        it is now, all of it when the Change carries a reaction): enqueue the reaction the Change
+        carries, with the job as it is now in its payload; its id (None: none). A job with a
+        reaction type for that state and a Change without one is refused."""
         if change.reaction is None:
-            wanted = row[f"on_{change.to_status}"]
+            wanted = job.reaction_type(change.to_status)  # stored at enqueue: no change sets it
             if wanted is not None:
                 raise InvalidState(
-                    f"job {row['id']} has a reaction ({wanted}) to becoming {change.to_status}, and this change "
+                    f"job {job.id} has a reaction ({wanted}) to becoming {change.to_status}, and this change "
                     "would not enqueue it; nothing changed (make the change through jobctl's Queue)")
             return None
         changed = self._with_after(c, [Job.from_row(row)])[0]

@@ -18,14 +18,13 @@ import os
 import select
 import signal
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 from jobctl import handlers
 from jobctl.config import Settings
 from jobctl.durations import format_duration
 from jobctl.errors import CancelRequested, DatabaseUnusable, InvalidInput, InvalidState, JobctlError, NoSuchJob
-from jobctl.models import Job
+from jobctl.models import Job, Record
 from jobctl.worker.log import Log
 from jobctl.worker.outcomes import Outcome, Recorder, Retry
 from jobctl.worker.output import RunOutputBuffer
@@ -59,23 +58,36 @@ def registry_base(engine) -> str:
     return os.path.join(state, "jobctl", hashlib.sha256(engine.identity.encode()).hexdigest()[:16])
 
 
-@dataclass
-class WorkerOptions:
-    worker_id: str = field(default_factory=own_worker_id)
-    queues: list[str] | None = None  # None: every queue
-    types: list[str] | None = None  # None: every type with a command
-    concurrency: int = 1
-    max_jobs: int | None = None
-    max_time: float | None = None
-    stop_when_empty: bool = False
-    poll: float = 1.0
-    grace: float = 30.0
-    lease: float = 60.0
-    kill_grace: float = 5.0
-    recover_every: float = 30.0
-    purge_every: float = 600.0
-    log_format: str = "human"
-    config_path: str | None = None  # passed to handlers as JOBCTL_CONFIG when set
+class WorkerOptions(Record):
+    """What `jobctl work` was asked to do. A plain record (models.Record), not a dataclass:
+    importing dataclasses costs a worker's start-up ~10 ms."""
+
+    __slots__ = ("worker_id", "queues", "types", "concurrency", "max_jobs", "max_time", "stop_when_empty", "poll",
+                 "grace", "lease", "kill_grace", "recover_every", "purge_every", "log_format", "config_path")
+
+    def __init__(self, worker_id: str | None = None,
+                 queues: list[str] | None = None,  # None: every queue
+                 types: list[str] | None = None,  # None: every type with a command
+                 concurrency: int = 1, max_jobs: int | None = None, max_time: float | None = None,
+                 stop_when_empty: bool = False, poll: float = 1.0, grace: float = 30.0, lease: float = 60.0,
+                 kill_grace: float = 5.0, recover_every: float = 30.0, purge_every: float = 600.0,
+                 log_format: str = "human",
+                 config_path: str | None = None):  # passed to handlers as JOBCTL_CONFIG when set
+        self.worker_id: str = own_worker_id() if worker_id is None else worker_id
+        self.queues = queues
+        self.types = types
+        self.concurrency = concurrency
+        self.max_jobs = max_jobs
+        self.max_time = max_time
+        self.stop_when_empty = stop_when_empty
+        self.poll = poll
+        self.grace = grace
+        self.lease = lease
+        self.kill_grace = kill_grace
+        self.recover_every = recover_every
+        self.purge_every = purge_every
+        self.log_format = log_format
+        self.config_path = config_path
 
 
 def handler_types(settings: Settings, wanted: list[str] | None) -> list[str]:

@@ -11,14 +11,13 @@ without writing it, it is logged (job, what it was) so that nothing disappears s
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from jobctl import handlers
 from jobctl.durations import format_duration, to_rfc3339
 from jobctl.engines.base import RunOutput
 from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidState, JobctlError, NoSuchJob
-from jobctl.models import Job
+from jobctl.models import Job, Record
 
 if TYPE_CHECKING:
     from jobctl.worker.supervisor import Running
@@ -35,19 +34,25 @@ class Retry(Exception):
     """A database call hit a lock or a full disk; try again later."""
 
 
-@dataclass
-class Outcome:
+class Outcome(Record):
     """A finished handler's result, waiting to be written (kept while the database is busy)."""
 
-    run: Running
-    kind: str  # complete | fail | bury | cancel | release
-    returncode: int
-    duration: float
-    result: object = None
-    error: str | None = None
-    details: dict | None = None
-    next_try: float = 0.0
-    output: RunOutput | None = None  # what is kept of the run's output, stored with the outcome
+    __slots__ = ("run", "kind", "returncode", "duration", "result", "error", "details", "next_try", "output")
+
+    def __init__(self, run: Running,
+                 kind: str,  # complete | fail | bury | cancel | release
+                 returncode: int, duration: float, result: object = None, error: str | None = None,
+                 details: dict | None = None, next_try: float = 0.0,
+                 output: RunOutput | None = None):  # what is kept of the run's output, stored with the outcome
+        self.run = run
+        self.kind = kind
+        self.returncode = returncode
+        self.duration = duration
+        self.result = result
+        self.error = error
+        self.details = details
+        self.next_try = next_try
+        self.output = output
 
     def describe(self) -> str:
         """What this outcome was, for a log line."""

@@ -26,11 +26,10 @@ import errno
 import os
 import signal
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 from jobctl import handlers
-from jobctl.models import Job
+from jobctl.models import Job, Record
 from jobctl.worker.output import RunOutputBuffer
 
 # errno values of a spawn that failed on the worker's side: the job is not to blame.
@@ -252,23 +251,34 @@ class PosixLauncher:
         handlers.stop_processes(pids, grace)
 
 
-@dataclass
-class Running:
+class Running(Record):
     """One handler process and the claim it works for."""
 
-    job: Job
-    proc: Proc
-    out: int  # read end of its stdout pipe (-1 once at its end)
-    err: int  # read end of its stderr pipe
-    started: float
-    deadline: float
-    next_heartbeat: float
-    stop_reason: str | None = None  # timeout | cancel | shutdown | lost
-    kill_at: float | None = None
-    killed: bool = False
-    spawn_ticks: tuple = (None, None)  # its /proc start time lies in this range (for the registry)
-    registered: bool = False
-    output: RunOutputBuffer | None = None  # what is kept of its output (None: a run never started)
+    __slots__ = ("job", "proc", "out", "err", "started", "deadline", "next_heartbeat", "stop_reason", "kill_at",
+                 "killed", "spawn_ticks", "registered", "output")
+
+    def __init__(self, job: Job, proc: Proc,
+                 out: int,  # read end of its stdout pipe (-1 once at its end)
+                 err: int,  # read end of its stderr pipe
+                 started: float, deadline: float, next_heartbeat: float,
+                 stop_reason: str | None = None,  # timeout | cancel | shutdown | lost
+                 kill_at: float | None = None, killed: bool = False,
+                 spawn_ticks: tuple = (None, None),  # its /proc start time lies in this range (for the registry)
+                 registered: bool = False,
+                 output: RunOutputBuffer | None = None):  # what is kept of its output (None: a run never started)
+        self.job = job
+        self.proc = proc
+        self.out = out
+        self.err = err
+        self.started = started
+        self.deadline = deadline
+        self.next_heartbeat = next_heartbeat
+        self.stop_reason = stop_reason
+        self.kill_at = kill_at
+        self.killed = killed
+        self.spawn_ticks = spawn_ticks
+        self.registered = registered
+        self.output = output
 
     def fds(self) -> list[int]:
         return [fd for fd in (self.out, self.err) if fd >= 0]

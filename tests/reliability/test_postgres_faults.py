@@ -353,6 +353,35 @@ def test_a_statement_that_once_timed_out_on_a_lock_runs_again_on_the_same_connec
         assert {j.status for j in q.get_many(ids)} == {"completed"}
 
 
+def test_a_table_changed_under_a_running_queue_is_met_with_a_jobctl_error_not_a_driver_error(pg_url):
+    """A newer jobctl migrating the schema (here: a column added to jobs) while this one's
+    connection holds statements prepared against the old table: the next call must not surface
+    the driver's "cached plan must not change result type" as a raw exception (a worker would die
+    with a traceback); jobctl's own error, or a call that simply works, is fine."""
+    import psycopg2
+
+    from jobctl.errors import JobctlError
+    from jobctl.queue import Queue
+
+    with Queue.open(pg_url, create=True) as q:
+        ids = [q.enqueue("t", {"i": i}).id for i in range(6)]
+        for _ in range(3):  # the claim's and completion's statements are prepared by now
+            job = q.claim(worker="w")
+            q.complete(job.id, token=job.token, actor="w")
+        admin = psycopg2.connect(pg_url)
+        admin.autocommit = True
+        try:
+            admin.cursor().execute("ALTER TABLE jobs ADD COLUMN added_by_a_newer_jobctl TEXT")
+        finally:
+            admin.close()
+        try:
+            job = q.claim(worker="w")
+            q.complete(job.id, token=job.token, actor="w")
+        except JobctlError:
+            return
+        assert q.get(ids[3]).status == "completed"
+
+
 # -- a lock held by someone else -------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -336,7 +336,7 @@ def test_a_statement_that_once_timed_out_on_a_lock_runs_again_on_the_same_connec
     from jobctl.queue import Queue
 
     with Queue.open(pg_url, create=True, busy_timeout=0.3) as q:
-        ids = [q.enqueue("t", {"i": i}).id for i in range(4)]
+        ids = [q.enqueue("t", {"i": i}).id for i in range(3)]
         job = q.claim(worker="w")  # the completion's statements run once on this connection:
         q.complete(job.id, token=job.token, actor="w")  # the next time they are prepared
         for attempt in range(2):

@@ -326,33 +326,6 @@ def test_enqueue_batch_whose_connection_is_killed_is_all_or_nothing_with_one_err
     assert rows(pg_url, "SELECT count(*) AS n FROM events")[0]["n"] == stored
 
 
-def test_a_statement_that_once_timed_out_on_a_lock_runs_again_on_the_same_connection(pg_url):
-    """A lock timeout can land on the round trip in which a statement is first prepared on the
-    server: the prepared statement outlives that transaction's rollback (PREPARE is not undone by
-    ROLLBACK), and the next try must still run, not trip over its own leftover."""
-    import psycopg2
-
-    from jobctl.errors import DatabaseBusy
-    from jobctl.queue import Queue
-
-    with Queue.open(pg_url, create=True, busy_timeout=0.3) as q:
-        ids = [q.enqueue("t", {"i": i}).id for i in range(3)]
-        job = q.claim(worker="w")  # the completion's statements run once on this connection:
-        q.complete(job.id, token=job.token, actor="w")  # the next time they are prepared
-        for attempt in range(2):
-            job = q.claim(worker="w")
-            holder = psycopg2.connect(pg_url)  # someone holds the job's row
-            try:
-                holder.cursor().execute("SELECT id FROM jobs WHERE id = %s FOR UPDATE", (job.id,))
-                with pytest.raises(DatabaseBusy):
-                    q.complete(job.id, token=job.token, actor="w")
-            finally:
-                holder.rollback()
-                holder.close()
-            q.complete(job.id, token=job.token, actor="w")  # the lock is gone: this goes through
-        assert {j.status for j in q.get_many(ids)} == {"completed"}
-
-
 def test_a_table_changed_under_a_running_queue_is_met_with_a_jobctl_error_not_a_driver_error(pg_url):
     """A newer jobctl migrating the schema (here: a column added to jobs) while this one's
     connection holds statements prepared against the old table: the next call must not surface

@@ -8,6 +8,7 @@ with tomli_w, which is imported only there.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from jobctl.durations import parse_duration, parse_priority, validate_name
@@ -17,6 +18,10 @@ from jobctl.models import Record
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BUSY_TIMEOUT = 5.0
+DEFAULT_PG_SCHEMA = "jobctl"  # the PostgreSQL schema (namespace) of jobctl's tables
+# A schema name jobctl accepts: a plain lowercase identifier, short enough that the name of its
+# LISTEN channel ("jobctl." + name) fits PostgreSQL's 63 bytes; pg_ names are the server's own.
+PG_SCHEMA_NAME = re.compile(r"^(?!pg_)[a-z_][a-z0-9_]{0,47}$")
 DEFAULT_SECRET_KEYS = ["password", "passwd", "token", "secret", "api_key", "apikey", "authorization", "private_key", "credential", "cookie", "session"]
 BACKOFF_NAMES = ("exponential", "linear", "fixed")
 
@@ -98,6 +103,7 @@ class WorkerSettings(Record):
 
 
 SQLITE_KEYS = ("busy_timeout", "synchronous", "allow_network_fs")  # the [sqlite] table: this engine's own settings
+POSTGRES_KEYS = ("schema", "busy_timeout")  # the [postgres] table
 MOVED_TO_SQLITE = ("busy_timeout", "synchronous")  # top-level keys of jobctl 0.1.0, still read there
 WORKER_KEYS = ("concurrency", "poll", "grace", "lease", "kill_grace", "recover_every", "purge_every", "log_format")
 
@@ -106,7 +112,8 @@ class Settings(Record):
     """Every setting, with its built-in default. A dict or list argument left out (None) is a new
     one each time: the default secret keys, the default retention, no types, default [worker]."""
 
-    __slots__ = ("config_path", "db", "busy_timeout", "synchronous", "allow_network_fs", "max_payload_bytes",
+    __slots__ = ("config_path", "db", "busy_timeout", "synchronous", "allow_network_fs", "pg_schema", "pg_busy_timeout",
+                 "max_payload_bytes",
                  "secret_keys", "queue", "priority", "max_attempts", "backoff", "backoff_jitter", "timeout", "retention",
                  "types", "worker", "sources", "notes", "memory_limit", "log_head", "log_tail")
 
@@ -115,6 +122,8 @@ class Settings(Record):
                  busy_timeout: float = DEFAULT_BUSY_TIMEOUT,  # [sqlite] busy_timeout
                  synchronous: str = "full",  # [sqlite] synchronous
                  allow_network_fs: bool = False,  # [sqlite] allow_network_fs
+                 pg_schema: str | None = None,  # [postgres] schema (None: the URL's, else "jobctl")
+                 pg_busy_timeout: float = DEFAULT_BUSY_TIMEOUT,  # [postgres] busy_timeout
                  max_payload_bytes: int = 1024 * 1024, secret_keys: list[str] | None = None,
                  queue: str = "default", priority: int = 10, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  backoff: str = "exponential", backoff_jitter: float = 0.0, timeout: float = DEFAULT_TIMEOUT,
@@ -128,6 +137,8 @@ class Settings(Record):
         self.busy_timeout = busy_timeout
         self.synchronous = synchronous
         self.allow_network_fs = allow_network_fs
+        self.pg_schema = pg_schema
+        self.pg_busy_timeout = pg_busy_timeout
         self.notes = [] if notes is None else notes
         self.memory_limit = memory_limit
         self.log_head = DEFAULT_LOG_HEAD  # bytes kept of the start of a run's output
@@ -407,6 +418,7 @@ def load_settings(flag: str | None = None, env=os.environ) -> Settings:
 def apply_config(settings: Settings, data: dict, origin: str) -> None:
     """Validate a parsed config document into settings; errors name the key and what is wrong."""
     known_top = {"db", "max_payload_bytes", "secret_keys", "defaults", "retention", "types", "worker", "sqlite",
+                 "postgres",
                  *MOVED_TO_SQLITE}
     for key in data:
         if key not in known_top:
@@ -444,6 +456,21 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
             settings.allow_network_fs = value
         else:
             raise ConfigError(f"unknown key {where!r} (known: {', '.join(SQLITE_KEYS)})")
+        src(where)
+    postgres = data.get("postgres", {})
+    if not isinstance(postgres, dict):
+        raise ConfigError("[postgres] must be a table")
+    for key, value in postgres.items():
+        where = f"postgres.{key}"
+        if key == "schema":
+            if not isinstance(value, str) or not PG_SCHEMA_NAME.match(value):
+                raise ConfigError(f"{where}: must be a schema name of 1 to 48 lowercase letters, digits and _, "
+                                  f"starting with a letter or _ (not pg_), not {value!r}")
+            settings.pg_schema = value
+        elif key == "busy_timeout":
+            settings.pg_busy_timeout = _duration_in_range(value, where, "busy timeout")
+        else:
+            raise ConfigError(f"unknown key {where!r} (known: {', '.join(POSTGRES_KEYS)})")
         src(where)
     if "max_payload_bytes" in data:
         settings.max_payload_bytes = _int(data["max_payload_bytes"], "max_payload_bytes", 2, 1024**3)
@@ -563,9 +590,11 @@ def resolve_db_path(flag: str | None, settings: Settings, env=os.environ) -> tup
     return str(default_db_path()), "default"
 
 
-def resolve_busy_timeout(flag: str | None, settings: Settings, env=os.environ) -> float:
+def resolve_busy_timeout(flag: str | None, settings: Settings, env=os.environ, *, server: bool = False) -> float:
+    """--busy-timeout, JOBCTL_BUSY_TIMEOUT, then the config of the database's engine: [sqlite]
+    busy_timeout, or for a server database (`server`) [postgres] busy_timeout."""
     if flag is not None:
         return duration_in_range(flag, "--busy-timeout", "busy timeout")
     if env.get("JOBCTL_BUSY_TIMEOUT"):
         return duration_in_range(env["JOBCTL_BUSY_TIMEOUT"], "JOBCTL_BUSY_TIMEOUT", "busy timeout")
-    return settings.busy_timeout
+    return settings.pg_busy_timeout if server else settings.busy_timeout

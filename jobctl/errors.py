@@ -82,6 +82,13 @@ class DiskFull(DatabaseUnusable):
     """the disk holding the database is full; nothing changed"""
 
 
+class ConnectionLost(DatabaseUnusable):
+    """the connection to the database server was lost"""
+
+    # A one-shot command reports it (exit 8, with whether the change may have been made); a
+    # worker waits it out and retries, reconnecting (a server restart, a terminated backend).
+
+
 class DamagedJob(DatabaseUnusable):
     """a stored job cannot be read"""
 

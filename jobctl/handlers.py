@@ -13,6 +13,7 @@ import os
 import signal
 import stat
 import time
+from pathlib import Path
 
 from jobctl import payloads
 from jobctl.errors import InvalidInput
@@ -50,6 +51,8 @@ class Registry:
         from jobctl.errors import DatabaseUnusable
 
         try:
+            # A server database's registry lives in the user's state folder, which may not exist yet.
+            files.make_private_dirs(Path(self.folder).parent)
             os.mkdir(self.folder, 0o700)
             os.chmod(self.folder, 0o700)
         except FileExistsError:

@@ -45,8 +45,102 @@ def _isolated_env(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
+# -- PostgreSQL ------------------------------------------------------------------------------
+# The PostgreSQL half of the suite runs against the server JOBCTL_TEST_POSTGRES_URL names (CI sets
+# it: there an unreachable server fails the tests), else against a local one if it answers (else
+# those tests skip, and the summary says so in one line). Every test works in a schema of its own,
+# dropped afterwards, so that tests (and test runs) sharing a server never meet.
+
+PG_DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
+_pg_state: dict = {}  # "base": the server's URL, or "why": why there is none (and "where" it was skipped)
+
+
+def _pg_server() -> tuple[str | None, str | None]:
+    """(the server's URL, None) when it answers, else (None, why not); asked once per session."""
+    if "base" not in _pg_state and "why" not in _pg_state:
+        url = os.environ.get("JOBCTL_TEST_POSTGRES_URL") or PG_DEFAULT_URL
+        try:
+            import psycopg2
+        except ImportError:
+            _pg_state["why"] = "the psycopg2 driver is not installed (pip install 'jobctl[postgres]')"
+        else:
+            from jobctl.engines import display
+
+            try:
+                psycopg2.connect(url, connect_timeout=3).close()
+                _pg_state["base"] = url
+            except psycopg2.Error as e:
+                reason = " ".join(str(e).split()) or type(e).__name__
+                _pg_state["why"] = f"no PostgreSQL server answers at {display(url)} ({reason})"
+    return _pg_state.get("base"), _pg_state.get("why")
+
+
+def pg_admin(base: str):
+    """An autocommit connection to the test server, for a test's own setup and checks."""
+    import psycopg2
+
+    conn = psycopg2.connect(base)
+    conn.autocommit = True
+    return conn
+
+
+def with_schema(base: str, schema: str) -> str:
+    """The server URL with `schema` as its search_path (the URL form jobctl reads the schema from)."""
+    from urllib.parse import quote
+
+    return f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={schema}', safe='')}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Every PostgreSQL test skipped for want of a server reports the same place and reason, so
+    that the summary (-ra) says it in one line: SKIPPED [N] conftest.py: PostgreSQL: ..."""
+    outcome = yield
+    report = outcome.get_result()
+    if (report.skipped and "where" in _pg_state and isinstance(report.longrepr, tuple)
+            and report.longrepr[2].startswith("Skipped: PostgreSQL: ")):
+        report.longrepr = (*_pg_state["where"], report.longrepr[2])
+
+
 @pytest.fixture
-def db(tmp_path):
+def pg_base():
+    """The test server's URL (no schema); skips (or, with JOBCTL_TEST_POSTGRES_URL set, fails)
+    when no server answers."""
+    base, why = _pg_server()
+    if base is None:
+        if os.environ.get("JOBCTL_TEST_POSTGRES_URL"):
+            pytest.fail(f"JOBCTL_TEST_POSTGRES_URL is set, but {why}")
+        _pg_state["where"] = (__file__, sys._getframe().f_lineno + 1)
+        pytest.skip(f"PostgreSQL: {why}; set JOBCTL_TEST_POSTGRES_URL=postgresql://USER@HOST:PORT/DB to run them")
+    return base
+
+
+@pytest.fixture
+def pg_schema(pg_base):
+    """A unique schema name for this test, dropped (with everything in it) afterwards."""
+    import secrets
+
+    schema = f"jt_{secrets.token_hex(6)}"
+    yield schema
+    conn = pg_admin(pg_base)
+    try:
+        conn.cursor().execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def pg_url(pg_base, pg_schema):
+    """A database URL of the test server in this test's own schema (created by jobctl on first use)."""
+    return with_schema(pg_base, pg_schema)
+
+
+@pytest.fixture
+def db(request, tmp_path):
+    """The test's database: a SQLite file path, or with JOBCTL_TEST_ENGINE=postgres a PostgreSQL
+    URL with a schema of its own (so the CLI tests can run on PostgreSQL too)."""
+    if os.environ.get("JOBCTL_TEST_ENGINE") == "postgres":
+        return request.getfixturevalue("pg_url")
     return tmp_path / "q" / "jobs.db"
 
 
@@ -222,12 +316,59 @@ class Clock:
 
 
 def snapshot(path):
-    """Every row of every table: what "nothing changed" is compared against."""
+    """Every row of every table: what "nothing changed" is compared against (a SQLite file, or
+    the schema of a PostgreSQL URL; there without the count tables, which stats may fold)."""
+    if str(path).startswith("postgresql://"):
+        return _pg_snapshot(str(path))
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         tables = [r[0] for r in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
         return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
+    finally:
+        conn.close()
+
+
+def count_rows(db, table="jobs") -> int:
+    """How many rows a table holds (a SQLite file, or the schema of a PostgreSQL URL: 0 when
+    jobctl has not made it)."""
+    if str(db).startswith("postgresql://"):
+        from jobctl.engines.postgres import Target
+
+        conn = pg_admin(str(db))
+        try:
+            cur = conn.cursor()
+            cur.execute("SELECT to_regclass(%s)", (f'"{Target(str(db)).schema}"."{table}"',))
+            name = cur.fetchone()[0]
+            if name is None:
+                return 0
+            cur.execute(f"SELECT count(*) FROM {name}")
+            return cur.fetchone()[0]
+        finally:
+            conn.close()
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def _pg_snapshot(url):
+    from jobctl.engines.postgres import Target
+
+    schema = Target(url).schema
+    conn = pg_admin(url)
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename NOT IN "
+                    "('job_counts', 'job_count_changes') ORDER BY 1", (schema,))
+        tables = [r[0] for r in cur.fetchall()]
+        rows = {}
+        for t in tables:
+            cur.execute(f'SELECT * FROM "{schema}"."{t}"')
+            rows[t] = sorted((tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in cur.fetchall()),
+                             key=repr)
+        return rows
     finally:
         conn.close()
 

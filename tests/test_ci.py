@@ -42,3 +42,9 @@ def test_pytest_exit_5_fails_a_bash_script_with_set_e(tmp_path):
     script.write_text("set -euo pipefail\npython3 -c 'import sys; sys.exit(5)'\necho reached\n")
     p = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
     assert p.returncode == 5 and "reached" not in p.stdout
+
+
+def test_ci_runs_the_postgresql_half_and_may_not_skip_it():
+    lines = _lines()
+    export = [i for i, line in enumerate(lines) if line.startswith("export JOBCTL_TEST_POSTGRES_URL=postgresql://")]
+    assert export and export[0] < len(lines) - 1, lines

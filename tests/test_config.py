@@ -62,7 +62,10 @@ def test_show_sources_name_where_each_value_came_from(tmp_path, monkeypatch):
     monkeypatch.setenv("JOBCTL_DB", str(tmp_path / "env.db"))
     r = run_inproc("config", "show", "--sources")
     assert r.exit_code == 0, r.output
-    lines = {line.split(" = ")[0]: line for line in r.stdout.splitlines() if " = " in line}
+    lines: dict = {}
+    for line in r.stdout.splitlines():
+        if " = " in line:  # a key's first table wins ([sqlite] busy_timeout before [postgres]'s)
+            lines.setdefault(line.split(" = ")[0], line)
     assert lines["db"].endswith("# JOBCTL_DB")
     assert lines["busy_timeout"] == 'busy_timeout = "2s"  # jobctl.toml'
     assert lines["max_attempts"].startswith("max_attempts = 5  # jobctl.toml")

@@ -3,7 +3,6 @@
 
 import json
 import os
-import sqlite3
 import subprocess
 import threading
 import time
@@ -11,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from conftest import JOBCTL
+from conftest import JOBCTL, count_rows
 from jobctl.durations import parse_time
 from jobctl.queue import Queue
 
@@ -22,11 +21,7 @@ def ok(r):
 
 
 def count(db, table="jobs"):
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-    finally:
-        conn.close()
+    return count_rows(db, table)
 
 
 def one_error_line(r, code):
@@ -302,11 +297,9 @@ def test_100k_lines_from_stdin_in_one_transaction(cli, db):
     seen, stop = set(), threading.Event()
 
     def watch():
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
         while not stop.is_set():
-            seen.add(conn.execute("SELECT count(*) FROM jobs").fetchone()[0])
+            seen.add(count(db))
             time.sleep(0.002)
-        conn.close()
 
     watcher = threading.Thread(target=watch)
     watcher.start()

@@ -26,7 +26,7 @@ def lost_job(past, status="running", **options):
     assert job.id == job_id
     if status == "cancel_requested":
         past.cancel(job_id)
-    note_expired_leases(past.engine.path)
+    note_expired_leases(past.engine.url)
     return job_id, job.token
 
 

@@ -168,10 +168,10 @@ def test_running_to_buried_by_recover_with_no_runs_left(cli, db):
 def test_running_to_cancel_requested_and_again(cli, q):
     job_id, _ = job_in(q, "running")
     assert ok(cli("cancel", job_id)).stdout == f"{job_id} cancel_requested\n"
-    before = snapshot(q.engine.path)
+    before = snapshot(q.engine.url)
     # asked again: exit 0, nothing changes
     assert ok(cli("cancel", job_id)).stdout == f"{job_id} cancel_requested\n"
-    assert snapshot(q.engine.path) == before
+    assert snapshot(q.engine.url) == before
 
 
 @pytest.mark.parametrize("start", ["running", "cancel_requested"])
@@ -274,13 +274,13 @@ def _refusal_args(action, job_id, token):
 @pytest.mark.parametrize("status,action", [(s, a) for s, actions in REFUSED.items() for a in actions])
 def test_refused_from_every_state(cli, q, status, action):
     job_id, token = job_in(q, status)
-    before = snapshot(q.engine.path)
+    before = snapshot(q.engine.url)
     r = cli(*_refusal_args(action, job_id, token))
     assert r.exit_code == 4, r.output
     assert r.stdout == ""
     assert r.stderr.startswith("jobctl: error: ") and len(r.stderr.splitlines()) == 1, r.stderr
     assert f"is {status}" in r.stderr
-    assert snapshot(q.engine.path) == before
+    assert snapshot(q.engine.url) == before
 
 
 def test_refused_through_the_core_too(q):

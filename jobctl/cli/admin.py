@@ -22,8 +22,8 @@ def init(ctx: typer.Context):
     """
     st = state(ctx)
     with st.open_queue(create=True) as q:
-        integrity = next(c for c in q.health_checks() if c.name == "integrity")
-        if not integrity.ok:  # the header can be fine while pages are not: say so before anyone trusts it
+        integrity = next((c for c in q.health_checks() if c.name == "integrity"), None)  # a file's
+        if integrity is not None and not integrity.ok:  # the header can be fine while pages are not: say so before anyone trusts it
             from jobctl.errors import DatabaseUnusable
 
             raise DatabaseUnusable(f"the database {q.location} is corrupt ({integrity.detail}); restore it from a backup")
@@ -229,7 +229,8 @@ def restore(
 
     st = state(ctx)
     if engines.scheme_of(st.db_path()) not in (None, "sqlite"):
-        raise InvalidInput("restore works on a SQLite file; restore a server database with its own tools")
+        raise InvalidInput("restore works on a SQLite file; restore a server database with its own tools "
+                           "(for PostgreSQL: psql or pg_restore, from a pg_dump)")
     db = Path(engines.sqlite_path(st.db_path()))
     if not (st.allow_network_fs or st.settings.allow_network_fs):
         from jobctl.engines import files

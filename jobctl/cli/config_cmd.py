@@ -45,6 +45,14 @@ STARTER = '''\
 # SQLite's locking is unsafe on NFS, SMB and other network filesystems, so such a file is refused.
 # allow_network_fs = false
 
+[postgres]
+# Settings of a PostgreSQL database (db = "postgresql://user@host:5432/dbname"; a SQLite file
+# ignores them). jobctl's tables live in their own schema; a URL's ?options=-csearch_path%3DNAME wins.
+# schema = "jobctl"
+# How long to wait for a lock (lock_timeout) before giving up (exit 6); a statement may run this
+# long plus 30s (statement_timeout).
+# busy_timeout = "5s"
+
 [defaults]
 # Applied to every job at enqueue, unless its [types.NAME] table or the command line says otherwise.
 # queue = "default"
@@ -141,7 +149,7 @@ def _backoff_value(text: str):
 
 def effective(st) -> list[tuple[str | None, str, object, str]]:
     """(table, key, value, source) for every effective setting, in config-file order."""
-    from jobctl.config import WORKER_KEYS, resolve_busy_timeout, resolve_db_path
+    from jobctl.config import DEFAULT_PG_SCHEMA, WORKER_KEYS, resolve_busy_timeout, resolve_db_path
     from jobctl.durations import exact_duration, format_size
 
     s = st.settings
@@ -152,22 +160,28 @@ def effective(st) -> list[tuple[str | None, str, object, str]]:
 
     rows: list[tuple[str | None, str, object, str]] = []
     db, db_source = resolve_db_path(st.db, s)
-    rows.append((None, "db", str(db), {"--db": "--db", "JOBCTL_DB": "JOBCTL_DB"}.get(db_source, origin("db"))))
+    from jobctl.engines import display
+
+    # A password in a database URL is never shown (it stays in the config file, or the environment).
+    rows.append((None, "db", display(str(db)), {"--db": "--db", "JOBCTL_DB": "JOBCTL_DB"}.get(db_source, origin("db"))))
     rows.append((None, "max_payload_bytes", s.max_payload_bytes, origin("max_payload_bytes")))
     rows.append((None, "secret_keys", list(s.secret_keys), origin("secret_keys")))
 
-    busy = resolve_busy_timeout(st.busy_timeout, s)
-    if st.busy_timeout is not None:
-        busy_source = "--busy-timeout"
-    elif os.environ.get("JOBCTL_BUSY_TIMEOUT"):
-        busy_source = "JOBCTL_BUSY_TIMEOUT"
-    else:
-        busy_source = origin("sqlite.busy_timeout")
-    rows.append(("sqlite", "busy_timeout", exact_duration(busy), busy_source))
+    def busy_timeout(server: bool) -> tuple[str, str]:
+        busy = resolve_busy_timeout(st.busy_timeout, s, server=server)
+        if st.busy_timeout is not None:
+            return exact_duration(busy), "--busy-timeout"
+        if os.environ.get("JOBCTL_BUSY_TIMEOUT"):
+            return exact_duration(busy), "JOBCTL_BUSY_TIMEOUT"
+        return exact_duration(busy), origin("postgres.busy_timeout" if server else "sqlite.busy_timeout")
+
+    rows.append(("sqlite", "busy_timeout", *busy_timeout(False)))
     rows.append(("sqlite", "synchronous", s.synchronous, origin("sqlite.synchronous")))
     allow = st.allow_network_fs or s.allow_network_fs
     rows.append(("sqlite", "allow_network_fs", allow,
                  "--allow-network-fs" if st.allow_network_fs else origin("sqlite.allow_network_fs")))
+    rows.append(("postgres", "schema", s.pg_schema or DEFAULT_PG_SCHEMA, origin("postgres.schema")))
+    rows.append(("postgres", "busy_timeout", *busy_timeout(True)))
 
     jitter_source = src.get("defaults.jitter") or src.get("defaults.backoff_jitter") or "default"
     for key, value, source in (

@@ -41,10 +41,13 @@ class State:
     def open_queue(self, *, create: bool = False):
         """Open the queue; only init, enqueue and work pass create=True, so a typo never looks like an empty queue."""
         from jobctl.config import resolve_busy_timeout
+        from jobctl.engines import POSTGRES_SCHEMES, scheme_of
         from jobctl.queue import Queue
 
+        db = self.db_path()
         return Queue.open(
-            self.db_path(), self.settings, create=create,
-            busy_timeout=resolve_busy_timeout(self.busy_timeout, self.settings),
+            db, self.settings, create=create,
+            busy_timeout=resolve_busy_timeout(self.busy_timeout, self.settings,
+                                              server=scheme_of(db) in POSTGRES_SCHEMES),
             allow_network_fs=True if self.allow_network_fs else None,  # else the config's [sqlite] says
         )

@@ -44,8 +44,10 @@ def sqlite_path(db: str) -> str:
 
 
 def display(db: str) -> str:
-    """A database string fit to print: any password in a URL is replaced by ***."""
-    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/@]*:)[^@/]*@", r"\1***@", db)
+    """A database string fit to print: any password in a URL (user:PASSWORD@, or a password=
+    parameter) is replaced by ***."""
+    db = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/@]*:)[^@/]*@", r"\1***@", db)
+    return re.sub(r"([?&]password=)[^&]*", r"\1***", db, flags=re.I)
 
 
 def open(db: str | os.PathLike, *, create: bool = False, read_only: bool = False, settings=None,
@@ -59,7 +61,8 @@ def open(db: str | os.PathLike, *, create: bool = False, read_only: bool = False
     text = os.fspath(db)
     scheme = scheme_of(text)
     if scheme in POSTGRES_SCHEMES:
-        return _open_postgres(text)
+        return _open_postgres(text, settings, create=create, read_only=read_only, busy_timeout=busy_timeout,
+                              clock=clock)
     if scheme not in (None, "sqlite"):
         raise InvalidInput(
             f"unknown kind of database {display(text)!r}: give a file path (or sqlite:///PATH) for SQLite, "
@@ -80,15 +83,16 @@ def open(db: str | os.PathLike, *, create: bool = False, read_only: bool = False
     )
 
 
-def _open_postgres(url: str) -> "Engine":
+def _open_postgres(url: str, settings, *, create: bool, read_only: bool, busy_timeout: float | None,
+                   clock: Callable[[], float] | None) -> "Engine":
     try:
-        import psycopg  # noqa: F401  (only to tell a missing driver from a missing engine)
-    except ImportError:
+        from jobctl.engines.postgres import PostgresEngine  # the driver is imported there, only there
+    except ImportError as e:
+        if not (e.name or "").startswith("psycopg2"):
+            raise
         raise DatabaseUnusable(
             f"cannot open {display(url)}: PostgreSQL support is not installed; install it with "
             "pip install 'jobctl[postgres]'"
         ) from None
-    raise DatabaseUnusable(
-        f"cannot open {display(url)}: PostgreSQL support is not installed in this version of jobctl; "
-        "use a SQLite file path for --db"
-    )
+    return PostgresEngine.open(url, settings, create=create, read_only=read_only, busy_timeout=busy_timeout,
+                               clock=clock)

@@ -29,7 +29,7 @@ import json
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-from jobctl.engines.base import Change, ClaimRequest, Decide, NewJob, RunLog
+from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob, RunLog
 from jobctl.errors import InvalidState, NoSuchJob
 from jobctl.models import FINISHED, JOB_COLUMNS, Event, Job, row_damage
 from jobctl import payloads
@@ -54,7 +54,7 @@ class SQLEngine:
     # -- what differs between dialects (these values: SQLite's) -----------------------------
     NULL_EQ = "IS"  # compares two values that may be NULL (PostgreSQL: IS NOT DISTINCT FROM)
     GREATEST = "MAX"  # the scalar maximum of two values (PostgreSQL: GREATEST)
-    NO_LIMIT = -1  # LIMIT ? for "no limit" (PostgreSQL: None, LIMIT NULL)
+    NO_LIMIT: int | None = -1  # LIMIT ? for "no limit" (PostgreSQL: None, LIMIT NULL)
     SKIP_LOCKED = ""  # after the claim's pick (PostgreSQL: FOR UPDATE SKIP LOCKED)
     ROW_LOCK = ""  # after a SELECT of rows that a transaction then decides on (PostgreSQL: FOR UPDATE)
     PARENTS_LOCK = ""  # after the SELECT of `after` parents at enqueue (PostgreSQL: FOR SHARE)
@@ -464,7 +464,9 @@ class SQLEngine:
                 (now, job.id),
             )
             self._jobs_may_be_ready(c)
-        elif change.to_status == "pending":  # a retry, a release, a requeue, a new run_at
+        elif (change.to_status == "pending" and fields.get("run_at", job.run_at) <= now
+              and not fields.get("waiting_on", job.waiting_on)):
+            # A release, a requeue, a retry due now (one with a backoff is found later by polling).
             self._jobs_may_be_ready(c)
         message = change.message
         if reacting:
@@ -914,6 +916,22 @@ class SQLEngine:
             if len(rows) < chunk:
                 return checked, damaged
             last = rows[-1]["id"]
+
+    def _job_checks(self, remedy: str) -> list[Check]:
+        """doctor's checks of the jobs themselves, for every SQL engine: expired leases, and rows
+        that cannot be decoded or whose payload does not match its hash (`remedy`: what to do)."""
+        expired = self.count_expired()
+        checked, damaged = self.damaged_jobs()
+        return [
+            Check("expired leases", expired == 0, "none" if expired == 0 else
+                  f"{expired} job(s); run `jobctl recover` (workers also do it)"),
+            Check("job rows", not damaged,
+                  f"{checked} job(s) decode and match their payload hash" if not damaged else
+                  f"{len(damaged)} damaged: " + "; ".join(f"job {i}: {why}" for i, why in damaged[:10])
+                  + (f"; and {len(damaged) - 10} more" if len(damaged) > 10 else "")
+                  + f"; a claim buries such a job instead of handing it out; {remedy}",
+                  data={"damaged_jobs": [{"id": i, "why": why} for i, why in damaged]}),
+        ]
 
     def count_expired(self) -> int:
         """Held jobs whose lease has expired."""

@@ -431,18 +431,7 @@ class SQLiteEngine(SQLEngine):
             wal = 0
         checks.append(Check("wal size", wal <= WAL_WARN_BYTES, f"{wal / 1048576:.1f} MiB" + (
             "" if wal <= WAL_WARN_BYTES else "; a long-running reader may be blocking checkpoints")))
-        expired = self.count_expired()
-        checks.append(Check("expired leases", expired == 0, "none" if expired == 0 else
-                            f"{expired} job(s); run `jobctl recover` (workers also do it)"))
-        checked, damaged = self.damaged_jobs()
-        checks.append(Check("job rows", not damaged,
-                            f"{checked} job(s) decode and match their payload hash" if not damaged else
-                            f"{len(damaged)} damaged: " + "; ".join(f"job {i}: {why}" for i, why in damaged[:10])
-                            + (f"; and {len(damaged) - 10} more" if len(damaged) > 10 else "")
-                            + "; a claim buries such a job instead of handing it out; restore the file from a "
-                            "backup or enqueue their work again",
-                            data={"damaged_jobs": [{"id": i, "why": why} for i, why in damaged]}))
-        return checks
+        return checks + self._job_checks("restore the file from a backup or enqueue their work again")
 
     def checkpoint(self) -> tuple[int, int, int]:
         with self._errors():

@@ -2,7 +2,7 @@
 
 The policy (retry or bury, backoff, what a release means) stays in queue.py; this module only
 turns outcomes into queue calls. Every call goes through `Recorder.db`, which tells errors apart by
-cause: a lock (DatabaseBusy) or a full disk is waited out with a jittered, growing delay, logged
+cause: a lock (DatabaseBusy), a full disk or a lost server connection is waited out with a jittered, growing delay, logged
 once; any other unusable database (read-only, I/O error, damaged schema) propagates, and the work
 loop stops. An outcome that cannot be written is kept and retried, and if the worker has to leave
 without writing it, it is logged (job, what it was) so that nothing disappears silently.
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 from jobctl import handlers
 from jobctl.durations import format_duration, to_rfc3339
 from jobctl.engines.base import RunOutput
-from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidState, JobctlError, NoSuchJob
+from jobctl.errors import ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidState, JobctlError, NoSuchJob
 from jobctl.models import Job, Record
 
 if TYPE_CHECKING:
@@ -86,13 +86,20 @@ class Recorder:
     # -- the database --------------------------------------------------------------------------
 
     def db(self, fn, *args, **kwargs):
-        """Call the queue; a lock or a full disk becomes Retry (logged once), with a jittered,
+        """Call the queue; a lock, a full disk or a lost connection becomes Retry (logged once), with a jittered,
         growing delay. Any other unusable database (exit 8) propagates and stops the worker."""
         try:
             result = fn(*args, **kwargs)
         except DatabaseBusy:
             self.cause = DatabaseBusy
             self._wait_out("locked by another process")
+            raise Retry() from None
+        except ConnectionLost:
+            # A server restart or a terminated backend: the engine reconnects on a later call.
+            # A write whose COMMIT was cut off may have been made: retrying it then meets the
+            # job's new state, which is refused by its token (logged as lost), never applied twice.
+            self.cause = ConnectionLost
+            self._wait_out("unreachable (connection lost)")
             raise Retry() from None
         except DiskFull:
             self.cause = DiskFull

@@ -1,0 +1,927 @@
+"""The PostgreSQL engine: the queue on a server, for workers on many hosts.
+
+The engine logic is the SQL core's (jobctl/engines/sql.py, SQLEngine); this module supplies what
+is PostgreSQL's own: the connection (psycopg2, imported only here), opening and the schema
+(pg_schema.py), transactions, locks, the server's clock, errors by cause, wake-ups by
+LISTEN/NOTIFY, reconnecting, and doctor's checks.
+
+Transactions: the connection is in autocommit mode and the engine issues BEGIN and COMMIT itself.
+A write is READ COMMITTED and takes its row locks as it reads (FOR UPDATE, FOR SHARE; the claim's
+pick is FOR UPDATE SKIP LOCKED, so workers never wait on each other's rows); claims under limits
+and enqueues of a `unique` job take turns through transaction advisory locks. A read is one
+REPEATABLE READ READ ONLY transaction: one snapshot for all its SELECTs. Time is the server's
+(clock_timestamp(), read once per write transaction in the same round trip as its BEGIN), so the
+clocks of the workers' hosts never matter.
+
+Timeouts: lock_timeout is the busy timeout (--busy-timeout, default 5 s); statement_timeout is
+the busy timeout plus 30 s (a statement that waited its full turn for a lock still has 30 s to
+run). Either one giving up is "busy, nothing changed, safe to retry" (exit 6), as are deadlocks
+and serialization failures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import select
+import time
+from collections.abc import Callable
+from typing import Any
+from contextlib import contextmanager
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg2
+import psycopg2.errors
+import psycopg2.extensions
+
+from jobctl.config import DEFAULT_PG_SCHEMA, PG_SCHEMA_NAME
+from jobctl.engines import display, pg_schema
+from jobctl.engines.base import Check, NewJob
+from jobctl.engines.pg_schema import SCHEMA_VERSION
+from jobctl.engines.sql import SQLEngine
+from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, JobctlError)
+
+# "now" in ms since the epoch: the moment of the call, not the transaction's start (now()).
+NOW_SQL = "floor(extract(epoch from clock_timestamp()) * 1000)::bigint"
+STATEMENT_GRACE_S = 30.0  # statement_timeout = busy timeout + this
+LONG_TRANSACTION_S = 300  # doctor: a transaction open this long holds back vacuum
+DEAD_ROWS_WARN = 10_000  # doctor: dead rows in jobs worth a word when also more than the live ones
+
+# Errors that mean "busy: nothing changed, safe to retry" (exit 6), with what happened.
+_BUSY = {
+    "55P03": "a lock is held by another transaction",  # lock_not_available (lock_timeout)
+    "57014": "a statement ran past its time limit",  # query_canceled (statement_timeout)
+    "40P01": "a deadlock with another transaction",  # deadlock_detected
+    "40001": "a conflict with a concurrent transaction",  # serialization_failure
+}
+_NOT_JOBCTL = ("42P01", "42703", "42883")  # undefined table, column, function: not the schema jobctl wrote
+
+
+class ReadOnly(DatabaseUnusable):
+    """The server refuses writes (a standby, or default_transaction_read_only)."""
+
+
+class KeyRace(DatabaseBusy):
+    """Another transaction committed a job with the same idempotency key while this one was
+    inserting it (the unique index made this one wait, then refused it)."""
+
+
+def _key(*parts: str) -> int:
+    """A transaction advisory lock's key: a signed 64-bit hash of what it protects."""
+    digest = hashlib.sha256("\0".join(("jobctl", *parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+# -- the URL ---------------------------------------------------------------------------------
+
+_SEARCH_PATH = re.compile(r"(?:^|\s)-c\s*search_path\s*=\s*(\S*)")
+
+
+class Target:
+    """Where the engine connects: the URL as given, the schema, and how to print both."""
+
+    def __init__(self, url: str, schema: str | None = None, busy_timeout: float = 5.0):
+        try:
+            params = psycopg2.extensions.parse_dsn(url)
+        except psycopg2.Error as e:
+            raise InvalidInput(f"invalid database URL {display(url)!r}: {_first_line(e)}; "
+                               "write it as postgresql://user@host:port/dbname") from None
+        self.given = url
+        self.params = params
+        self.busy_timeout = busy_timeout
+        m = _SEARCH_PATH.search(params.get("options", ""))
+        self.schema_in_url = m is not None
+        name = m.group(1).strip('"') if m else (schema or DEFAULT_PG_SCHEMA)
+        if not PG_SCHEMA_NAME.match(name):
+            where = "the URL's search_path" if m else "the config's [postgres] schema"
+            raise InvalidInput(f"invalid schema name {name!r} in {where}: use 1 to 48 lowercase letters, digits "
+                               "and _, starting with a letter or _ (not pg_; one schema, not a list)")
+        self.schema = name
+        self.channel = f'"jobctl.{name}"'  # LISTEN/NOTIFY: one channel per schema (per database)
+
+    @property
+    def url(self) -> str:
+        """The URL, password included, that reopens this database and schema from another process."""
+        if self.schema_in_url or self.schema == DEFAULT_PG_SCHEMA:
+            return self.given
+        parts = urlsplit(self.given)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        options = [v for k, v in query if k == "options"]
+        query = [(k, v) for k, v in query if k != "options"]
+        query.append(("options", " ".join([*options, f"-csearch_path={self.schema}"])))
+        return urlunsplit(parts._replace(query=urlencode(query)))
+
+    @property
+    def location(self) -> str:
+        """The database fit to print: the URL without its password."""
+        return display(self.url)
+
+    def connect(self, *, reconnecting: bool = False):
+        """A new autocommit connection with this schema first in its search_path and the timeouts
+        set; a failure is DatabaseUnusable (ConnectionLost when `reconnecting`: an outage)."""
+        busy_ms = max(int(self.busy_timeout * 1000), 1)  # 0 would mean "wait for ever" to PostgreSQL
+        statement_ms = busy_ms + int(STATEMENT_GRACE_S * 1000)
+        options = " ".join(filter(None, [
+            self.params.get("options", ""), f"-c search_path={self.schema}",
+            f"-c lock_timeout={busy_ms}", f"-c statement_timeout={statement_ms}"]))
+        extra = {"options": options, "client_encoding": "UTF8"}
+        if "connect_timeout" not in self.params:
+            extra["connect_timeout"] = "10"  # libpq waits for ever on an unreachable host by default
+        if "application_name" not in self.params:
+            extra["application_name"] = "jobctl"
+        try:
+            conn = psycopg2.connect(self.given, **extra)
+            conn.autocommit = True
+        except psycopg2.Error as e:
+            cls = ConnectionLost if reconnecting else DatabaseUnusable
+            raise cls(f"cannot connect to PostgreSQL at {self.location}: {_connect_problem(e)}") from None
+        return conn
+
+
+def _first_line(e: BaseException) -> str:
+    """The first line of a driver's message, without libpq's prefixes and padding."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    text = re.sub(r"^connection to server at .*?, port \d+ failed:\s*", "", text)
+    text = re.sub(r"^connection to server on socket .*? failed:\s*", "", text)
+    return re.sub(r"\s+", " ", re.sub(r"^(FATAL|ERROR):\s*", "", text)).strip()
+
+
+def _connect_problem(e: psycopg2.Error) -> str:
+    """Why a connection failed, and what to do, in one line (never the password: libpq's
+    messages do not contain it)."""
+    reason = _first_line(e)
+    low = reason.lower()
+    if "connection refused" in low or "no such file or directory" in low:
+        hint = "is the server running and accepting TCP/IP connections there? check the host and port"
+    elif "database" in low and "does not exist" in low:
+        hint = "create the database (createdb) or fix its name in the URL"
+    elif "role" in low and "does not exist" in low or "authentication failed" in low or "password" in low:
+        hint = "check the user and password (in the URL, PGPASSWORD or ~/.pgpass)"
+    elif "pg_hba.conf" in low:
+        hint = "the server does not let this user in from here; see its pg_hba.conf"
+    elif "starting up" in low or "shutting down" in low or "recovery mode" in low:
+        hint = "the server is restarting; retry in a moment"
+    elif "too many" in low or "remaining connection slots" in low:
+        hint = "the server has no free connection slot; retry later, or raise its max_connections"
+    elif "timeout" in low or "could not translate host name" in low:
+        hint = "check the host name and the network"
+    else:
+        hint = "check --db / JOBCTL_DB"
+    return f"{reason}; {hint}"
+
+
+# -- the connection as the SQL core uses it --------------------------------------------------
+
+
+class Row(tuple):
+    """A result row read as r["column"] or r[i], with keys(), like sqlite3.Row."""
+
+    __slots__ = ()
+    _index: dict[str, int] = {}
+    _names: tuple[str, ...] = ()
+
+    def __getitem__(self, key):
+        if type(key) is str:
+            return tuple.__getitem__(self, self._index[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> tuple[str, ...]:
+        return self._names
+
+
+_ROW_TYPES: dict[tuple[str, ...], type[Row]] = {}
+
+
+def _row_type(description) -> type[Row]:
+    names = tuple(d[0] for d in description)
+    cls = _ROW_TYPES.get(names)
+    if cls is None:
+        cls = _ROW_TYPES[names] = type("Row", (Row,), {"__slots__": (), "_names": names,
+                                                      "_index": {n: i for i, n in enumerate(names)}})
+    return cls
+
+
+class Cursor:
+    """What execute() returns: fetchone, fetchall, iteration, rowcount; rows are Row."""
+
+    __slots__ = ("cur",)
+
+    def __init__(self, cur):
+        self.cur = cur
+
+    def fetchone(self) -> Any:  # a Row, or None
+        row = self.cur.fetchone()
+        return None if row is None else _row_type(self.cur.description)(row)
+
+    def fetchall(self) -> list[Row]:
+        rows = self.cur.fetchall()
+        if not rows:
+            return []
+        make = _row_type(self.cur.description)
+        return [make(r) for r in rows]
+
+    def __iter__(self):
+        return iter(self.fetchall())
+
+    @property
+    def rowcount(self) -> int:
+        return self.cur.rowcount
+
+
+class Statement:
+    """The core's SQL text as this wrapper sends it: `text` for psycopg2 (placeholders %s, a
+    literal % as %%), `prepared` for PREPARE (placeholders $1, $2, ...), and whether it may be
+    deferred (it returns nothing: an INSERT, UPDATE or DELETE without RETURNING)."""
+
+    __slots__ = ("text", "prepared", "args", "deferrable")
+
+    def __init__(self, sql: str):
+        self.text = sql.replace("%", "%%").replace("?", "%s")
+        parts = sql.split("?")
+        self.prepared = "".join(p + (f"${n}" if n < len(parts) else "") for n, p in enumerate(parts, 1))
+        self.args = len(parts) - 1
+        words = sql.lstrip().split(None, 1)
+        self.deferrable = (bool(words) and words[0].upper() in ("INSERT", "UPDATE", "DELETE")
+                           and "RETURNING" not in sql.upper())
+
+
+_STATEMENTS: dict[str, Statement] = {}
+
+
+def _statement(sql: str) -> Statement:
+    st = _STATEMENTS.get(sql)
+    if st is None:
+        if len(_STATEMENTS) > 2000:  # IN lists of every length make new texts: keep the cache bounded
+            _STATEMENTS.clear()
+        st = _STATEMENTS[sql] = Statement(sql)
+    return st
+
+
+def _pg(sql: str) -> str:
+    return _statement(sql).text
+
+
+def _clean(params):
+    """PostgreSQL text cannot hold NUL characters: a text parameter that has one (a handler's
+    error output, say) is stored with U+FFFD (the replacement character) in its place. Other
+    values go as they are."""
+    for p in params:
+        if type(p) is str and "\x00" in p:
+            return [q.replace("\x00", "\ufffd") if type(q) is str else q for q in params]
+    return params
+
+
+_VALUES = re.compile(r"^(.*\bVALUES\s*)(\([^()]*\))(\s*(?:ON CONFLICT.*|RETURNING.*)?)$", re.S | re.I)
+PAGE_ROWS, PAGE_BYTES = 1000, 8 * 1024 * 1024  # a multi-row INSERT: at most this many rows or bytes
+
+
+class _NoRows:
+    """What a deferred statement returns: nothing to fetch (it has not even run yet)."""
+
+    rowcount = -1
+
+    def fetchone(self):
+        return None
+
+    def fetchall(self) -> list:
+        return []
+
+    def __iter__(self):
+        return iter(())
+
+
+NO_ROWS = _NoRows()
+PREPARE_AFTER = 2  # a statement is prepared on the server the second time a connection runs it
+MAX_PREPARED = 500  # per connection
+_NOT_PREPARABLE = ("42P18", "42P08", "42804", "42883", "42725")  # types of $n that PREPARE cannot infer
+
+
+class Connection:
+    """A psycopg2 connection (autocommit) as the SQL core expects one: execute(sql, params) with
+    `?` placeholders -> Cursor, executemany. `notify`: a NOTIFY to send with this transaction's
+    COMMIT (set by _jobs_may_be_ready).
+
+    Round trips are what a transaction costs here, so inside a transaction:
+    - a statement that returns nothing (an event's INSERT, say) is deferred: it goes in the same
+      round trip as the next statement, or as the COMMIT, in order; an error it meets is raised
+      there, still inside the transaction, which then rolls back as a whole;
+    - a statement run a second time on this connection is prepared on the server (PREPARE and
+      EXECUTE in one round trip), so that a worker's claims are not planned again each time (the
+      claim's planning costs about as much as running it)."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.in_transaction = False
+        self.notify = False
+        self.pending: list[bytes] = []  # deferred statements, in order
+        self._uses: dict[str, int] = {}
+        self._prepared: dict[str, bytes] = {}  # SQL text -> its EXECUTE template
+        self._unpreparable: set[str] = set()
+        # Names are never used twice: a PREPARE outlives the rollback of its transaction (PREPARE
+        # is not transactional), so one whose EXECUTE then failed (a lock timeout) left its name taken.
+        self._names = 0
+        self.prepares = True  # False once a pooler lost one (see PostgresEngine._translate)
+
+    def execute(self, sql: str, params=()) -> Cursor | _NoRows:
+        st = _statement(sql)
+        cur = self.raw.cursor()
+        params = _clean(params)
+        if not self.in_transaction:
+            cur.execute(st.text, params)
+            return Cursor(cur)
+        if st.deferrable:
+            self.pending.append(cur.mogrify(st.text, params))
+            return NO_ROWS
+        execute = self._prepared.get(sql)
+        if not self.prepares:
+            execute = None
+        elif execute is None and st.args and sql not in self._unpreparable:
+            uses = self._uses[sql] = self._uses.get(sql, 0) + 1
+            if uses >= PREPARE_AFTER and self._names < MAX_PREPARED:
+                return self._prepare_and_execute(cur, sql, st, params)
+        if execute is None:
+            query = cur.mogrify(st.text, params)
+        else:
+            query = cur.mogrify(execute, params)
+        cur.execute(self.take_pending(query))
+        return Cursor(cur)
+
+    def forget_prepared(self) -> None:
+        """Prepare every statement anew from now on (the old ones stay on the server, unused:
+        names are never reused)."""
+        self._prepared.clear()
+        self._uses.clear()
+
+    def begin(self, sql: str) -> Cursor:
+        """Run a BEGIN (and what is sent with it) outside any transaction."""
+        cur = self.raw.cursor()
+        cur.execute(sql)
+        return Cursor(cur)
+
+    def take_pending(self, query: bytes) -> bytes:
+        """`query` after the deferred statements, which are sent with it."""
+        if not self.pending:
+            return query
+        query = b";".join([*self.pending, query])
+        self.pending.clear()
+        return query
+
+    def _prepare_and_execute(self, cur, sql: str, st: Statement, params) -> Cursor:
+        """PREPARE the statement and EXECUTE it, in one round trip; under a savepoint, so that a
+        statement whose parameter types the server cannot infer is run as it is instead."""
+        self._names += 1
+        name = f"jobctl_{self._names}"
+        execute = f"EXECUTE {name} ({', '.join(['%s'] * st.args)})".encode()
+        query = (b"SAVEPOINT jobctl_prepare; PREPARE " + name.encode() + b" AS " + st.prepared.encode()
+                 + b"; RELEASE jobctl_prepare; " + cur.mogrify(execute, params))
+        try:
+            cur.execute(self.take_pending(query))
+        except psycopg2.Error as e:
+            if getattr(e, "pgcode", None) not in _NOT_PREPARABLE or self.broken:
+                raise
+            try:  # (fails when the error came from elsewhere: then the error is the news)
+                self.raw.cursor().execute("ROLLBACK TO SAVEPOINT jobctl_prepare")
+            except psycopg2.Error:
+                raise e from None
+            self._unpreparable.add(sql)
+            cur = self.raw.cursor()
+            cur.execute(st.text, params)
+            return Cursor(cur)
+        self._prepared[sql] = execute
+        return Cursor(cur)
+
+    def executemany(self, sql: str, seq) -> None:
+        """An INSERT ... VALUES (?, ...) of many rows as multi-row INSERTs (one round trip per
+        page, not per row); any other statement once per row."""
+        rows = list(seq)
+        m = _VALUES.match(sql)
+        if m is None or "?" in m.group(1) + m.group(3):
+            for params in rows:
+                self.execute(sql, params)
+            return
+        self.insert_values(m.group(1), m.group(2), rows, m.group(3))
+
+    def insert_values(self, head: str, template: str, rows, tail: str = "") -> list[Row]:
+        """head + (template), (template), ... + tail, for `rows` of parameters, in pages; the
+        rows that a RETURNING in `tail` returns. head and tail hold no parameters."""
+        cur = self.raw.cursor()
+        template = _pg(template)
+        start, end = head.encode(), tail.encode()
+        returned: list[Row] = []
+        page: list[bytes] = []
+        size = 0
+        for i, params in enumerate(rows, 1):
+            value = cur.mogrify(template, _clean(params))
+            page.append(value)
+            size += len(value)
+            if len(page) >= PAGE_ROWS or size >= PAGE_BYTES or i == len(rows):
+                cur.execute(self.take_pending(start + b",".join(page) + end))
+                if cur.description is not None:
+                    returned += Cursor(cur).fetchall()
+                page, size = [], 0
+        return returned
+
+    @property
+    def broken(self) -> bool:
+        return self.raw.closed != 0
+
+    def close(self) -> None:
+        try:
+            self.raw.close()
+        except psycopg2.Error:
+            pass
+
+
+# -- the engine ------------------------------------------------------------------------------
+
+
+class PostgresEngine(SQLEngine):
+    """The Engine contract (engines/base.py) on a PostgreSQL database, in one schema of it."""
+
+    NULL_EQ = "IS NOT DISTINCT FROM"
+    GREATEST = "GREATEST"
+    NO_LIMIT = None  # LIMIT NULL: no limit
+    SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
+    ROW_LOCK = " FOR UPDATE"
+    PARENTS_LOCK = " FOR SHARE"
+
+    def __init__(self, target: Target, raw, clock: Callable[[], float] | None = None):
+        self.target = target
+        self.conn = Connection(raw)
+        self.clock = clock  # seconds since the epoch, for tests; None: the server's clock
+        self.busy_timeout = target.busy_timeout
+        self._offset_ms = 0  # the server's clock minus this host's, at the last reading
+        self._identity: str | None = None
+        self._listen = None  # the LISTEN connection, opened by the first has_changed()
+        self._listen_fresh = False
+        self._listen_retry_at = 0.0
+
+    # -- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, url: str, settings=None, *, create: bool = False, read_only: bool = False,
+             busy_timeout: float | None = None, clock: Callable[[], float] | None = None) -> "PostgresEngine":
+        """Connect to the database `url` names, in the schema that it or the config's [postgres]
+        schema names (default `jobctl`). With `create`, a missing schema is made; an older one is
+        migrated (not with `read_only`); a newer one is refused."""
+        if settings is None:
+            from jobctl.config import Settings
+
+            settings = Settings()
+        target = Target(url, settings.pg_schema, settings.busy_timeout if busy_timeout is None else busy_timeout)
+        engine = cls(target, target.connect(), clock)
+        try:
+            engine._check_schema(create=create, migrate=not read_only)
+        except BaseException:
+            engine.close()
+            raise
+        return engine
+
+    def _check_schema(self, *, create: bool, migrate: bool) -> None:
+        version = self._schema_version()
+        if version == SCHEMA_VERSION:
+            return
+        t = self.target
+        if version is not None and version > SCHEMA_VERSION:
+            raise DatabaseUnusable(
+                f"the schema {t.schema} in {t.location} was written by a newer jobctl (schema v{version}; this "
+                f"jobctl knows up to v{SCHEMA_VERSION}); nothing was changed; upgrade jobctl")
+        if version is None and not create:
+            raise DatabaseUnusable(f"no jobctl schema {t.schema!r} in {t.location}; check --db / JOBCTL_DB, or "
+                                   f"create it with `jobctl --db '{t.location}' init`")
+        if not migrate:
+            raise DatabaseUnusable(f"the schema {t.schema} in {t.location} is at v{version}; a command that may "
+                                   "write migrates it first")
+        self._migrate()
+
+    def _schema_version(self) -> int | None:
+        """The schema's version, or None when there is no jobctl schema of this name (yet)."""
+        with self._errors():
+            try:
+                return self.conn.execute("SELECT version FROM schema_version").fetchone()[0]
+            except psycopg2.errors.UndefinedTable:
+                return None
+
+    def _migrate(self) -> None:
+        """Create or migrate the schema in one transaction, under the schema's advisory lock:
+        processes that start at once wait for the first, then find the schema made."""
+        t = self.target
+        with self._errors():
+            cur = self.conn.raw.cursor()
+            cur.execute("BEGIN; SELECT pg_advisory_xact_lock(%s)", (_key("schema", t.schema),))
+            try:
+                cur.execute("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s), "
+                            "(SELECT count(*) FROM pg_tables WHERE schemaname = %s), to_regclass(%s)",
+                            (t.schema, t.schema, f'"{t.schema}".schema_version'))
+                exists, tables, marked = cur.fetchone()
+                if exists and tables and marked is None:
+                    raise DatabaseUnusable(
+                        f"the schema {t.schema} in {t.location} holds tables that are not jobctl's; nothing was "
+                        "changed; name another schema (?options=-csearch_path%3DNAME in the URL, or [postgres] "
+                        "schema in the config)")
+                version = 0
+                if marked is not None:
+                    cur.execute("SELECT version FROM schema_version")
+                    version = cur.fetchone()[0]
+                if version > SCHEMA_VERSION:
+                    raise DatabaseUnusable(
+                        f"the schema {t.schema} in {t.location} was written by a newer jobctl (schema v{version}); "
+                        "nothing was changed; upgrade jobctl")
+                if version < SCHEMA_VERSION:
+                    if version == 0 and not exists:
+                        cur.execute(f'CREATE SCHEMA "{t.schema}"')
+                    pg_schema.migrate(cur, version)
+                cur.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+
+    def close(self) -> None:
+        self.conn.close()
+        self._drop_listener()
+
+    # -- what the engine is ----------------------------------------------------------------
+
+    @property
+    def files(self) -> None:
+        """A server database: no file to back up or checkpoint (use pg_dump)."""
+        return None
+
+    @property
+    def url(self) -> str:
+        return self.target.url
+
+    @property
+    def location(self) -> str:
+        return self.target.location
+
+    @property
+    def identity(self) -> str:
+        """The server (its system identifier: the same from every host), database and schema."""
+        if self._identity is None:
+            with self._errors():
+                try:
+                    server = str(self.conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()[0])
+                except psycopg2.errors.InsufficientPrivilege:
+                    info = self.conn.raw.info
+                    server = f"{info.host}:{info.port}"
+                db = self.conn.execute("SELECT current_database()").fetchone()[0]
+            self._identity = f"postgresql:{server}/{db}/{self.target.schema}"
+        return self._identity
+
+    # -- the clock -------------------------------------------------------------------------
+
+    def now(self) -> int:
+        """The server's clock in ms. Outside a transaction, when the server cannot be reached,
+        this host's clock corrected by the difference seen last (views and the worker's
+        clock-jump check only; every write reads the server's time itself)."""
+        if self.clock is not None:
+            return int(self.clock() * 1000)
+        try:
+            with self._errors():
+                ms = self.conn.execute("SELECT " + NOW_SQL).fetchone()[0]
+        except ConnectionLost:
+            if self.conn.in_transaction:
+                raise
+            return time.time_ns() // 1_000_000 + self._offset_ms
+        self._offset_ms = ms - time.time_ns() // 1_000_000
+        return ms
+
+    # -- transactions ----------------------------------------------------------------------
+
+    @contextmanager
+    def _errors(self):
+        if self.conn.broken and not self.conn.in_transaction:
+            self._reconnect()
+        try:
+            yield
+        except psycopg2.Error as e:
+            raise self._translate(e) from e
+
+    def _reconnect(self) -> None:
+        """A new connection in place of a lost one (the server restarted, or our backend was
+        terminated); an outage until the server answers again (ConnectionLost)."""
+        self.conn.close()
+        self.conn = Connection(self.target.connect(reconnecting=True))
+
+    def _translate(self, e: psycopg2.Error, *, committing: bool = False) -> Exception:
+        """The jobctl error of a driver error's cause (see the module docstring); a bug as it is."""
+        t = self.target
+        code = getattr(e, "pgcode", None) or ""
+        if self.conn.broken or code.startswith(("08", "57P")) or isinstance(e, psycopg2.InterfaceError):
+            self.conn.in_transaction = False
+            self.conn.pending.clear()
+            if committing:
+                return ConnectionLost(
+                    f"the connection to {t.location} was lost while committing ({_first_line(e)}); the change may or "
+                    "may not have been made: look before retrying (`jobctl show`)")
+            return ConnectionLost(f"the connection to {t.location} was lost ({_first_line(e)}); nothing changed, "
+                                  "safe to retry once the server answers")
+        if code == "0A000" and "cached plan" in str(e):
+            # A table changed under our prepared statements (a newer jobctl migrating, say): they
+            # are forgotten, and the retry prepares them again against the table as it is now.
+            self.conn.forget_prepared()
+            return DatabaseBusy(f"the tables in {t.location} changed under this connection's prepared statements "
+                                "(another jobctl migrating?); nothing changed, safe to retry")
+        if code == "26000" and self.conn.prepares:
+            # Our prepared statement is gone: a pooler in transaction mode (PgBouncer) sent this
+            # transaction to another server session. Nothing was kept; prepare nothing from now on.
+            self.conn.prepares = False
+            return DatabaseBusy(f"the database {t.location} lost a prepared statement (a connection pooler in "
+                                "transaction mode?); nothing changed, safe to retry")
+        if code in _BUSY:
+            return DatabaseBusy(
+                f"the database {t.location} is busy: {_BUSY[code]} (waited up to {t.busy_timeout:g}s); nothing "
+                "changed, safe to retry, or wait longer with --busy-timeout")
+        if code == "23505" and "idempotency_key" in (getattr(e.diag, "constraint_name", None) or ""):
+            return KeyRace(
+                "another process enqueued a job with the same idempotency key at the same moment; nothing changed, "
+                "safe to retry (the retry finds that job)")
+        if code == "25006":
+            return ReadOnly(
+                f"the database {t.location} is read-only ({_first_line(e)}); point --db at the primary server, "
+                "or turn default_transaction_read_only off for this user or database")
+        if code == "53100":
+            return DiskFull(f"the disk of the server of {t.location} is full; nothing changed; free some space "
+                            "and retry")
+        if code in _NOT_JOBCTL:
+            return DatabaseUnusable(f"the schema {t.schema} in {t.location} is not a usable jobctl schema: "
+                                    f"{_first_line(e)}; `jobctl doctor` says more")
+        if code == "42501":
+            return DatabaseUnusable(f"permission denied in {t.location} ({_first_line(e)}); grant this user the "
+                                    f"rights on the schema {t.schema} and its tables")
+        if code.startswith("53"):  # insufficient resources: out of memory, too many connections
+            return DatabaseUnusable(f"the server of {t.location} is out of resources ({_first_line(e)}); "
+                                    "retry later")
+        return e
+
+    @contextmanager
+    def _write(self, *, rollback: bool = False):
+        """One write transaction: BEGIN and the server's time in one round trip; yields
+        (connection, now). COMMIT (with a NOTIFY when a job may have become ready), or ROLLBACK
+        on any error and for a dry run. A connection lost at COMMIT is never reported as a commit."""
+        with self._errors():
+            c = self.conn
+            if c.in_transaction:
+                raise RuntimeError("a write transaction inside another")
+            if self.clock is None:
+                now = self._begin("BEGIN; SELECT " + NOW_SQL).fetchone()[0]
+                self._offset_ms = now - time.time_ns() // 1_000_000
+            else:
+                self._begin("BEGIN")
+                now = int(self.clock() * 1000)
+            c = self.conn  # (a new one, if _begin had to reconnect)
+            c.notify = False
+            c.in_transaction = True
+            try:
+                yield c, now
+            except BaseException:
+                self._rollback()
+                raise
+            end = "ROLLBACK" if rollback else "COMMIT"
+            if c.notify and not rollback:
+                end = f"NOTIFY {self.target.channel}; COMMIT"
+            try:
+                if rollback:
+                    c.pending.clear()  # a dry run: what was deferred need not run at all
+                c.raw.cursor().execute(c.take_pending(end.encode()))
+            except psycopg2.Error as e:
+                self._rollback()
+                raise self._translate(e, committing=True) from e
+            finally:
+                c.in_transaction = False
+
+    def _begin(self, sql: str) -> Cursor:
+        """Start a transaction. A connection found dead at this point (the server dropped it while
+        we were idle: a restart, pg_terminate_backend) is replaced and the BEGIN sent again: nothing
+        had been done on it, so nothing can be done twice."""
+        self.conn.pending.clear()
+        try:
+            return self.conn.begin(sql)
+        except psycopg2.Error:
+            if not self.conn.broken:
+                raise
+        self._reconnect()
+        return self.conn.begin(sql)
+
+    def _rollback(self) -> None:
+        c = self.conn
+        c.in_transaction = False
+        c.pending.clear()
+        if c.broken:
+            return
+        try:
+            c.raw.cursor().execute("ROLLBACK")
+        except psycopg2.Error:
+            pass  # the first error is the news
+
+    @contextmanager
+    def _read(self):
+        """One consistent snapshot (REPEATABLE READ, READ ONLY) for several SELECTs; inside a
+        write transaction, that transaction's own view."""
+        with self._errors():
+            if self.conn.in_transaction:
+                yield self.conn
+                return
+            self._begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            c = self.conn
+            c.in_transaction = True
+            try:
+                yield c
+            finally:
+                self._rollback()  # nothing to keep
+
+    # -- the SQL core's hooks --------------------------------------------------------------
+
+    def _indexed(self, name: str) -> str:
+        return ""  # the planner picks the partial indexes itself
+
+    def _admission_now(self, c, now: int) -> int:
+        """Claims under limits take turns (a transaction advisory lock for this schema's
+        admission), then count with a fresh statement snapshot, at a fresh server time: what
+        other claims committed while this one waited is counted."""
+        ms = c.execute(f"SELECT pg_advisory_xact_lock(?), {NOW_SQL}", (_key("admission", self.target.schema),)
+                       ).fetchone()[1]
+        return ms if self.clock is None else int(self.clock() * 1000)
+
+    def _lock_unique(self, c, unique_key: str) -> None:
+        """Two enqueues of the same `unique` job take turns, so the second finds the first's."""
+        c.execute("SELECT pg_advisory_xact_lock(?)", (_key("unique", self.target.schema, unique_key),))
+
+    def _jobs_may_be_ready(self, c) -> None:
+        """Wake listening workers: a NOTIFY sent with the COMMIT (PostgreSQL delivers it then,
+        and only if the transaction commits), so it costs no round trip of its own."""
+        c.notify = True
+
+    def _state_counts(self, c) -> list[tuple[str, str, int]]:
+        return [(r[0], r[1], int(r[2])) for r in c.execute(pg_schema.STATE_COUNTS).fetchall()]
+
+    _COLUMNS = ("id, queue, type, payload, payload_hash, priority, status, max_attempts, backoff, timeout_ms, run_at, "
+                "created_at, updated_at, cost_units, concurrency_group, on_buried, on_completed, on_cancelled")
+
+    def _insert_many(self, c, jobs: list[NewJob], now: int, actor: str,
+                     on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
+        """Jobs without keys or `after`, with their enqueue events: ids drawn from the sequence
+        first (one round trip), then one multi-row INSERT per page, whose enqueue events are
+        inserted by the same statement."""
+        ids: list[int | None] = [None]
+        template = "(DEFAULT,?,?,?,?,?,'pending',?,?,?,?,?,?,?,?,?,?,?)"
+        if len(jobs) > 1:  # (one job: `jobctl enqueue`, the job and its event in one round trip)
+            ids = sorted(r[0] for r in c.execute(
+                "SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, ?)",
+                (len(jobs),)).fetchall())
+            template = "(?,?,?,?,?,?,'pending',?,?,?,?,?,?,?,?,?,?,?)"
+        head = f"WITH inserted AS (INSERT INTO jobs ({self._COLUMNS}) VALUES "
+        tail = (" RETURNING id) INSERT INTO events (job_id, at, from_status, to_status, actor, message) "
+                f"SELECT id, {int(now)}, NULL, 'pending', {_literal(c, actor)}, 'enqueued' FROM inserted "
+                "RETURNING job_id")
+
+        def row(job_id, j: NewJob) -> tuple:
+            values = (j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff, j.timeout_ms,
+                      j.run_at(now), now, now, j.cost_units, j.concurrency_group, j.on_buried, j.on_completed,
+                      j.on_cancelled)
+            return values if job_id is None else (job_id, *values)
+
+        done: list[int] = []
+        step = self.PROGRESS_STEP if on_progress is not None else len(jobs)
+        for start in range(0, len(jobs), step):
+            chunk = jobs[start:start + step]
+            returned = c.insert_values(head, template, [row(i, j) for i, j in zip(ids[start:start + step], chunk)],
+                                       tail)
+            done += sorted(r[0] for r in returned)
+            if on_progress is not None:
+                on_progress(len(done), len(jobs))
+        if len(done) != len(jobs):
+            raise RuntimeError("a bulk insert returned fewer jobs than it was given")
+        return [(i, True) for i in done]
+
+    def insert_jobs(self, jobs: list[NewJob], actor: str, *,
+                    on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
+        """As the core's, and when another process committed a job with the same idempotency key
+        at the same moment (KeyRace), once more: nothing was kept, and this time the lookup finds
+        that job, as on SQLite, where enqueues take turns."""
+        for _ in range(2):
+            try:
+                return super().insert_jobs(jobs, actor, on_progress=on_progress)
+            except KeyRace:
+                pass
+        return super().insert_jobs(jobs, actor, on_progress=on_progress)
+
+    # -- counts: folded now and then, so stats reads few rows ------------------------------
+
+    def fold_counts(self) -> None:
+        """Move the appended count changes into the totals (pg_schema.py), unless another process
+        is doing it right now."""
+        with self._write() as (c, _now):
+            if c.execute("SELECT pg_try_advisory_xact_lock(?)", (_key("fold", self.target.schema),)).fetchone()[0]:
+                c.execute(pg_schema.FOLD_COUNTS)
+
+    def stats_snapshot(self, **kwargs) -> dict:
+        try:
+            self.fold_counts()
+        except (DatabaseBusy, ReadOnly):
+            pass  # (a standby: the counts are read unfolded, which costs a little more)
+        return super().stats_snapshot(**kwargs)
+
+    def purge(self, status: str, older_than_ms: int, **kwargs) -> int:
+        n = super().purge(status, older_than_ms, **kwargs)
+        if not kwargs.get("dry_run"):
+            self.fold_counts()  # workers purge every few minutes: the changes never pile up
+        return n
+
+    # -- wake-ups ----------------------------------------------------------------------------
+
+    def _listener(self):
+        """The LISTEN connection (autocommit, separate: a connection inside a transaction gets no
+        notifications), opened on first use and again after it was lost; None while it cannot be."""
+        if self._listen is not None and self._listen.closed:
+            self._drop_listener()
+        if self._listen is None:
+            if time.monotonic() < self._listen_retry_at:
+                return None
+            try:
+                conn = self.target.connect(reconnecting=True)
+                conn.cursor().execute(f"LISTEN {self.target.channel}")
+            except (JobctlError, psycopg2.Error):
+                self._listen_retry_at = time.monotonic() + 1.0
+                return None
+            self._listen = conn
+            self._listen_fresh = True  # anything may have happened before it listened
+        return self._listen
+
+    def _drop_listener(self) -> None:
+        if self._listen is not None:
+            try:
+                self._listen.close()
+            except psycopg2.Error:
+                pass
+            self._listen = None
+
+    def has_changed(self) -> bool:
+        """Whether a job may have become ready since the last call: a notification arrived (or
+        listening (re)started, or cannot start now: then the caller's claim finds out). A
+        notification missed while the listener was down is covered by the caller's polling."""
+        conn = self._listener()
+        if conn is None:
+            return True
+        if self._listen_fresh:
+            self._listen_fresh = False
+            return True
+        try:
+            conn.poll()
+        except psycopg2.Error:
+            self._drop_listener()
+            return True
+        if conn.notifies:
+            conn.notifies.clear()
+            return True
+        return False
+
+    def wait_for_change(self, timeout: float) -> bool:
+        """Block until a notification arrives or `timeout` seconds pass; True if one came (one
+        that arrived since the last look counts: it may be news the caller has not acted on)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            conn = self._listener()
+            if conn is None:  # not listening now: wait a little, then let the caller look
+                time.sleep(max(min(left, 0.5), 0))
+                return True
+            if self.has_changed():
+                return True
+            if left <= 0:
+                return False
+            select.select([conn], [], [], left)
+
+    # -- doctor ------------------------------------------------------------------------------
+
+    def health_checks(self) -> list[Check]:
+        """doctor's checks: the connection, the schema version, transactions open long enough
+        to hold back vacuum, dead rows in the jobs table, expired leases, damaged job rows."""
+        t = self.target
+        with self._read() as c:
+            server = c.execute("SELECT current_setting('server_version')").fetchone()[0]
+            version = c.execute("SELECT version FROM schema_version").fetchone()[0]
+            old = c.execute(
+                "SELECT count(*), COALESCE(max(extract(epoch from clock_timestamp() - xact_start)), 0)::bigint "
+                "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND xact_start < clock_timestamp() - make_interval(secs => ?)", (LONG_TRANSACTION_S,)).fetchone()
+            tables = c.execute("SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables "
+                               "WHERE schemaname = ? AND relname = 'jobs'", (t.schema,)).fetchone()
+        checks = [
+            Check("connection", True, f"PostgreSQL {server}, schema {t.schema}"),
+            Check("schema", version == SCHEMA_VERSION, f"v{version}"),
+            Check("long transactions", old[0] == 0, "none open over 5 minutes" if old[0] == 0 else
+                  f"{old[0]} transaction(s) open for up to {old[1]}s hold back vacuum (dead rows pile up); see "
+                  "pg_stat_activity and end them"),
+        ]
+        live, dead = (tables[0], tables[1]) if tables else (0, 0)
+        bloated = dead > DEAD_ROWS_WARN and dead > live
+        checks.append(Check("dead rows", not bloated, f"{dead} dead, {live} live rows in jobs" + (
+            f"; vacuum is falling behind: VACUUM {t.schema}.jobs, and look for long transactions" if bloated else "")))
+        return checks + self._job_checks("enqueue their work again")
+
+
+def _literal(c: Connection, value) -> str:
+    """A value as an SQL literal, quoted by the driver (for SQL built around multi-row VALUES)."""
+    return c.raw.cursor().mogrify("%s", (value,)).decode()

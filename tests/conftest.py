@@ -435,40 +435,10 @@ def wait_for(predicate, timeout=20.0, what="condition"):
 
 
 
-# -- PostgreSQL (pgtest's stand-in until the engine's own pg_url fixture lands) ------------------
-
-PG_DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-@pytest.fixture
-def pg_url():
-    """A URL naming a fresh schema of its own on the test server (dropped afterwards)."""
-    import uuid
-
-    psycopg2 = pytest.importorskip("psycopg2")
-    base = os.environ.get("JOBCTL_TEST_POSTGRES_URL") or PG_DEFAULT_URL
-    try:
-        admin = psycopg2.connect(base, connect_timeout=3)
-    except psycopg2.OperationalError as e:
-        if os.environ.get("JOBCTL_TEST_POSTGRES_URL"):
-            pytest.fail(f"JOBCTL_TEST_POSTGRES_URL is set but the server cannot be reached: {e}")
-        pytest.skip(f"no PostgreSQL server at {base}: {str(e).strip()}")
-    admin.autocommit = True
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    with admin.cursor() as cur:
-        cur.execute(f"CREATE SCHEMA {name}")
-    try:
-        yield f"{base}?options=-csearch_path%3D{name}"
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f"DROP SCHEMA {name} CASCADE")
-        admin.close()
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def any_db(request, tmp_path):
-    """The test's database on each engine in turn: a SQLite file path, or a PostgreSQL URL that
-    names the test's own fresh schema (skipped when no server can be reached)."""
+    """The test's database on each engine in turn: a SQLite file path, or pg_url (a PostgreSQL URL
+    in a schema of the test's own; skipped, or failed under CI, when no server answers)."""
     if request.param == "postgres":
         return request.getfixturevalue("pg_url")
     return tmp_path / "q" / "jobs.db"

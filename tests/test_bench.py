@@ -65,22 +65,13 @@ def test_peer_workloads_run(tmp_path):
         assert r["median"] > 0, r
 
 
-def server_url(pg_url: str) -> str:
-    """The test server's URL without the test's schema: bench/postgres.py makes schemas of its own."""
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-    parts = urlsplit(pg_url)
-    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "options"]
-    return urlunsplit(parts._replace(query=urlencode(query)))
-
-
 @pytest.mark.slow
-def test_postgres_workloads_run_and_process_every_job_once(tmp_path, pg_url):
+def test_postgres_workloads_run_and_process_every_job_once(tmp_path, pg_base):
     out = tmp_path / "postgres.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "postgres.py"), "--quick", "--claim-jobs", "40", "--enqueue-calls", "2",
          "--wakeup-tries", "2", "--stats-jobs", "500", "--out", str(tmp_path), "--json", str(out)],
-        env={**os.environ, "JOBCTL_BENCH_POSTGRES_URL": server_url(pg_url)}, capture_output=True, text=True,
+        env={**os.environ, "JOBCTL_BENCH_POSTGRES_URL": pg_base}, capture_output=True, text=True,
         timeout=600)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     assert (tmp_path / "postgres.md").read_text().count("### ") == 5, proc.stdout

@@ -434,7 +434,6 @@ def wait_for(predicate, timeout=20.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def any_db(request, tmp_path):
     """The test's database on each engine in turn: a SQLite file path, or pg_url (a PostgreSQL URL

@@ -306,7 +306,7 @@ class Worker:
             if timeout <= 0:
                 break
         try:
-            while os.read(wake_r, 512):
+            while len(os.read(wake_r, 512)) == 512:  # a short read emptied it: no read to meet EAGAIN
                 pass
         except (BlockingIOError, InterruptedError):
             pass

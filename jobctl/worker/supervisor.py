@@ -69,11 +69,12 @@ class SpawnError(Exception):
 class Proc:
     """A started handler: its pid (= its process group) and, once reaped, its returncode."""
 
-    __slots__ = ("pid", "returncode")
+    __slots__ = ("pid", "returncode", "over")
 
     def __init__(self, pid: int):
         self.pid = pid
         self.returncode: int | None = None
+        self.over = False  # seen exited (a zombie until reaped: it stays so)
 
 
 _TMP: list[str] = []  # the folder of the scratch files, found once (as tempfile.gettempdir would)
@@ -206,10 +207,13 @@ class PosixLauncher:
         return Proc(pid)
 
     def exited(self, proc: Proc) -> bool:
-        try:
-            return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-        except ChildProcessError:
+        if proc.over:  # asked again by the reap right after the registry's look: no second waitid
             return True
+        try:
+            proc.over = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            proc.over = True
+        return proc.over
 
     def reap(self, proc: Proc, timeout: float | None = None) -> int | None:
         """The returncode (-N for a signal); with a timeout, None if it has not exited by then."""

@@ -336,9 +336,12 @@ def test_a_terminated_connection_is_an_outage_then_reconnects(pg_base, pg_schema
         with pytest.raises(InvalidState):
             e.update_job(job.id, complete_with("tok-1"), "w")
         assert e.update_job(job.id, complete_with("tok-2"), "w2").status == "completed"
-        # Terminated while idle: the next call reconnects by itself.
+        # Terminated while idle: the next call reconnects by itself, a read or a write (whose first
+        # round trip carries the BEGIN, the job's row and the time).
         terminate_backends(pg_base, app)
         assert e.get_job(2).status == "pending"
+        terminate_backends(pg_base, app)
+        assert e.update_job(2, lambda j, now: Change("cancelled", {}), "x").status == "cancelled"
     finally:
         e.close()
         other.close()

@@ -26,8 +26,8 @@ _lock_unique, _jobs_may_be_ready and _state_counts.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob, RunLog
 from jobctl.errors import InvalidState, NoSuchJob
@@ -79,6 +79,14 @@ class SQLEngine:
     def _read(self) -> AbstractContextManager:
         """One consistent snapshot for several SELECTs; yields the connection."""
         raise NotImplementedError
+
+    @contextmanager
+    def _write_job(self, job_id: int | None) -> Iterator[tuple]:
+        """A write transaction that starts by reading job `job_id`'s row with its lock (ROW_LOCK):
+        yields (c, now, row), row None when there is no such job (or job_id is None). An engine
+        whose round trips are dear overrides this to read its clock in the same one as the row."""
+        with self._write() as (c, now):
+            yield c, now, None if job_id is None else self._job_row(c, job_id)
 
     def close(self) -> None:
         raise NotImplementedError
@@ -405,15 +413,16 @@ class SQLEngine:
     # -- transitions -----------------------------------------------------------------------
 
     def update_job(self, job_id: int, decide: Decide, actor: str) -> Job:
-        with self._write() as (c, now):
-            return self._decide_and_apply(c, job_id, decide, now, actor)
+        with self._write_job(job_id) as (c, now, row):
+            return self._decide_and_apply(c, job_id, row, decide, now, actor)
 
     def update_jobs_and_claim(self, updates: list[tuple[int, Decide]], requests: list[ClaimRequest],
                               actor: str) -> tuple[list[Job], list[Job]]:
         """Every update, then up to len(requests) claims, in one transaction: a worker finishing
         jobs and taking the next ones pays for one commit (one fsync). All or nothing."""
-        with self._write() as (c, now):
-            done = [self._decide_and_apply(c, job_id, decide, now, actor) for job_id, decide in updates]
+        with self._write_job(updates[0][0] if updates else None) as (c, now, first):
+            done = [self._decide_and_apply(c, job_id, first if i == 0 else self._job_row(c, job_id), decide, now, actor)
+                    for i, (job_id, decide) in enumerate(updates)]
             claimed = []
             for request in requests:
                 job = self._claim(c, request, now)
@@ -422,9 +431,14 @@ class SQLEngine:
                 claimed.append(job)
             return done, claimed
 
-    def _decide_and_apply(self, c, job_id: int, decide: Decide, now: int, actor: str) -> Job:
-        """Inside a write transaction: read the row, let the queue decide, apply the change."""
-        row = c.execute("SELECT * FROM jobs WHERE id = ?" + self.ROW_LOCK, (job_id,)).fetchone()
+    def _job_row(self, c, job_id: int):
+        """Inside a write transaction: job `job_id`'s row, locked until the end of it where rows
+        are locked (ROW_LOCK); None when there is no such job."""
+        return c.execute("SELECT * FROM jobs WHERE id = ?" + self.ROW_LOCK, (job_id,)).fetchone()
+
+    def _decide_and_apply(self, c, job_id: int, row, decide: Decide, now: int, actor: str) -> Job:
+        """Inside a write transaction: let the queue decide on the job's row (read by _job_row),
+        apply the change."""
         if row is None:
             raise NoSuchJob(job_id)
         job = Job.from_row(row)
@@ -564,7 +578,7 @@ class SQLEngine:
         """decide on the job, then on every job that waits on it, directly or not (oldest first),
         in one transaction: the job, then each dependent that changed."""
         with self._write() as (c, now):
-            done = [self._decide_and_apply(c, job_id, decide, now, actor)]
+            done = [self._decide_and_apply(c, job_id, self._job_row(c, job_id), decide, now, actor)]
             rows = c.execute(
                 "WITH RECURSIVE dependents(id) AS (SELECT job_id FROM job_deps WHERE after_id = ? "
                 "UNION SELECT d.job_id FROM job_deps d JOIN dependents ON d.after_id = dependents.id) "

@@ -443,9 +443,11 @@ class SQLEngine:
             raise NoSuchJob(job_id)
         job = Job.from_row(row)
         change = decide(job, now)
-        return job if change is None else self._apply(c, job, change, now, actor)
+        return job if change is None else self._apply(c, job, change, now, actor, row["dep_flags"])
 
-    def _apply(self, c, job: Job, change: Change, now: int, actor: str) -> Job:
+    def _apply(self, c, job: Job, change: Change, now: int, actor: str, dep_flags: int) -> Job:
+        """Inside a write transaction: make `change` to `job`, whose row (with `dep_flags`) was read
+        with its lock in this transaction (nothing else changes it before the end of it)."""
         fields = dict(change.fields)
         fields["status"] = change.to_status
         fields["updated_at"] = now
@@ -458,16 +460,22 @@ class SQLEngine:
         # The changed row is the one read before with these values written, and is built so, unless
         # a reaction needs it as stored or a value might be stored as other than it was given (a
         # float in an INTEGER column, say): reading back all of a job's columns and checking them
-        # again was a tenth of the worker's transaction.
+        # again was a tenth of the worker's transaction. Without RETURNING, the UPDATE is one a
+        # connection may defer into its next round trip (PostgreSQL's does).
         known = not (reacting and change.reaction is not None) and all(
             k in JOB_COLUMNS and (v is None or type(v) is int or type(v) is str) for k, v in fields.items())
-        rows = c.execute(
-            f"UPDATE jobs SET {assignments} WHERE id = ? AND status = ? RETURNING {'dep_flags' if known else '*'}",
-            [*fields.values(), job.id, job.status],
-        ).fetchall()
-        if not rows:  # cannot happen under the write lock (or the row's lock); refuse rather than guess
+        sql = f"UPDATE jobs SET {assignments} WHERE id = ? AND status = ?"
+        params = [*fields.values(), job.id, job.status]
+        row = None
+        if known:
+            # (-1 when deferred: the row's lock, held since it was read, is the guarantee then)
+            changed = c.execute(sql, params).rowcount != 0
+        else:
+            row = c.execute(sql + " RETURNING *", params).fetchone()
+            changed = row is not None
+        if not changed:  # cannot happen under the write lock (or the row's lock); refuse rather than guess
             raise InvalidState(f"job {job.id} changed while it was being updated; retry")
-        if change.to_status == "completed" and job.status != "completed" and rows[0]["dep_flags"] & DEPENDED_ON:
+        if change.to_status == "completed" and job.status != "completed" and dep_flags & DEPENDED_ON:
             # Jobs waiting on this one have one dependency fewer; one whose last dependency just
             # completed becomes ready now, so its age (and its place in the claim order) counts
             # from this moment rather than from when it was enqueued.
@@ -484,7 +492,7 @@ class SQLEngine:
             self._jobs_may_be_ready(c)
         message = change.message
         if reacting:
-            reaction_id = self._react(c, job, rows[0], change, now, change.actor or actor)
+            reaction_id = self._react(c, job, row, change, now, change.actor or actor)
             if reaction_id is not None and change.reaction is not None:
                 message = f"{message or change.to_status}; reaction: job {reaction_id} ({change.reaction.type})"
         if change.run and job.claimed_at is not None:
@@ -497,7 +505,10 @@ class SQLEngine:
             self._store_output(c, job, change, now)
         if message is not None or change.to_status != job.status:
             self._event(c, job.id, now, job.status, change.to_status, change.actor or actor, message, change.details)
-        return job.updated(fields) if known else Job.from_row(rows[0])
+        if known:
+            return job.updated(fields)
+        assert row is not None
+        return Job.from_row(row)
 
     @staticmethod
     def _store_output(c, job: Job, change: Change, now: int) -> None:
@@ -513,7 +524,7 @@ class SQLEngine:
 
     def _react(self, c, job: Job, row, change: Change, now: int, actor: str) -> int | None:
         """Inside the transaction that made `job` become change.to_status (`row`: the job's row as
-        it is now, all of it when the Change carries a reaction): enqueue the reaction the Change
+        it is now when the Change carries a reaction, else None): enqueue the reaction the Change
         carries, with the job as it is now in its payload; its id (None: none). A job with a
         reaction type for that state and a Change without one is refused."""
         if change.reaction is None:
@@ -550,7 +561,8 @@ class SQLEngine:
                     job = Job.from_checked_row(row)
                     change = decide(job, now)
                     if change is not None:
-                        done.append((job if dry_run else self._apply(c, job, change, now, actor), change))
+                        done.append((job if dry_run else self._apply(c, job, change, now, actor, row["dep_flags"]),
+                                     change))
                 if on_progress is not None and (n % 100 == 0 or n == len(rows)):
                     on_progress(n, len(rows))
             return done
@@ -588,7 +600,7 @@ class SQLEngine:
                 job = Job.from_row(row)
                 change = decide(job, now)
                 if change is not None:
-                    done.append(self._apply(c, job, change, now, actor))
+                    done.append(self._apply(c, job, change, now, actor, row["dep_flags"]))
             return done
 
     MATCH_KINDS = {  # update_matching's kinds of job not yet started; every parameter is "now"
@@ -634,7 +646,7 @@ class SQLEngine:
                     job = Job.from_row(row)
                     change = decide(job, now)
                     if change is not None:
-                        self._apply(c, job, change, now, actor)
+                        self._apply(c, job, change, now, actor, row["dep_flags"])
                         counts[row["kind"]] += 1
             done += len(rows)
             if rows:

@@ -20,7 +20,8 @@ The SQL runs unchanged on SQLite (3.35 or newer) and PostgreSQL (12 or newer), s
 
 Hooks a subclass implements (see each one's docstring): now(), _errors(), _write(rollback=False)
 yielding (c, now), _read() yielding c, close(), _indexed(name), _insert_many, _admission_now,
-_lock_unique, _jobs_may_be_ready and _state_counts.
+_lock_unique, _jobs_may_be_ready and _state_counts; _write_job (a write transaction that starts by
+reading one job's row) has a default made of _write that an engine may improve on.
 """
 
 from __future__ import annotations

@@ -88,6 +88,45 @@ RAW_COMPLETE = ("UPDATE jobs SET status = 'completed', finished_at = :now, token
                 "WHERE id = :id AND status = 'running' AND token = :token")
 
 
+# The hand-written PostgreSQL reference (bench/postgres.py): its own table, as a competent queue on
+# PostgreSQL would have it (a partial index for the claim, another for the leases of held jobs),
+# the claim as one UPDATE whose subquery takes the row with FOR UPDATE SKIP LOCKED, and the
+# complete as one UPDATE: each one statement in autocommit mode, so one round trip and one commit.
+PG_RAW_TABLE = """
+CREATE TABLE jobs (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue TEXT NOT NULL, type TEXT NOT NULL, payload TEXT NOT NULL, priority INTEGER NOT NULL,
+    status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, timeout_ms BIGINT NOT NULL,
+    run_at BIGINT NOT NULL, worker TEXT, claimed_at BIGINT, lease_expires_at BIGINT, token TEXT,
+    result TEXT, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL, finished_at BIGINT);
+CREATE INDEX jobs_ready ON jobs (queue, priority DESC, run_at, id) WHERE status = 'pending';
+CREATE INDEX jobs_held ON jobs (lease_expires_at) WHERE status = 'running';
+"""
+PG_RAW_CLAIM = (
+    "UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = %(worker)s, claimed_at = %(now)s, "
+    "lease_expires_at = %(now)s + timeout_ms, token = %(token)s, updated_at = %(now)s WHERE id = ("
+    "SELECT id FROM jobs WHERE queue = 'default' AND status = 'pending' AND run_at <= %(now)s "
+    "ORDER BY priority DESC, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id, token, payload")
+PG_RAW_COMPLETE = ("UPDATE jobs SET status = 'completed', finished_at = %(now)s, updated_at = %(now)s, "
+                   "token = NULL, result = %(result)s WHERE id = %(id)s AND status = 'running' AND token = %(token)s")
+
+
+def pg_raw_fill(url: str, n: int) -> None:
+    """The reference's table with n pending jobs (untimed)."""
+    import psycopg2
+
+    conn = psycopg2.connect(url)
+    now = int(time.time() * 1000) - 1000
+    with conn, conn.cursor() as cur:
+        cur.execute(PG_RAW_TABLE)
+        cur.execute(
+            "INSERT INTO jobs (queue, type, payload, priority, status, timeout_ms, run_at, created_at, updated_at) "
+            "SELECT 'default', 'bench', '{\"i\":' || (i - 1) || '}', 0, 'pending', 600000, %s, %s, %s "
+            "FROM generate_series(1, %s) AS i ORDER BY i", (now, now, now, n))
+        cur.execute("ANALYZE jobs")
+    conn.close()
+
+
 def raw_connection(db: str, synchronous: str = "full") -> sqlite3.Connection:
     conn = sqlite3.connect(db, isolation_level=None, timeout=5.0)
     conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
@@ -214,7 +253,9 @@ def case_batch_peer(a: dict) -> dict:
 def _fill(impl: str, a: dict) -> None:
     """The fixture: `n` pending jobs (untimed)."""
     n, workdir = a["n"], Path(a["dir"])
-    if impl in ("jobctl", "jobctl-pipelined", "raw"):
+    if impl == "pg-raw":
+        pg_raw_fill(a["db"], n)
+    elif impl in ("jobctl", "jobctl-pipelined", "raw"):
         from jobctl.queue import Queue
 
         with Queue.open(a["db"], create=True) as q:
@@ -270,6 +311,11 @@ def worker(impl: str, a: dict) -> None:
     errors = 0
     busy_errors: tuple = (sqlite3.OperationalError,)
 
+    def is_busy(e: Exception) -> bool:
+        # jobctl's DatabaseBusy on any engine (on PostgreSQL a lock timeout or a deadlock, in
+        # words of its own), or SQLite's own busy and locked errors
+        return type(e).__name__ == "DatabaseBusy" or "locked" in str(e) or "busy" in str(e).lower()
+
     def persist(fn, *args, **kwargs):
         """Retry a step whose job is already claimed until it goes through: giving up on a busy
         database there would strand the job (and count as a loss that is the harness's own)."""
@@ -277,7 +323,7 @@ def worker(impl: str, a: dict) -> None:
             try:
                 return fn(*args, **kwargs)
             except busy_errors as e:
-                if "locked" not in str(e) and "busy" not in str(e).lower():
+                if not is_busy(e):
                     raise
                 busy[0] += 1
                 time.sleep(0.001)
@@ -349,6 +395,24 @@ def worker(impl: str, a: dict) -> None:
             job_id = step()
             return None if job_id is None else job_id - 1
         busy_errors = (DatabaseBusy, sqlite3.OperationalError)
+    elif impl == "pg-raw":
+        import psycopg2
+
+        conn = psycopg2.connect(a["db"])
+        conn.autocommit = True  # each statement its own transaction: one round trip, one commit
+        cur = conn.cursor()
+
+        def claim_one():
+            now = int(time.time() * 1000)
+            cur.execute(PG_RAW_CLAIM, {"worker": a["worker"], "now": now, "token": os.urandom(12).hex()})
+            row = cur.fetchone()
+            if row is None:
+                return None
+            job_id, token, _ = row
+            cur.execute(PG_RAW_COMPLETE, {"now": int(time.time() * 1000), "id": job_id, "token": token,
+                                          "result": '{"ok":true}'})
+            return job_id - 1  # ids start at 1 in a fresh table
+        busy_errors = ()
     elif impl == "huey":
         sys.path.insert(0, str(BENCH))
         from huey_app import huey
@@ -390,7 +454,7 @@ def worker(impl: str, a: dict) -> None:
         try:
             got = claim_one()
         except busy_errors as e:  # a long-running worker retries a busy database, as jobctl's does
-            if "locked" in str(e) or "busy" in str(e).lower():
+            if is_busy(e):
                 busy[0] += 1
                 time.sleep(0.001)
                 continue

@@ -433,3 +433,11 @@ def wait_for(predicate, timeout=20.0, what="condition"):
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
 
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_db(request, tmp_path):
+    """The test's database on each engine in turn: a SQLite file path, or pg_url (a PostgreSQL URL
+    in a schema of the test's own; skipped, or failed under CI, when no server answers)."""
+    if request.param == "postgres":
+        return request.getfixturevalue("pg_url")
+    return tmp_path / "q" / "jobs.db"

@@ -1,6 +1,7 @@
 """The benchmark harness must not rot: run it at toy sizes (a smoke run, not a measurement)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -62,3 +63,26 @@ def test_peer_workloads_run(tmp_path):
     for r in peers:
         assert not r["errors"] and not r["skipped"], r
         assert r["median"] > 0, r
+
+
+@pytest.mark.slow
+def test_postgres_workloads_run_and_process_every_job_once(tmp_path, pg_base):
+    out = tmp_path / "postgres.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "postgres.py"), "--quick", "--claim-jobs", "40", "--enqueue-calls", "2",
+         "--wakeup-tries", "2", "--stats-jobs", "500", "--out", str(tmp_path), "--json", str(out)],
+        env={**os.environ, "JOBCTL_BENCH_POSTGRES_URL": pg_base}, capture_output=True, text=True,
+        timeout=600)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert (tmp_path / "postgres.md").read_text().count("### ") == 5, proc.stdout
+    report = json.loads(out.read_text())
+    rows = report["results"]["claim"]["rows"]
+    assert len(rows) == 9  # 3 implementations x 1, 2 and 4 processes
+    for r in rows:
+        assert not r["errors"] and r["median"] > 0 and r["ratio"] is not None, r
+        assert (r["duplicates"], r["missing"]) == (0, 0), r
+    for workload in ("enqueue", "wakeup", "stats"):
+        result = report["results"][workload]
+        assert result["postgres"]["median"] > 0 and result["sqlite"]["median"] > 0, (workload, result)
+    targets = {t["target"] for t in report["targets"]}
+    assert {"enqueue on PostgreSQL ≤ 1.6× SQLite", "wake-up on PostgreSQL: median < 100 ms"} <= targets

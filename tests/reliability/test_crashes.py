@@ -1,5 +1,5 @@
 """Concurrency and crashes without the worker (issue 6, items 3 and 5): eight recover sweeps at
-once, and enqueue --batch killed with SIGKILL at random moments."""
+once, and enqueue --batch killed with SIGKILL at random moments; on both engines."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from .util import JOBCTL, integrity, jobctl, jobs, rows
 # -- 5. eight concurrent recover sweeps ------------------------------------------------------
 
 @pytest.mark.slow
-def test_eight_concurrent_recover_sweeps_act_on_each_job_exactly_once(db):
+def test_eight_concurrent_recover_sweeps_act_on_each_job_exactly_once(any_db):
+    db = any_db
     n = 1200
     past = time.time() - 7200
     q = Queue.open(db, Settings(synchronous="normal"), create=True, clock=lambda: past)
@@ -76,8 +77,8 @@ KILLS = 12  # the issue says 30; 12 random moments spread over the run cover par
 
 
 @pytest.mark.slow
-def test_enqueue_batch_killed_at_random_moments_is_all_or_nothing(tmp_path):
-    db = tmp_path / "q" / "jobs.db"
+def test_enqueue_batch_killed_at_random_moments_is_all_or_nothing(any_db, tmp_path):
+    db = any_db
     batch = tmp_path / "batch.ndjson"
     batch.write_text("".join(json.dumps({"type": "t", "payload": {"n": n, "pad": "x" * 40}}) + "\n"
                              for n in range(BATCH)))

@@ -5,14 +5,13 @@ window (rate limits); the claims' own times come from the database."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import time
 
 import pytest
 
 from bench.limits import max_in_window  # the bench's check of the same rule
-from tests.reliability.util import JOBCTL
+from tests.reliability.util import JOBCTL, rows
 
 LOG = 'echo "start $JOBCTL_JOB_TYPE $JOBCTL_JOB_ID $(date +%s.%N)" >> {log}; sleep {secs}; ' \
       'echo "end $JOBCTL_JOB_TYPE $JOBCTL_JOB_ID $(date +%s.%N)" >> {log}'
@@ -38,8 +37,8 @@ def intervals(log_path, type_) -> list[tuple[float, float]]:
 
 
 @pytest.mark.slow
-def test_limits_hold_across_four_workers(tmp_path):
-    db, cfg, log = tmp_path / "q.db", tmp_path / "jobctl.toml", tmp_path / "handlers.log"
+def test_limits_hold_across_four_workers(any_db, tmp_path):
+    db, cfg, log = any_db, tmp_path / "jobctl.toml", tmp_path / "handlers.log"
     sh = lambda secs: json.dumps(["/bin/sh", "-c", LOG.format(log=log, secs=secs)])  # noqa: E731
     cfg.write_text(f"""
 [types.api]
@@ -76,11 +75,9 @@ concurrency = 3
     errs = [p.communicate(timeout=120)[1] for p in procs]
     assert all(p.returncode == 0 for p in procs), errs
     elapsed = time.monotonic() - t0
-    conn = sqlite3.connect(db)
-    statuses = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
-    api_starts = [r[0] for r in conn.execute("SELECT started_at FROM runs WHERE type = 'api'")]
-    free_done = [r[0] for r in conn.execute("SELECT ended_at FROM runs WHERE type = 'free'")]
-    conn.close()
+    statuses = {r["status"]: r["n"] for r in rows(db, "SELECT status, count(*) AS n FROM jobs GROUP BY status")}
+    api_starts = [r["started_at"] for r in rows(db, "SELECT started_at FROM runs WHERE type = 'api'")]
+    free_done = [r["ended_at"] for r in rows(db, "SELECT ended_at FROM runs WHERE type = 'free'")]
     assert statuses == {"completed": 64}, (statuses, errs)
     # rate: never more than 4 claims of api in any second, and close to the limit's pace
     assert len(api_starts) == 16 and max_in_window(api_starts, 1000) <= 4

@@ -21,15 +21,15 @@ from .util import JOBCTL, integrity, jobctl, rows
 JOBS, WORKERS = 400, 3
 
 
-def start(db: Path, config: Path, name: str, log: Path, *args) -> subprocess.Popen:
+def start(db, config: Path, name: str, log: Path, *args) -> subprocess.Popen:
     return subprocess.Popen([*JOBCTL, "--db", str(db), "--config", str(config), "work", "--worker", name,
                              "--concurrency", "2", *args],
                             stdout=subprocess.DEVNULL, stderr=open(log, "ab"))
 
 
 @pytest.mark.slow
-def test_every_buried_job_has_exactly_one_reaction_despite_kill_9(tmp_path):
-    db = tmp_path / "q" / "jobs.db"
+def test_every_buried_job_has_exactly_one_reaction_despite_kill_9(any_db, tmp_path):
+    db = any_db
     config = tmp_path / "jobctl.toml"
     config.write_text(
         '[types.flaky]\ncommand = ["/bin/sh", "-c", "sleep 0.0$(($$ % 5)); exit 1"]\nmax_attempts = 1\n'

@@ -36,11 +36,12 @@ def write_config(path: Path, command: list[str], *, lease="1s", recover_every="3
 
 
 class Env:
-    """A database, a config, a run log and helpers to start workers."""
+    """A database (a SQLite file unless `db` names another, such as a PostgreSQL URL), a config, a
+    run log and helpers to start workers."""
 
-    def __init__(self, tmp_path: Path, command=None, **config):
+    def __init__(self, tmp_path: Path, command=None, db=None, **config):
         self.dir = tmp_path
-        self.db = tmp_path / "q" / "jobs.db"
+        self.db = db or tmp_path / "q" / "jobs.db"
         self.runlog = tmp_path / "runs.log"
         self.config = write_config(tmp_path / "jobctl.toml", command or ["/bin/sh", "-c", RECORD], **config)
         self.env = {**os.environ, "RUNLOG": str(self.runlog)}
@@ -98,8 +99,8 @@ WORKERS, JOBS = 4, 1200  # the issue says 8 x 5,000; this keeps the suite short 
 
 
 @pytest.mark.slow
-def test_many_workers_run_every_job_exactly_once(env):
-    e = env(lease="30s")
+def test_many_workers_run_every_job_exactly_once(any_db, env):
+    e = env(lease="30s", db=any_db)
     ids = e.enqueue(JOBS)
     workers = [e.worker(f"w{i}", "--stop-when-empty") for i in range(WORKERS)]
     for p in workers:
@@ -118,10 +119,10 @@ def test_many_workers_run_every_job_exactly_once(env):
 # -- 2. the same under a chaos loop of kill -9 ------------------------------------------------
 
 @pytest.mark.slow
-def test_chaos_kill_9_of_random_workers_loses_nothing_and_reruns_only_what_they_held(env):
+def test_chaos_kill_9_of_random_workers_loses_nothing_and_reruns_only_what_they_held(any_db, env):
     # Each run takes a little while (30 ms), so the ~0.3 s chaos loop always lands its kills
     # while jobs are still being worked on, however fast the worker itself gets.
-    e = env(lease="1s", recover_every="200ms", command=["/bin/sh", "-c", RECORD + "; sleep 0.03"])
+    e = env(lease="1s", recover_every="200ms", command=["/bin/sh", "-c", RECORD + "; sleep 0.03"], db=any_db)
     ids = e.enqueue(800)
     rng = random.Random(os.environ.get("JOBCTL_TEST_SEED", "2"))
     live = [e.worker(f"chaos-{i}") for i in range(4)]

@@ -661,21 +661,65 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         """One write transaction: BEGIN and the server's time in one round trip; yields
         (connection, now). COMMIT (with a NOTIFY when a job may have become ready), or ROLLBACK
         on any error and for a dry run. A connection lost at COMMIT is never reported as a commit."""
+        with self._transaction(None, rollback=rollback) as (c, now, _row):
+            yield c, now
+
+    @contextmanager
+    def _write_job(self, job_id: int | None):
+        """As the core's, in one round trip fewer: the BEGIN, the job's row (locked) and the
+        server's time go together (the time as a column of the row)."""
+        with self._transaction(job_id) as started:
+            yield started
+
+    _JOB_ROW_AND_NOW = f"SELECT *, {NOW_SQL} AS jobctl_now FROM jobs WHERE id = ? FOR UPDATE"
+
+    def _begin_with_job(self, job_id: int) -> tuple[int, Any]:
+        """BEGIN, then job `job_id`'s row locked and the server's time, in one round trip (the
+        SELECT is prepared like any statement the connection repeats): (now, row or None). A
+        connection found dead is replaced, as in _begin: nothing had been done on it."""
+        for attempt in (1, 2):
+            c = self.conn
+            c.pending[:] = [b"BEGIN"]
+            c.in_transaction = True
+            try:
+                cur = c.execute(self._JOB_ROW_AND_NOW, (job_id,))
+                assert isinstance(cur, Cursor)  # (a SELECT is never deferred)
+                raw = cur.cur.fetchone()
+                if raw is None:  # no such job: the time on its own (the caller refuses the job anyway)
+                    return c.execute("SELECT " + NOW_SQL).fetchone()[0], None
+                return raw[-1], _row_type(cur.cur.description[:-1])(raw[:-1])
+            except BaseException as e:
+                self._rollback()  # (a lock timeout, say, leaves the transaction open and failed)
+                if attempt == 2 or not c.broken or not isinstance(e, psycopg2.Error):
+                    raise
+            self._reconnect()
+        raise AssertionError("unreachable")
+
+    @contextmanager
+    def _transaction(self, job_id: int | None, *, rollback: bool = False):
+        """_write's transaction, yielding (connection, now, row): with a job_id, its row is read
+        (locked) in the same round trip as the BEGIN and the time (None: no such job)."""
         with self._errors():
             c = self.conn
             if c.in_transaction:
                 raise RuntimeError("a write transaction inside another")
-            if self.clock is None:
-                now = self._begin("BEGIN; SELECT " + NOW_SQL).fetchone()[0]
-                self._offset_ms = now - time.time_ns() // 1_000_000
-            else:
+            row = None
+            if self.clock is not None:
                 self._begin("BEGIN")
                 now = int(self.clock() * 1000)
+            elif job_id is None:
+                now = self._begin("BEGIN; SELECT " + NOW_SQL).fetchone()[0]
+            else:
+                now, row = self._begin_with_job(job_id)
+            if self.clock is None:
+                self._offset_ms = now - time.time_ns() // 1_000_000
             c = self.conn  # (a new one, if _begin had to reconnect)
             c.notify = False
             c.in_transaction = True
             try:
-                yield c, now
+                if self.clock is not None and job_id is not None:
+                    row = self._job_row(c, job_id)
+                yield c, now, row
             except BaseException:
                 self._rollback()
                 raise

@@ -20,14 +20,15 @@ The SQL runs unchanged on SQLite (3.35 or newer) and PostgreSQL (12 or newer), s
 
 Hooks a subclass implements (see each one's docstring): now(), _errors(), _write(rollback=False)
 yielding (c, now), _read() yielding c, close(), _indexed(name), _insert_many, _admission_now,
-_lock_unique, _jobs_may_be_ready and _state_counts.
+_lock_unique, _jobs_may_be_ready and _state_counts; _write_job (a write transaction that starts by
+reading one job's row) has a default made of _write that an engine may improve on.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob, RunLog
 from jobctl.errors import InvalidState, NoSuchJob
@@ -79,6 +80,14 @@ class SQLEngine:
     def _read(self) -> AbstractContextManager:
         """One consistent snapshot for several SELECTs; yields the connection."""
         raise NotImplementedError
+
+    @contextmanager
+    def _write_job(self, job_id: int | None) -> Iterator[tuple]:
+        """A write transaction that starts by reading job `job_id`'s row with its lock (ROW_LOCK):
+        yields (c, now, row), row None when there is no such job (or job_id is None). An engine
+        whose round trips are dear overrides this to read its clock in the same one as the row."""
+        with self._write() as (c, now):
+            yield c, now, None if job_id is None else self._job_row(c, job_id)
 
     def close(self) -> None:
         raise NotImplementedError
@@ -405,15 +414,16 @@ class SQLEngine:
     # -- transitions -----------------------------------------------------------------------
 
     def update_job(self, job_id: int, decide: Decide, actor: str) -> Job:
-        with self._write() as (c, now):
-            return self._decide_and_apply(c, job_id, decide, now, actor)
+        with self._write_job(job_id) as (c, now, row):
+            return self._decide_and_apply(c, job_id, row, decide, now, actor)
 
     def update_jobs_and_claim(self, updates: list[tuple[int, Decide]], requests: list[ClaimRequest],
                               actor: str) -> tuple[list[Job], list[Job]]:
         """Every update, then up to len(requests) claims, in one transaction: a worker finishing
         jobs and taking the next ones pays for one commit (one fsync). All or nothing."""
-        with self._write() as (c, now):
-            done = [self._decide_and_apply(c, job_id, decide, now, actor) for job_id, decide in updates]
+        with self._write_job(updates[0][0] if updates else None) as (c, now, first):
+            done = [self._decide_and_apply(c, job_id, first if i == 0 else self._job_row(c, job_id), decide, now, actor)
+                    for i, (job_id, decide) in enumerate(updates)]
             claimed = []
             for request in requests:
                 job = self._claim(c, request, now)
@@ -422,16 +432,23 @@ class SQLEngine:
                 claimed.append(job)
             return done, claimed
 
-    def _decide_and_apply(self, c, job_id: int, decide: Decide, now: int, actor: str) -> Job:
-        """Inside a write transaction: read the row, let the queue decide, apply the change."""
-        row = c.execute("SELECT * FROM jobs WHERE id = ?" + self.ROW_LOCK, (job_id,)).fetchone()
+    def _job_row(self, c, job_id: int):
+        """Inside a write transaction: job `job_id`'s row, locked until the end of it where rows
+        are locked (ROW_LOCK); None when there is no such job."""
+        return c.execute("SELECT * FROM jobs WHERE id = ?" + self.ROW_LOCK, (job_id,)).fetchone()
+
+    def _decide_and_apply(self, c, job_id: int, row, decide: Decide, now: int, actor: str) -> Job:
+        """Inside a write transaction: let the queue decide on the job's row (read by _job_row),
+        apply the change."""
         if row is None:
             raise NoSuchJob(job_id)
         job = Job.from_row(row)
         change = decide(job, now)
-        return job if change is None else self._apply(c, job, change, now, actor)
+        return job if change is None else self._apply(c, job, change, now, actor, row["dep_flags"])
 
-    def _apply(self, c, job: Job, change: Change, now: int, actor: str) -> Job:
+    def _apply(self, c, job: Job, change: Change, now: int, actor: str, dep_flags: int) -> Job:
+        """Inside a write transaction: make `change` to `job`, whose row (with `dep_flags`) was read
+        with its lock in this transaction (nothing else changes it before the end of it)."""
         fields = dict(change.fields)
         fields["status"] = change.to_status
         fields["updated_at"] = now
@@ -444,16 +461,22 @@ class SQLEngine:
         # The changed row is the one read before with these values written, and is built so, unless
         # a reaction needs it as stored or a value might be stored as other than it was given (a
         # float in an INTEGER column, say): reading back all of a job's columns and checking them
-        # again was a tenth of the worker's transaction.
+        # again was a tenth of the worker's transaction. Without RETURNING, the UPDATE is one a
+        # connection may defer into its next round trip (PostgreSQL's does).
         known = not (reacting and change.reaction is not None) and all(
             k in JOB_COLUMNS and (v is None or type(v) is int or type(v) is str) for k, v in fields.items())
-        rows = c.execute(
-            f"UPDATE jobs SET {assignments} WHERE id = ? AND status = ? RETURNING {'dep_flags' if known else '*'}",
-            [*fields.values(), job.id, job.status],
-        ).fetchall()
-        if not rows:  # cannot happen under the write lock (or the row's lock); refuse rather than guess
+        sql = f"UPDATE jobs SET {assignments} WHERE id = ? AND status = ?"
+        params = [*fields.values(), job.id, job.status]
+        row = None
+        if known:
+            # (-1 when deferred: the row's lock, held since it was read, is the guarantee then)
+            changed = c.execute(sql, params).rowcount != 0
+        else:
+            row = c.execute(sql + " RETURNING *", params).fetchone()
+            changed = row is not None
+        if not changed:  # cannot happen under the write lock (or the row's lock); refuse rather than guess
             raise InvalidState(f"job {job.id} changed while it was being updated; retry")
-        if change.to_status == "completed" and job.status != "completed" and rows[0]["dep_flags"] & DEPENDED_ON:
+        if change.to_status == "completed" and job.status != "completed" and dep_flags & DEPENDED_ON:
             # Jobs waiting on this one have one dependency fewer; one whose last dependency just
             # completed becomes ready now, so its age (and its place in the claim order) counts
             # from this moment rather than from when it was enqueued.
@@ -470,7 +493,7 @@ class SQLEngine:
             self._jobs_may_be_ready(c)
         message = change.message
         if reacting:
-            reaction_id = self._react(c, job, rows[0], change, now, change.actor or actor)
+            reaction_id = self._react(c, job, row, change, now, change.actor or actor)
             if reaction_id is not None and change.reaction is not None:
                 message = f"{message or change.to_status}; reaction: job {reaction_id} ({change.reaction.type})"
         if change.run and job.claimed_at is not None:
@@ -483,7 +506,10 @@ class SQLEngine:
             self._store_output(c, job, change, now)
         if message is not None or change.to_status != job.status:
             self._event(c, job.id, now, job.status, change.to_status, change.actor or actor, message, change.details)
-        return job.updated(fields) if known else Job.from_row(rows[0])
+        if known:
+            return job.updated(fields)
+        assert row is not None
+        return Job.from_row(row)
 
     @staticmethod
     def _store_output(c, job: Job, change: Change, now: int) -> None:
@@ -499,7 +525,7 @@ class SQLEngine:
 
     def _react(self, c, job: Job, row, change: Change, now: int, actor: str) -> int | None:
         """Inside the transaction that made `job` become change.to_status (`row`: the job's row as
-        it is now, all of it when the Change carries a reaction): enqueue the reaction the Change
+        it is now when the Change carries a reaction, else None): enqueue the reaction the Change
         carries, with the job as it is now in its payload; its id (None: none). A job with a
         reaction type for that state and a Change without one is refused."""
         if change.reaction is None:
@@ -536,7 +562,8 @@ class SQLEngine:
                     job = Job.from_checked_row(row)
                     change = decide(job, now)
                     if change is not None:
-                        done.append((job if dry_run else self._apply(c, job, change, now, actor), change))
+                        done.append((job if dry_run else self._apply(c, job, change, now, actor, row["dep_flags"]),
+                                     change))
                 if on_progress is not None and (n % 100 == 0 or n == len(rows)):
                     on_progress(n, len(rows))
             return done
@@ -564,7 +591,7 @@ class SQLEngine:
         """decide on the job, then on every job that waits on it, directly or not (oldest first),
         in one transaction: the job, then each dependent that changed."""
         with self._write() as (c, now):
-            done = [self._decide_and_apply(c, job_id, decide, now, actor)]
+            done = [self._decide_and_apply(c, job_id, self._job_row(c, job_id), decide, now, actor)]
             rows = c.execute(
                 "WITH RECURSIVE dependents(id) AS (SELECT job_id FROM job_deps WHERE after_id = ? "
                 "UNION SELECT d.job_id FROM job_deps d JOIN dependents ON d.after_id = dependents.id) "
@@ -574,7 +601,7 @@ class SQLEngine:
                 job = Job.from_row(row)
                 change = decide(job, now)
                 if change is not None:
-                    done.append(self._apply(c, job, change, now, actor))
+                    done.append(self._apply(c, job, change, now, actor, row["dep_flags"]))
             return done
 
     MATCH_KINDS = {  # update_matching's kinds of job not yet started; every parameter is "now"
@@ -620,7 +647,7 @@ class SQLEngine:
                     job = Job.from_row(row)
                     change = decide(job, now)
                     if change is not None:
-                        self._apply(c, job, change, now, actor)
+                        self._apply(c, job, change, now, actor, row["dep_flags"])
                         counts[row["kind"]] += 1
             done += len(rows)
             if rows:

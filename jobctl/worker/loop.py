@@ -136,6 +136,8 @@ class Worker:
         self.sup = Supervisor(launcher or PosixLauncher(), clock, kill_grace=options.kill_grace,
                               registry=self.registry, worker_id=options.worker_id, log=self.log)
         self.rec = Recorder(queue, self.log, options.worker_id, clock)
+        if hasattr(queue.engine, "on_reconnect"):  # an engine on a server: a lost connection is made again
+            queue.engine.on_reconnect = self.rec.reconnected
         self.claimed = 0
         self.signals = 0
         self.signals_seen = 0

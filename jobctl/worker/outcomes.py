@@ -125,6 +125,15 @@ class Recorder:
         self.delay = 0.0
         return result
 
+    def reconnected(self, why: str) -> None:
+        """The engine replaced a lost connection (a server restart, a session ended by an
+        administrator). Within an outage already logged (db-busy), db-ok says it; otherwise the
+        engine found the loss before any call of ours failed (at the start of a transaction, or
+        in a clock reading), so no write was cut off, but the operator should know: one line."""
+        if not self.busy_logged:
+            self.log("db-reconnected", f"the connection to the database was found closed ({why}); reconnected, "
+                                       "no write was cut off")
+
     def _wait_out(self, why: str) -> None:
         self.delay = min(max(self.delay * 2, 0.1), MAX_DB_DELAY) * _jitter()
         if not self.busy_logged:

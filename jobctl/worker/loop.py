@@ -513,7 +513,7 @@ class Worker:
         written, nxt = self.rec.record(o, self.claim_options if claim else None)
         if not written:
             return
-        if o.kind == "complete":
+        if o.kind == "complete" and not o.lost:  # (a refused completion was logged as lost, and claimed nothing)
             started = self._start(nxt) if nxt is not None else None
             self.rec.log_done(o)
             if claim:
@@ -701,6 +701,6 @@ class Worker:
 
     def _record_final(self, o: Outcome) -> bool:
         written, _ = self.rec.record(o)
-        if written and o.kind == "complete":
+        if written and o.kind == "complete" and not o.lost:
             self.rec.log_done(o)
         return written

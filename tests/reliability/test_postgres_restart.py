@@ -239,4 +239,4 @@ def test_an_idle_worker_listening_through_a_server_restart_still_wakes_for_a_new
     assert w.wait(timeout=60) == 0, w.log.read_text()
     assert {j["status"] for j in jobs(e.db).values()} == {"completed"}
     assert "Traceback" not in w.log.read_text()
-    print(f"the job enqueued after a {mode} restart started {took:.2f}s later")
+    print(f"the job enqueued after a restart -m {mode} started {took:.2f}s later")

@@ -401,6 +401,23 @@ def test_outcomes_left_by_an_unusable_database_are_each_logged(make, tmp_path):
     assert all("completed" in r["message"] for r in left)
 
 
+def test_a_completion_refused_because_the_claim_was_taken_over_is_logged_as_lost_not_done(make):
+    # (a lease recovered while the worker could not reach the database, say): the late report is
+    # one `lost` line, and the worker goes on claiming, --stop-when-empty or not
+    w, q, clock, launcher, lines = make(stop_when_empty=True)
+    a = q.enqueue("t").id
+    w.step()
+    first = job_row(q, a)
+    q.release(a, token=first.token)  # taken over: another worker holds it now
+    assert q.claim(worker="w2").token != first.token
+    b = q.enqueue("t").id
+    launcher.procs[0].exit(0)
+    assert w.step() is False  # not done: job b is ready
+    assert [r["job"] for r in lines.events("lost")] == [a]
+    assert lines.events("done") == []
+    assert job_row(q, a).worker == "w2" and job_row(q, b).status == "running"
+
+
 # -- its own claims -----------------------------------------------------------------------
 
 

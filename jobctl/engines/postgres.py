@@ -456,6 +456,10 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         self._listen = None  # the LISTEN connection, opened by the first has_changed()
         self._listen_fresh = False
         self._listen_retry_at = 0.0
+        # Told why, each time a lost connection was replaced (a server restart, a session ended by
+        # an administrator): the worker logs it, unless it logged the outage itself.
+        self.on_reconnect: Callable[[str], None] | None = None
+        self._lost: str | None = None  # why the connection was found dead (the driver's first line)
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -601,15 +605,20 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
 
     def _reconnect(self) -> None:
         """A new connection in place of a lost one (the server restarted, or our backend was
-        terminated); an outage until the server answers again (ConnectionLost)."""
+        terminated); an outage until the server answers again (ConnectionLost). on_reconnect is
+        told why the old one was lost."""
         self.conn.close()
         self.conn = Connection(self.target.connect(reconnecting=True))
+        why, self._lost = self._lost or "the connection was closed", None
+        if self.on_reconnect is not None:
+            self.on_reconnect(why)
 
     def _translate(self, e: psycopg2.Error, *, committing: bool = False) -> Exception:
         """The jobctl error of a driver error's cause (see the module docstring); a bug as it is."""
         t = self.target
         code = getattr(e, "pgcode", None) or ""
         if self.conn.broken or code.startswith(("08", "57P")) or isinstance(e, psycopg2.InterfaceError):
+            self._lost = _first_line(e)
             self.conn.in_transaction = False
             self.conn.pending.clear()
             if committing:
@@ -692,6 +701,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                 self._rollback()  # (a lock timeout, say, leaves the transaction open and failed)
                 if attempt == 2 or not c.broken or not isinstance(e, psycopg2.Error):
                     raise
+                self._lost = _first_line(e)
             self._reconnect()
         raise AssertionError("unreachable")
 
@@ -743,9 +753,10 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         self.conn.pending.clear()
         try:
             return self.conn.begin(sql)
-        except psycopg2.Error:
+        except psycopg2.Error as e:
             if not self.conn.broken:
                 raise
+            self._lost = _first_line(e)
         self._reconnect()
         return self.conn.begin(sql)
 

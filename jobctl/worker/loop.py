@@ -136,6 +136,8 @@ class Worker:
         self.sup = Supervisor(launcher or PosixLauncher(), clock, kill_grace=options.kill_grace,
                               registry=self.registry, worker_id=options.worker_id, log=self.log)
         self.rec = Recorder(queue, self.log, options.worker_id, clock)
+        if hasattr(queue.engine, "on_reconnect"):  # an engine on a server: a lost connection is made again
+            queue.engine.on_reconnect = self.rec.reconnected
         self.claimed = 0
         self.signals = 0
         self.signals_seen = 0
@@ -511,7 +513,7 @@ class Worker:
         written, nxt = self.rec.record(o, self.claim_options if claim else None)
         if not written:
             return
-        if o.kind == "complete":
+        if o.kind == "complete" and not o.lost:  # (a refused completion was logged as lost, and claimed nothing)
             started = self._start(nxt) if nxt is not None else None
             self.rec.log_done(o)
             if claim:
@@ -699,6 +701,6 @@ class Worker:
 
     def _record_final(self, o: Outcome) -> bool:
         written, _ = self.rec.record(o)
-        if written and o.kind == "complete":
+        if written and o.kind == "complete" and not o.lost:
             self.rec.log_done(o)
         return written

@@ -37,13 +37,14 @@ class Retry(Exception):
 class Outcome(Record):
     """A finished handler's result, waiting to be written (kept while the database is busy)."""
 
-    __slots__ = ("run", "kind", "returncode", "duration", "result", "error", "details", "next_try", "output")
+    __slots__ = ("run", "kind", "returncode", "duration", "result", "error", "details", "next_try", "output", "lost")
 
     def __init__(self, run: Running,
                  kind: str,  # complete | fail | bury | cancel | release
                  returncode: int, duration: float, result: object = None, error: str | None = None,
                  details: dict | None = None, next_try: float = 0.0,
-                 output: RunOutput | None = None):  # what is kept of the run's output, stored with the outcome
+                 output: RunOutput | None = None,  # what is kept of the run's output, stored with the outcome
+                 lost: bool = False):  # refused: the claim was no longer ours (logged as `lost`, not done)
         self.run = run
         self.kind = kind
         self.returncode = returncode
@@ -53,6 +54,7 @@ class Outcome(Record):
         self.details = details
         self.next_try = next_try
         self.output = output
+        self.lost = lost
 
     def describe(self) -> str:
         """What this outcome was, for a log line."""
@@ -125,6 +127,15 @@ class Recorder:
         self.delay = 0.0
         return result
 
+    def reconnected(self, why: str) -> None:
+        """The engine replaced a lost connection (a server restart, a session ended by an
+        administrator). Within an outage already logged (db-busy), db-ok says it; otherwise the
+        engine found the loss before any call of ours failed (at the start of a transaction, or
+        in a clock reading), so no write was cut off, but the operator should know: one line."""
+        if not self.busy_logged:
+            self.log("db-reconnected", f"the connection to the database was found closed ({why}); reconnected, "
+                                       "no write was cut off")
+
     def _wait_out(self, why: str) -> None:
         self.delay = min(max(self.delay * 2, 0.1), MAX_DB_DELAY) * _jitter()
         if not self.busy_logged:
@@ -164,8 +175,9 @@ class Recorder:
 
     def record(self, o: Outcome, claim_options: dict | None = None) -> tuple[bool, Job | None]:
         """Write one outcome; for a completion with claim_options, also claim the next job in the
-        same transaction. Returns (written, the next job or None). Not written: kept for a retry
-        (or lost, logged). The caller logs a completion (log_done) once it has started the next job."""
+        same transaction. Returns (written, the next job or None). Not written: kept for a retry.
+        Refused because the claim is no longer ours: written, with o.lost set (logged here). The
+        caller logs a completion (log_done) once it has started the next job."""
         job, token, actor = o.run.job, o.run.job.token, self.worker_id
         dur = format_duration(o.duration)
         how = handlers.describe_exit(o.returncode)
@@ -217,6 +229,7 @@ class Recorder:
             raise
         except (InvalidState, NoSuchJob) as e:
             # The claim is no longer ours (recovered after a long database outage, or deleted).
+            o.lost = True
             self.log("lost", f"result not recorded: {e}", job)
         if o in self.unrecorded:
             self.unrecorded.remove(o)

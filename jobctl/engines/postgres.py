@@ -28,14 +28,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 from contextlib import contextmanager
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import psycopg2
 import psycopg2.errors
 import psycopg2.extensions
 
 from jobctl.config import DEFAULT_PG_SCHEMA, PG_SCHEMA_NAME
-from jobctl.engines import display, pg_schema
+from jobctl.engines import display, password_span, pg_schema
 from jobctl.engines.base import Check, NewJob
 from jobctl.engines.pg_schema import SCHEMA_VERSION
 from jobctl.engines.sql import SQLEngine
@@ -82,10 +82,16 @@ class Target:
     """Where the engine connects: the URL as given, the schema, and how to print both."""
 
     def __init__(self, url: str, schema: str | None = None, busy_timeout: float = 5.0):
+        self.secrets = _secrets(url)
+        span = password_span(url)
+        if span is not None and re.search(r"[@/]|%(?![0-9A-Fa-f]{2})", url[span[0]:span[1]]):
+            # libpq would read a piece of it as the host, port or database, and quote it in its error
+            raise InvalidInput(f"invalid database URL {display(url)!r}: percent-encode the password's special "
+                               "characters (@ as %40, / as %2F, % as %25)")
         try:
             params = psycopg2.extensions.parse_dsn(url)
         except psycopg2.Error as e:
-            raise InvalidInput(f"invalid database URL {display(url)!r}: {_first_line(e)}; "
+            raise InvalidInput(f"invalid database URL {display(url)!r}: {self.scrub(_first_line(e))}; "
                                "write it as postgresql://user@host:port/dbname") from None
         self.given = url
         self.params = params
@@ -135,8 +141,25 @@ class Target:
             conn.autocommit = True
         except psycopg2.Error as e:
             cls = ConnectionLost if reconnecting else DatabaseUnusable
-            raise cls(f"cannot connect to PostgreSQL at {self.location}: {_connect_problem(e)}") from None
+            raise cls(f"cannot connect to PostgreSQL at {self.location}: {self.scrub(_connect_problem(e))}") from None
         return conn
+
+    def scrub(self, text: str) -> str:
+        """`text` (a driver's message) with the URL's password, as written or decoded, hidden."""
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+def _secrets(url: str) -> list[str]:
+    """The password of a URL as written (user:PASSWORD@, password=...) and decoded, longest first."""
+    found = []
+    span = password_span(url)
+    if span is not None:
+        found.append(url[span[0]:span[1]])
+    found += re.findall(r"[?&]password=([^&]*)", url, flags=re.I)
+    found += [unquote(s) for s in found]
+    return sorted({s for s in found if s}, key=len, reverse=True)
 
 
 def _first_line(e: BaseException) -> str:

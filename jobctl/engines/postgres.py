@@ -6,8 +6,11 @@ is PostgreSQL's own: the connection (psycopg2, imported only here), opening and 
 LISTEN/NOTIFY, reconnecting, and doctor's checks.
 
 Transactions: the connection is in autocommit mode and the engine issues BEGIN and COMMIT itself.
-A write is READ COMMITTED and takes its row locks as it reads (FOR UPDATE, FOR SHARE; the claim's
-pick is FOR UPDATE SKIP LOCKED, so workers never wait on each other's rows); claims under limits
+A write is READ COMMITTED (said in its BEGIN: the server's default isolation may be another) and
+takes its row locks as it reads, as strong as its later UPDATE needs them (FOR UPDATE; FOR NO KEY
+UPDATE for an enqueue's `after` parents: two enqueues that both held a share lock on a parent and
+then updated it deadlocked); the claim's pick and purge's are FOR UPDATE SKIP LOCKED, so workers
+never wait on each other's rows; claims under limits
 and enqueues of a `unique` job take turns through transaction advisory locks. A read is one
 REPEATABLE READ READ ONLY transaction: one snapshot for all its SELECTs. Time is the server's
 (clock_timestamp(), read once per write transaction in the same round trip as its BEGIN), so the
@@ -44,6 +47,10 @@ from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskF
 
 # "now" in ms since the epoch: the moment of the call, not the transaction's start (now()).
 NOW_SQL = "floor(extract(epoch from clock_timestamp()) * 1000)::bigint"
+# A write's isolation, said each time: a bare BEGIN takes the server's default_transaction_isolation,
+# and the advisory locks' turns (admission, unique, the schema) need each statement to see what the
+# previous holder committed, which REPEATABLE READ's snapshot, taken before the wait, does not.
+BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
 STATEMENT_GRACE_S = 30.0  # statement_timeout = busy timeout + this
 LONG_TRANSACTION_S = 300  # doctor: a transaction open this long holds back vacuum
 DEAD_ROWS_WARN = 10_000  # doctor: dead rows in jobs worth a word when also more than the live ones
@@ -532,7 +539,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         t = self.target
         with self._errors():
             cur = self.conn.raw.cursor()
-            cur.execute("BEGIN; SELECT pg_advisory_xact_lock(%s)", (_key("schema", t.schema),))
+            cur.execute(BEGIN_WRITE + "; SELECT pg_advisory_xact_lock(%s)", (_key("schema", t.schema),))
             try:
                 cur.execute("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s), "
                             "(SELECT count(*) FROM pg_tables WHERE schemaname = %s), to_regclass(%s)",
@@ -702,7 +709,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         connection found dead is replaced, as in _begin: nothing had been done on it."""
         for attempt in (1, 2):
             c = self.conn
-            c.pending[:] = [b"BEGIN"]
+            c.pending[:] = [BEGIN_WRITE.encode()]
             c.in_transaction = True
             try:
                 cur = c.execute(self._JOB_ROW_AND_NOW, (job_id,))
@@ -728,10 +735,10 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                 raise RuntimeError("a write transaction inside another")
             row = None
             if self.clock is not None:
-                self._begin("BEGIN")
+                self._begin(BEGIN_WRITE)
                 now = int(self.clock() * 1000)
             elif job_id is None:
-                now = self._begin("BEGIN; SELECT " + NOW_SQL).fetchone()[0]
+                now = self._begin(BEGIN_WRITE + "; SELECT " + NOW_SQL).fetchone()[0]
             else:
                 now, row = self._begin_with_job(job_id)
             if self.clock is None:

@@ -474,7 +474,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
     NO_LIMIT = None  # LIMIT NULL: no limit
     SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
     ROW_LOCK = " FOR UPDATE"
-    PARENTS_LOCK = " FOR SHARE"
+    PARENTS_LOCK = " FOR NO KEY UPDATE"  # (they are updated: dep_flags)
 
     def __init__(self, target: Target, raw, clock: Callable[[], float] | None = None):
         self.target = target

@@ -58,7 +58,7 @@ class SQLEngine:
     NO_LIMIT: int | None = -1  # LIMIT ? for "no limit" (PostgreSQL: None, LIMIT NULL)
     SKIP_LOCKED = ""  # after the claim's pick (PostgreSQL: FOR UPDATE SKIP LOCKED)
     ROW_LOCK = ""  # after a SELECT of rows that a transaction then decides on (PostgreSQL: FOR UPDATE)
-    PARENTS_LOCK = ""  # after the SELECT of `after` parents at enqueue (PostgreSQL: FOR SHARE)
+    PARENTS_LOCK = ""  # after the SELECT of `after` parents at enqueue, which it updates (PostgreSQL: FOR NO KEY UPDATE)
 
     PROGRESS_STEP = 1000  # jobs between two on_progress calls (all inside the one transaction)
 
@@ -184,9 +184,11 @@ class SQLEngine:
         after = sorted(set(j.after))
         if after:
             # Locked (where the engine locks rows) so that no parent completes unseen meanwhile:
-            # this job would wait for ever on a parent counted as not completed.
+            # this job would wait for ever on a parent counted as not completed. Locked for the
+            # update of their dep_flags below, in id order: enqueues after the same parents take turns.
             found = {r[0]: r[1] for r in c.execute(
-                f"SELECT id, status FROM jobs WHERE id IN ({','.join('?' * len(after))}){self.PARENTS_LOCK}", after)}
+                f"SELECT id, status FROM jobs WHERE id IN ({','.join('?' * len(after))}) ORDER BY id{self.PARENTS_LOCK}",
+                after)}
             for a in after:
                 if a not in found:
                     raise NoSuchJob(a)

@@ -670,9 +670,12 @@ class SQLEngine:
         total = 0
         while True:
             # Small batches, each its own short transaction, so workers are never held up long.
+            # Where rows are locked, the pick locks them (a row another transaction holds, such as a
+            # buried job being retried, is skipped, and one changed meanwhile is read anew): the
+            # DELETEs by id below must never reach a job that is no longer what the pick chose.
             with self._write() as (c, _now):
                 ids = [r[0] for r in c.execute(
-                    f"SELECT id FROM jobs WHERE {where} LIMIT ?", (status, finished_before, batch))]
+                    f"SELECT id FROM jobs WHERE {where} LIMIT ?{self.SKIP_LOCKED}", (status, finished_before, batch))]
                 if ids:
                     marks = ",".join("?" * len(ids))
                     for table, column in (("events", "job_id"), ("runs", "job_id"), ("job_logs", "job_id"),

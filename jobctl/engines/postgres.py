@@ -762,7 +762,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                 c.raw.cursor().execute(c.take_pending(end.encode()))
             except psycopg2.Error as e:
                 self._rollback()
-                raise self._translate(e, committing=True) from e
+                raise self._translate(e, committing=not rollback) from e  # (a dry run ends in ROLLBACK)
             finally:
                 c.in_transaction = False
 

@@ -508,3 +508,30 @@ def test_after_a_migrate_into_postgresql_new_events_runs_and_logs_never_collide(
     finally:
         for schema in schemas:
             sql(pg_base, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_a_crafted_source_file_cannot_inject_sql_into_the_migrate_target(tmp_path, pg_url, pg_base, pg_schema):
+    """migrate names the source's columns in the target's INSERTs, and a PostgreSQL target runs a
+    page as one query string: a SQLite file whose jobs table had a column named
+    `on_cancelled) SELECT ...; CREATE TABLE ...; COMMIT; INSERT INTO jobs (on_cancelled` (one
+    real column dropped to make room) ran that CREATE on the target server. Such a name is refused."""
+    import sqlite3
+
+    source = tmp_path / "crafted.db"
+    assert run_cli("--db", source, "enqueue", "t").exit_code == 0
+    pwned = f"{pg_schema}_pwned"
+    evil = (f"on_cancelled) SELECT * FROM jobs WHERE false; CREATE TABLE public.{pwned} (i int); COMMIT; "
+            "INSERT INTO jobs (on_cancelled")
+    conn = sqlite3.connect(source)
+    conn.execute("ALTER TABLE jobs DROP COLUMN on_cancelled")
+    conn.execute(f'ALTER TABLE jobs ADD COLUMN "{evil}" TEXT')
+    conn.commit()
+    conn.close()
+    try:
+        r = run_cli("--db", source, "migrate", "--to", pg_url)
+        assert r.exit_code == 8, r.output
+        assert "not jobctl's" in r.one_error_line()
+        assert sql(pg_base, "SELECT to_regclass(%s)", (f"public.{pwned}",)) == [(None,)]
+        assert sql(pg_base, f'SELECT count(*) FROM "{pg_schema}".jobs') == [(0,)]
+    finally:
+        sql(pg_base, f"DROP TABLE IF EXISTS public.{pwned}")

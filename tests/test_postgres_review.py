@@ -9,6 +9,7 @@ Each test works in a schema of its own (the pg_url fixture), dropped afterwards.
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 import threading
@@ -535,3 +536,36 @@ def test_a_crafted_source_file_cannot_inject_sql_into_the_migrate_target(tmp_pat
         assert sql(pg_base, f'SELECT count(*) FROM "{pg_schema}".jobs') == [(0,)]
     finally:
         sql(pg_base, f"DROP TABLE IF EXISTS public.{pwned}")
+
+
+def test_a_migrate_whose_source_connection_is_lost_names_the_source(pg_base):
+    """The source's driver error surfaces inside the target's transaction first: the target rolls
+    back, leaves the error alone (its own connection is fine), and the source names itself."""
+    import secrets
+
+    from jobctl.engines import transfer
+    from jobctl.errors import ConnectionLost
+
+    schemas = [f"jt_{secrets.token_hex(6)}" for _ in range(2)]
+    app = f"jt_src_{schemas[0]}"
+    source_url = named(with_schema(pg_base, schemas[0]), app)
+    target_url = with_schema(pg_base, schemas[1])
+    source = open_pg(source_url)
+    target = open_pg(target_url)
+    try:
+        source.insert_jobs([new(payload=json.dumps({"i": i})) for i in range(transfer.PAGE_ROWS + 10)], "x")
+
+        def cut(done, total):
+            if done:
+                sql(pg_base, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                    (app,))
+
+        with pytest.raises(ConnectionLost) as lost:
+            transfer.copy_database(source, target, on_progress=cut)
+        assert schemas[0] in str(lost.value) and schemas[1] not in str(lost.value), str(lost.value)
+        assert sql(pg_base, f'SELECT count(*) FROM "{schemas[1]}".jobs') == [(0,)]
+    finally:
+        source.close()
+        target.close()
+        for schema in schemas:
+            sql(pg_base, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

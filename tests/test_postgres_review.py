@@ -569,3 +569,34 @@ def test_a_migrate_whose_source_connection_is_lost_names_the_source(pg_base):
         target.close()
         for schema in schemas:
             sql(pg_base, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_a_change_to_a_job_is_dated_after_the_wait_for_its_row_lock(pg_base, pg_schema):
+    """A completion's (or heartbeat's) first round trip reads the job's row FOR UPDATE and the
+    server's time in one statement; the time was computed by the row's scan, below the lock, so
+    a change that waited 0.5 s for the row was dated 0.5 s early (a heartbeat's lease that much
+    shorter). It is read above the lock now."""
+    app = f"jt_wait_{pg_schema}"
+    url = with_schema(pg_base, pg_schema)
+    e = open_pg(named(url, app), busy_timeout=20)
+    holder = pg_admin(pg_base)
+    try:
+        [(jid, _)] = e.insert_jobs([new()], "x")
+        for i in range(3):  # the statement is prepared by now, as a worker's is
+            e.update_job(jid, lambda j, now: Change("pending", {"priority": 10 + i}), "x")
+        holder.cursor().execute(f'BEGIN; SELECT 1 FROM "{pg_schema}".jobs WHERE id = %s FOR SHARE', (jid,))
+        seen = {}
+        changing = Thread(e.update_job, jid, lambda j, now: seen.setdefault("now", now) and None, "x")
+        changing.start()
+        wait_for(lambda: lock_waiters(pg_base, app) == 1, what="the change to wait for the row")
+        time.sleep(0.5)
+        cur = holder.cursor()
+        cur.execute("SELECT floor(extract(epoch from clock_timestamp()) * 1000)::bigint")
+        released = cur.fetchone()[0]
+        cur.execute("COMMIT")
+        changing.join(20)
+        assert changing.error is None
+        assert seen["now"] >= released
+    finally:
+        holder.close()
+        e.close()

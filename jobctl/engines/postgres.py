@@ -701,7 +701,8 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         with self._transaction(job_id) as started:
             yield started
 
-    _JOB_ROW_AND_NOW = f"SELECT *, {NOW_SQL} AS jobctl_now FROM jobs WHERE id = ? FOR UPDATE"
+    # The time in a projection above the row lock: read once the lock is granted, not before a wait for it.
+    _JOB_ROW_AND_NOW = f"SELECT *, {NOW_SQL} AS jobctl_now FROM (SELECT * FROM jobs WHERE id = ? FOR UPDATE) AS locked"
 
     def _begin_with_job(self, job_id: int) -> tuple[int, Any]:
         """BEGIN, then job `job_id`'s row locked and the server's time, in one round trip (the

@@ -681,6 +681,9 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         if code == "42501":
             return DatabaseUnusable(f"permission denied in {t.location} ({_first_line(e)}); grant this user the "
                                     f"rights on the schema {t.schema} and its tables")
+        if code in ("XX001", "XX002") or code.startswith("58"):  # damaged data or index; the server's I/O failed
+            return DatabaseUnusable(f"the server of {t.location} cannot read or write its data ({_first_line(e)}); "
+                                    "nothing changed; see the server's log")
         if code.startswith("53"):  # insufficient resources: out of memory, too many connections
             return DatabaseUnusable(f"the server of {t.location} is out of resources ({_first_line(e)}); "
                                     "retry later")

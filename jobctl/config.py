@@ -21,7 +21,7 @@ DEFAULT_BUSY_TIMEOUT = 5.0
 DEFAULT_PG_SCHEMA = "jobctl"  # the PostgreSQL schema (namespace) of jobctl's tables
 # A schema name jobctl accepts: a plain lowercase identifier, short enough that the name of its
 # LISTEN channel ("jobctl." + name) fits PostgreSQL's 63 bytes; pg_ names are the server's own.
-PG_SCHEMA_NAME = re.compile(r"^(?!pg_)[a-z_][a-z0-9_]{0,47}$")
+PG_SCHEMA_NAME = re.compile(r"^(?!pg_)[a-z_][a-z0-9_]{0,47}\Z")  # \Z: $ would let a final newline in
 DEFAULT_SECRET_KEYS = ["password", "passwd", "token", "secret", "api_key", "apikey", "authorization", "private_key", "credential", "cookie", "session"]
 BACKOFF_NAMES = ("exponential", "linear", "fixed")
 

@@ -43,10 +43,34 @@ def sqlite_path(db: str) -> str:
     return os.path.expanduser(rest)
 
 
+_URL_HEAD = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def password_span(db: str) -> tuple[int, int] | None:
+    """Where a URL's user:PASSWORD@ password is written: (start, end), or None. A password whose
+    @ or / was not percent-encoded is taken whole (up to the last @ before the query; the last @
+    of all when the first ? may be the password's own: no / before it), so that printing never
+    shows a piece of it."""
+    m = _URL_HEAD.match(db)
+    if m is None:
+        return None
+    start = m.end()
+    query = db.find("?", start)
+    at = db.rfind("@", start, len(db) if query < 0 else query)
+    if at < 0 and query >= 0 and "/" not in db[start:query]:
+        at = db.rfind("@", start)
+    colon = db.find(":", start, at) if at >= 0 else -1
+    if colon < 0 or "/" in db[start:colon] or "@" in db[start:colon]:
+        return None
+    return colon + 1, at
+
+
 def display(db: str) -> str:
     """A database string fit to print: any password in a URL (user:PASSWORD@, or a password=
     parameter) is replaced by ***."""
-    db = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/@]*:)[^@/]*@", r"\1***@", db)
+    span = password_span(db)
+    if span is not None:
+        db = db[:span[0]] + "***" + db[span[1]:]
     return re.sub(r"([?&]password=)[^&]*", r"\1***", db, flags=re.I)
 
 

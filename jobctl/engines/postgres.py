@@ -6,8 +6,11 @@ is PostgreSQL's own: the connection (psycopg2, imported only here), opening and 
 LISTEN/NOTIFY, reconnecting, and doctor's checks.
 
 Transactions: the connection is in autocommit mode and the engine issues BEGIN and COMMIT itself.
-A write is READ COMMITTED and takes its row locks as it reads (FOR UPDATE, FOR SHARE; the claim's
-pick is FOR UPDATE SKIP LOCKED, so workers never wait on each other's rows); claims under limits
+A write is READ COMMITTED (said in its BEGIN: the server's default isolation may be another) and
+takes its row locks as it reads, as strong as its later UPDATE needs them (FOR UPDATE; FOR NO KEY
+UPDATE for an enqueue's `after` parents: two enqueues that both held a share lock on a parent and
+then updated it deadlocked); the claim's pick and purge's are FOR UPDATE SKIP LOCKED, so workers
+never wait on each other's rows; claims under limits
 and enqueues of a `unique` job take turns through transaction advisory locks. A read is one
 REPEATABLE READ READ ONLY transaction: one snapshot for all its SELECTs. Time is the server's
 (clock_timestamp(), read once per write transaction in the same round trip as its BEGIN), so the
@@ -28,14 +31,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 from contextlib import contextmanager
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import psycopg2
 import psycopg2.errors
 import psycopg2.extensions
 
 from jobctl.config import DEFAULT_PG_SCHEMA, PG_SCHEMA_NAME
-from jobctl.engines import display, pg_schema
+from jobctl.engines import display, password_span, pg_schema
 from jobctl.engines.base import Check, NewJob
 from jobctl.engines.pg_schema import SCHEMA_VERSION
 from jobctl.engines.sql import SQLEngine
@@ -44,6 +47,10 @@ from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskF
 
 # "now" in ms since the epoch: the moment of the call, not the transaction's start (now()).
 NOW_SQL = "floor(extract(epoch from clock_timestamp()) * 1000)::bigint"
+# A write's isolation, said each time: a bare BEGIN takes the server's default_transaction_isolation,
+# and the advisory locks' turns (admission, unique, the schema) need each statement to see what the
+# previous holder committed, which REPEATABLE READ's snapshot, taken before the wait, does not.
+BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
 STATEMENT_GRACE_S = 30.0  # statement_timeout = busy timeout + this
 LONG_TRANSACTION_S = 300  # doctor: a transaction open this long holds back vacuum
 DEAD_ROWS_WARN = 10_000  # doctor: dead rows in jobs worth a word when also more than the live ones
@@ -82,10 +89,16 @@ class Target:
     """Where the engine connects: the URL as given, the schema, and how to print both."""
 
     def __init__(self, url: str, schema: str | None = None, busy_timeout: float = 5.0):
+        self.secrets = _secrets(url)
+        span = password_span(url)
+        if span is not None and re.search(r"[@/]|%(?![0-9A-Fa-f]{2})", url[span[0]:span[1]]):
+            # libpq would read a piece of it as the host, port or database, and quote it in its error
+            raise InvalidInput(f"invalid database URL {display(url)!r}: percent-encode the password's special "
+                               "characters (@ as %40, / as %2F, % as %25)")
         try:
             params = psycopg2.extensions.parse_dsn(url)
         except psycopg2.Error as e:
-            raise InvalidInput(f"invalid database URL {display(url)!r}: {_first_line(e)}; "
+            raise InvalidInput(f"invalid database URL {display(url)!r}: {self.scrub(_first_line(e))}; "
                                "write it as postgresql://user@host:port/dbname") from None
         self.given = url
         self.params = params
@@ -135,8 +148,25 @@ class Target:
             conn.autocommit = True
         except psycopg2.Error as e:
             cls = ConnectionLost if reconnecting else DatabaseUnusable
-            raise cls(f"cannot connect to PostgreSQL at {self.location}: {_connect_problem(e)}") from None
+            raise cls(f"cannot connect to PostgreSQL at {self.location}: {self.scrub(_connect_problem(e))}") from None
         return conn
+
+    def scrub(self, text: str) -> str:
+        """`text` (a driver's message) with the URL's password, as written or decoded, hidden."""
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+def _secrets(url: str) -> list[str]:
+    """The password of a URL as written (user:PASSWORD@, password=...) and decoded, longest first."""
+    found = []
+    span = password_span(url)
+    if span is not None:
+        found.append(url[span[0]:span[1]])
+    found += re.findall(r"[?&]password=([^&]*)", url, flags=re.I)
+    found += [unquote(s) for s in found]
+    return sorted({s for s in found if s}, key=len, reverse=True)
 
 
 def _first_line(e: BaseException) -> str:
@@ -444,7 +474,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
     NO_LIMIT = None  # LIMIT NULL: no limit
     SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
     ROW_LOCK = " FOR UPDATE"
-    PARENTS_LOCK = " FOR SHARE"
+    PARENTS_LOCK = " FOR NO KEY UPDATE"  # (they are updated: dep_flags)
 
     def __init__(self, target: Target, raw, clock: Callable[[], float] | None = None):
         self.target = target
@@ -513,7 +543,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         t = self.target
         with self._errors():
             cur = self.conn.raw.cursor()
-            cur.execute("BEGIN; SELECT pg_advisory_xact_lock(%s)", (_key("schema", t.schema),))
+            cur.execute(BEGIN_WRITE + "; SELECT pg_advisory_xact_lock(%s)", (_key("schema", t.schema),))
             try:
                 cur.execute("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s), "
                             "(SELECT count(*) FROM pg_tables WHERE schemaname = %s), to_regclass(%s)",
@@ -660,6 +690,9 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         if code == "42501":
             return DatabaseUnusable(f"permission denied in {t.location} ({_first_line(e)}); grant this user the "
                                     f"rights on the schema {t.schema} and its tables")
+        if code in ("XX001", "XX002") or code.startswith("58"):  # damaged data or index; the server's I/O failed
+            return DatabaseUnusable(f"the server of {t.location} cannot read or write its data ({_first_line(e)}); "
+                                    "nothing changed; see the server's log")
         if code.startswith("53"):  # insufficient resources: out of memory, too many connections
             return DatabaseUnusable(f"the server of {t.location} is out of resources ({_first_line(e)}); "
                                     "retry later")
@@ -680,7 +713,8 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         with self._transaction(job_id) as started:
             yield started
 
-    _JOB_ROW_AND_NOW = f"SELECT *, {NOW_SQL} AS jobctl_now FROM jobs WHERE id = ? FOR UPDATE"
+    # The time in a projection above the row lock: read once the lock is granted, not before a wait for it.
+    _JOB_ROW_AND_NOW = f"SELECT *, {NOW_SQL} AS jobctl_now FROM (SELECT * FROM jobs WHERE id = ? FOR UPDATE) AS locked"
 
     def _begin_with_job(self, job_id: int) -> tuple[int, Any]:
         """BEGIN, then job `job_id`'s row locked and the server's time, in one round trip (the
@@ -688,7 +722,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         connection found dead is replaced, as in _begin: nothing had been done on it."""
         for attempt in (1, 2):
             c = self.conn
-            c.pending[:] = [b"BEGIN"]
+            c.pending[:] = [BEGIN_WRITE.encode()]
             c.in_transaction = True
             try:
                 cur = c.execute(self._JOB_ROW_AND_NOW, (job_id,))
@@ -715,10 +749,10 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                 raise RuntimeError("a write transaction inside another")
             row = None
             if self.clock is not None:
-                self._begin("BEGIN")
+                self._begin(BEGIN_WRITE)
                 now = int(self.clock() * 1000)
             elif job_id is None:
-                now = self._begin("BEGIN; SELECT " + NOW_SQL).fetchone()[0]
+                now = self._begin(BEGIN_WRITE + "; SELECT " + NOW_SQL).fetchone()[0]
             else:
                 now, row = self._begin_with_job(job_id)
             if self.clock is None:
@@ -742,7 +776,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                 c.raw.cursor().execute(c.take_pending(end.encode()))
             except psycopg2.Error as e:
                 self._rollback()
-                raise self._translate(e, committing=True) from e
+                raise self._translate(e, committing=not rollback) from e  # (a dry run ends in ROLLBACK)
             finally:
                 c.in_transaction = False
 

@@ -58,7 +58,7 @@ class SQLEngine:
     NO_LIMIT: int | None = -1  # LIMIT ? for "no limit" (PostgreSQL: None, LIMIT NULL)
     SKIP_LOCKED = ""  # after the claim's pick (PostgreSQL: FOR UPDATE SKIP LOCKED)
     ROW_LOCK = ""  # after a SELECT of rows that a transaction then decides on (PostgreSQL: FOR UPDATE)
-    PARENTS_LOCK = ""  # after the SELECT of `after` parents at enqueue (PostgreSQL: FOR SHARE)
+    PARENTS_LOCK = ""  # after the SELECT of `after` parents at enqueue, which it updates (PostgreSQL: FOR NO KEY UPDATE)
 
     PROGRESS_STEP = 1000  # jobs between two on_progress calls (all inside the one transaction)
 
@@ -184,9 +184,11 @@ class SQLEngine:
         after = sorted(set(j.after))
         if after:
             # Locked (where the engine locks rows) so that no parent completes unseen meanwhile:
-            # this job would wait for ever on a parent counted as not completed.
+            # this job would wait for ever on a parent counted as not completed. Locked for the
+            # update of their dep_flags below, in id order: enqueues after the same parents take turns.
             found = {r[0]: r[1] for r in c.execute(
-                f"SELECT id, status FROM jobs WHERE id IN ({','.join('?' * len(after))}){self.PARENTS_LOCK}", after)}
+                f"SELECT id, status FROM jobs WHERE id IN ({','.join('?' * len(after))}) ORDER BY id{self.PARENTS_LOCK}",
+                after)}
             for a in after:
                 if a not in found:
                     raise NoSuchJob(a)
@@ -668,9 +670,12 @@ class SQLEngine:
         total = 0
         while True:
             # Small batches, each its own short transaction, so workers are never held up long.
+            # Where rows are locked, the pick locks them (a row another transaction holds, such as a
+            # buried job being retried, is skipped, and one changed meanwhile is read anew): the
+            # DELETEs by id below must never reach a job that is no longer what the pick chose.
             with self._write() as (c, _now):
                 ids = [r[0] for r in c.execute(
-                    f"SELECT id FROM jobs WHERE {where} LIMIT ?", (status, finished_before, batch))]
+                    f"SELECT id FROM jobs WHERE {where} LIMIT ?{self.SKIP_LOCKED}", (status, finished_before, batch))]
                 if ids:
                     marks = ",".join("?" * len(ids))
                     for table, column in (("events", "job_id"), ("runs", "job_id"), ("job_logs", "job_id"),

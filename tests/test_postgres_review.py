@@ -623,3 +623,21 @@ def test_errors_by_cause(pg_url, code, exit_code):
             assert translated.exit_code == exit_code and "\n" not in str(translated)
     finally:
         e.close()
+
+
+def test_a_vanished_server_is_found_dead_within_a_minute_not_two_hours(pg_url):
+    """A host or network that disappears without a reset leaves a TCP connection silent: the
+    connection carries keepalive and user-timeout settings, so libpq gives up in about a minute;
+    a URL that sets one of them keeps its own value."""
+    e = open_pg(pg_url)
+    try:
+        params = e.conn.raw.get_dsn_parameters()
+        assert (params["keepalives_idle"], params["keepalives_interval"], params["keepalives_count"],
+                params["tcp_user_timeout"]) == ("30", "10", "3", "60000")
+    finally:
+        e.close()
+    e = open_pg(pg_url + "&keepalives_idle=5")
+    try:
+        assert e.conn.raw.get_dsn_parameters()["keepalives_idle"] == "5"
+    finally:
+        e.close()

@@ -80,6 +80,12 @@ def _key(*parts: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+# libpq's TCP settings, unless the URL sets them: keepalive probes after 30 s of silence, every
+# 10 s, 3 unanswered ones end the connection; data unacknowledged for 60 s ends it too.
+TCP_DEFAULTS = {"keepalives": "1", "keepalives_idle": "30", "keepalives_interval": "10", "keepalives_count": "3",
+                "tcp_user_timeout": "60000"}
+
+
 # -- the URL ---------------------------------------------------------------------------------
 
 _SEARCH_PATH = re.compile(r"(?:^|\s)-c\s*search_path\s*=\s*(\S*)")
@@ -143,6 +149,11 @@ class Target:
             extra["connect_timeout"] = "10"  # libpq waits for ever on an unreachable host by default
         if "application_name" not in self.params:
             extra["application_name"] = "jobctl"
+        for key, value in TCP_DEFAULTS.items():
+            # a server that vanishes without a reset (a host or network gone) is found dead within
+            # about a minute, not after the system's two hours of silence
+            if key not in self.params:
+                extra[key] = value
         try:
             conn = psycopg2.connect(self.given, **extra)
             conn.autocommit = True

@@ -115,6 +115,11 @@ def test_insert_returns_ids_in_order_and_writes_the_enqueue_event(engine):
     assert [(e.from_status, e.to_status, e.actor, e.at) for e in events] == [(None, "pending", "alice", NOW)]
 
 
+def test_insert_of_no_jobs_is_nothing(engine):
+    assert engine.insert_jobs([], "a") == []
+    assert engine.list_jobs(limit=5) == []
+
+
 def test_insert_run_at_from_delay_or_not_before(engine):
     engine.insert_jobs([new(delay_ms=5_000), new(not_before=NOW + 9_000), new(not_before=NOW - 9_000),
                         new(delay_ms=1_000, not_before=NOW + 500)], "a")

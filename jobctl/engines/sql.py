@@ -144,6 +144,8 @@ class SQLEngine:
 
     def insert_jobs(self, jobs: list[NewJob], actor: str, *,
                     on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
+        if not jobs:
+            return []  # (an empty batch: no transaction, and no multi-row INSERT without rows)
         with self._write() as (c, now):
             self._jobs_may_be_ready(c)
             if all(not (j.idempotency_key or j.unique or j.after or j.after_previous) for j in jobs):

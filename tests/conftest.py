@@ -84,6 +84,36 @@ def pg_admin(base: str):
     return conn
 
 
+def pg_sql(base: str, query: str, params=()):
+    """Run one statement on the test server as its admin: the rows, or None for a statement
+    that returns none."""
+    conn = pg_admin(base)
+    try:
+        cur = conn.cursor()
+        cur.execute(query, params)
+        return cur.fetchall() if cur.description else None
+    finally:
+        conn.close()
+
+
+def open_pg(url: str, **kw):
+    """A PostgresEngine on `url`, creating its schema unless told otherwise."""
+    from jobctl.engines.postgres import PostgresEngine
+
+    kw.setdefault("create", True)
+    return PostgresEngine.open(url, **kw)
+
+
+def new_job(type="t", queue="default", payload="{}", **kw):
+    """A NewJob as the engine contract takes it (the hash of the payload as given)."""
+    import hashlib
+
+    from jobctl.engines.base import NewJob
+
+    return NewJob(queue=queue, type=type, payload=payload, payload_hash=hashlib.sha256(payload.encode()).hexdigest(),
+                  priority=10, max_attempts=3, backoff="exponential", timeout_ms=60_000, **kw)
+
+
 def with_schema(base: str, schema: str) -> str:
     """The server URL with `schema` as its search_path (the URL form jobctl reads the schema from)."""
     from urllib.parse import quote

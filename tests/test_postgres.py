@@ -5,7 +5,6 @@ test_engine_contract.py (and the CLI tests with JOBCTL_TEST_ENGINE=postgres).
 
 Each test works in a schema of its own (the pg_url fixture), dropped afterwards."""
 
-import hashlib
 import json
 import os
 import statistics
@@ -17,33 +16,15 @@ import time
 
 import pytest
 
-from conftest import JOBCTL, Clock, finish, pg_admin, run_cli, start_worker, wait_for, with_schema
-from jobctl.engines.base import Change, ClaimRequest, NewJob
+from conftest import Clock, JOBCTL, finish, new_job, open_pg, pg_admin, pg_sql, run_cli, start_worker, wait_for, with_schema
+from jobctl.engines.base import Change, ClaimRequest
 from jobctl.errors import ConnectionLost, DatabaseBusy, InvalidState
 
 T0 = 1_900_000_000.0
 
 
-def new(type="t", queue="default", payload="{}", **kw):
-    return NewJob(queue=queue, type=type, payload=payload, payload_hash=hashlib.sha256(payload.encode()).hexdigest(),
-                  priority=10, max_attempts=3, backoff="exponential", timeout_ms=60_000, **kw)
-
-
-def open_pg(url, **kw):
-    from jobctl.engines.postgres import PostgresEngine
-
-    kw.setdefault("create", True)
-    return PostgresEngine.open(url, **kw)
-
-
-def sql(base, query, params=()):
-    conn = pg_admin(base)
-    try:
-        cur = conn.cursor()
-        cur.execute(query, params)
-        return cur.fetchall() if cur.description else None
-    finally:
-        conn.close()
+new = new_job
+sql = pg_sql
 
 
 # -- URL, schema, identity --------------------------------------------------------------------

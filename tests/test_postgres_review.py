@@ -8,7 +8,6 @@ Each test works in a schema of its own (the pg_url fixture), dropped afterwards.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -18,32 +17,14 @@ from urllib.parse import quote
 
 import pytest
 
-from conftest import pg_admin, run_cli, wait_for, with_schema
-from jobctl.engines.base import Change, ClaimRequest, NewJob
+from conftest import new_job, open_pg, pg_admin, pg_sql, run_cli, wait_for, with_schema
+from jobctl.engines.base import Change, ClaimRequest
 
 PAYLOAD = "{}"
 
 
-def new(type="t", queue="default", payload=PAYLOAD, **kw):
-    return NewJob(queue=queue, type=type, payload=payload, payload_hash=hashlib.sha256(payload.encode()).hexdigest(),
-                  priority=10, max_attempts=3, backoff="exponential", timeout_ms=60_000, **kw)
-
-
-def open_pg(url, **kw):
-    from jobctl.engines.postgres import PostgresEngine
-
-    kw.setdefault("create", True)
-    return PostgresEngine.open(url, **kw)
-
-
-def sql(base, query, params=()):
-    conn = pg_admin(base)
-    try:
-        cur = conn.cursor()
-        cur.execute(query, params)
-        return cur.fetchall() if cur.description else None
-    finally:
-        conn.close()
+new = new_job
+sql = pg_sql
 
 
 def named(url: str, app: str) -> str:

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from .test_worker_torture import RECORD, SLOW_RECORD, cpu_seconds, drain, wait_for
-from .util import jobs, json_value, pg_rows, rows, run_cli
+from .util import assert_each_completed_once, assert_rescued_once, jobs, pg_rows, rows, run_cli
 
 
 # -- finding and cutting one process's connections ------------------------------------------------
@@ -145,17 +145,8 @@ def test_worker_reconnects_when_its_connections_are_killed_mid_run_and_records_e
     runs = e.runs()
     assert sorted(runs) == sorted(ids), "a job never ran"
     assert {job_id: a for job_id, a in runs.items() if a != [1]} == {}, "a job ran twice"
-    table = jobs(e.db)
-    assert {j["status"] for j in table.values()} == {"completed"}, {i: j["status"] for i, j in table.items()}
-    assert {j["attempts"] for j in table.values()} == {1}
-    assert {json.dumps(json_value(j["result"])) for j in table.values()} == {'{"ok": true}'}
     # each outcome was recorded exactly once: one run, one claim and one completion per job
-    outcomes = Counter((r["job_id"], r["outcome"]) for r in rows(e.db, "SELECT job_id, outcome FROM runs"))
-    assert outcomes == Counter({(job_id, "completed"): 1 for job_id in ids})
-    history = defaultdict(list)
-    for ev in rows(e.db, "SELECT job_id, to_status FROM events ORDER BY id"):
-        history[ev["job_id"]].append(ev["to_status"])
-    assert {job_id: h for job_id, h in history.items() if h != ["pending", "running", "completed"]} == {}
+    assert_each_completed_once(e.db, ids)
 
 
 @pytest.mark.slow
@@ -177,15 +168,8 @@ def test_a_lease_that_expired_while_the_worker_was_cut_off_is_recovered_and_its_
         a.send_signal(signal.SIGCONT)
     assert a.wait(timeout=60) == 0, a.log.read_text()
     assert e.runs()[job_id] == [1, 2]
-    job = jobs(e.db)[job_id]
-    assert job["status"] == "completed" and job["attempts"] == 2
-    assert json_value(job["result"]) == {"by": str(b.pid)}, "the cut-off worker's late result was applied"
-    events = rows(e.db, "SELECT to_status, actor, message FROM events WHERE job_id = ? ORDER BY id", (job_id,))
-    assert [ev["to_status"] for ev in events] == ["pending", "running", "pending", "running", "completed"]
-    assert events[-1]["actor"] == "rescuer"
+    events = assert_rescued_once(e.db, job_id, b.pid)
     assert "cut-off" in events[2]["message"] and "lost" in events[2]["message"]
-    assert sorted(r["outcome"] for r in rows(e.db, "SELECT outcome FROM runs WHERE job_id = ?", (job_id,))) == [
-        "completed", "lost"]
     log = a.log.read_text()
     assert f"lost job {job_id}" in log and ("not recorded" in log or "no longer ours" in log), log
     assert "Traceback" not in log

@@ -10,12 +10,10 @@ and one line; an idle worker listens again and wakes for jobs enqueued after the
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import signal
 import time
-from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
@@ -25,7 +23,7 @@ from conftest import with_schema
 from .pgcluster import ClusterError, PrivateCluster
 from .test_postgres_faults import GATED
 from .test_worker_torture import RECORD, SLOW_RECORD, wait_for
-from .util import jobs, json_value, pg_rows, rows, run_cli
+from .util import assert_each_completed_once, assert_rescued_once, jobs, pg_rows, run_cli
 
 MODES = ["fast", "immediate"]
 
@@ -72,13 +70,6 @@ def listening(url: str) -> int:
                         "AND query LIKE 'LISTEN %%' AND pid <> pg_backend_pid()")[0]["n"]
 
 
-def histories(db) -> dict[int, list[str]]:
-    found = defaultdict(list)
-    for ev in rows(db, "SELECT job_id, to_status FROM events ORDER BY id"):
-        found[ev["job_id"]].append(ev["to_status"])
-    return found
-
-
 def log_lines(path: Path) -> list[str]:
     return path.read_text().splitlines()
 
@@ -120,13 +111,7 @@ def test_worker_survives_a_server_restart_while_its_handler_runs_and_records_eac
 
     runs = e.runs()
     assert sorted(runs) == ids and {job_id: a for job_id, a in runs.items() if a != [1]} == {}, runs
-    table = jobs(e.db)
-    assert {j["status"] for j in table.values()} == {"completed"}, {i: j["status"] for i, j in table.items()}
-    assert {j["attempts"] for j in table.values()} == {1}
-    assert {json.dumps(json_value(j["result"])) for j in table.values()} == {'{"ok": true}'}
-    outcomes = Counter((r["job_id"], r["outcome"]) for r in rows(e.db, "SELECT job_id, outcome FROM runs"))
-    assert outcomes == Counter({(job_id, "completed"): 1 for job_id in ids})
-    assert {i: h for i, h in histories(e.db).items() if h != ["pending", "running", "completed"]} == {}
+    assert_each_completed_once(e.db, ids)
 
     lines = log_lines(w.log)
     text = "\n".join(lines)
@@ -179,15 +164,8 @@ def test_a_lease_that_expired_while_the_server_was_down_is_recovered_after_the_r
     assert a.wait(timeout=60) == 0, a.log.read_text()
 
     assert e.runs()[job_id] == [1, 2]
-    job = jobs(e.db)[job_id]
-    assert job["status"] == "completed" and job["attempts"] == 2, job
-    assert json_value(job["result"]) == {"by": str(b.pid)}, "the holder's late result was applied"
-    events = rows(e.db, "SELECT to_status, actor, message FROM events WHERE job_id = ? ORDER BY id", (job_id,))
-    assert [ev["to_status"] for ev in events] == ["pending", "running", "pending", "running", "completed"]
+    events = assert_rescued_once(e.db, job_id, b.pid)
     assert events[2]["actor"] == "rescuer" and "holder" in events[2]["message"] and "lost" in events[2]["message"]
-    assert events[-1]["actor"] == "rescuer"
-    assert sorted(r["outcome"] for r in rows(e.db, "SELECT outcome FROM runs WHERE job_id = ?", (job_id,))) == [
-        "completed", "lost"]
     log = a.log.read_text()
     assert "Traceback" not in log and "Traceback" not in b.log.read_text(), log
     lost = [line for line in log.splitlines() if f"lost job {job_id}" in line]

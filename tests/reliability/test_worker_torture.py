@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .util import JOBCTL, integrity, jobctl, jobs, rows
+from .util import JOBCTL, assert_rescued_once, integrity, jobctl, jobs, rows
 
 RECORD = 'echo "$JOBCTL_JOB_ID $JOBCTL_ATTEMPT $PPID" >> "$RUNLOG"'
 
@@ -212,12 +212,7 @@ def test_frozen_worker_late_complete_is_refused_and_logged(env):
         a.send_signal(signal.SIGCONT)
     assert a.wait(timeout=60) == 0, a.log.read_text()
     assert e.runs()[job_id] == [1, 2]
-    job = jobs(e.db)[job_id]
-    assert job["status"] == "completed" and job["attempts"] == 2
-    assert json.loads(job["result"]) == {"by": str(b.pid)}, "the frozen worker's result was applied"
-    events = rows(e.db, "SELECT to_status, actor, message FROM events WHERE job_id = ? ORDER BY id", (job_id,))
-    assert [ev["to_status"] for ev in events] == ["pending", "running", "pending", "running", "completed"]
-    assert events[-1]["actor"] == "rescuer"
+    events = assert_rescued_once(e.db, job_id, b.pid)
     assert "frozen" in events[2]["message"] and "lost" in events[2]["message"]
     log = a.log.read_text()
     assert f"lost job {job_id}" in log and ("not recorded" in log or "no longer ours" in log), log

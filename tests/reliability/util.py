@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from conftest import JOBCTL, Result, run_cli, run_inproc  # noqa: F401  (JOBCTL and run_inproc are re-exported)
@@ -66,6 +67,37 @@ def json_value(text):
 
 def jobs(db) -> dict[int, dict]:
     return {r["id"]: r for r in rows(db, "SELECT * FROM jobs")}
+
+
+def assert_rescued_once(db, job_id: int, rescuer_pid: int, rescuer: str = "rescuer") -> list[dict]:
+    """A job whose first worker lost it (frozen, cut off) ran twice and ended once, by the
+    rescuer's run: the first worker's late result was refused, and the history says so. Returns
+    the job's events."""
+    runs = [r["outcome"] for r in rows(db, "SELECT outcome FROM runs WHERE job_id = ? ORDER BY id", (job_id,))]
+    job = jobs(db)[job_id]
+    assert job["status"] == "completed" and job["attempts"] == 2, job
+    assert json_value(job["result"]) == {"by": str(rescuer_pid)}, "the first worker's late result was applied"
+    events = rows(db, "SELECT to_status, actor, message FROM events WHERE job_id = ? ORDER BY id", (job_id,))
+    assert [ev["to_status"] for ev in events] == ["pending", "running", "pending", "running", "completed"], events
+    assert events[-1]["actor"] == rescuer
+    assert sorted(runs) == ["completed", "lost"], runs
+    return events
+
+
+def assert_each_completed_once(db, ids: list[int]) -> None:
+    """Every job completed at its first attempt with the handler's result, one run and one
+    history each: none lost, none run twice."""
+    table = jobs(db)
+    assert sorted(table) == sorted(ids)
+    assert {j["status"] for j in table.values()} == {"completed"}, {i: j["status"] for i, j in table.items()}
+    assert {j["attempts"] for j in table.values()} == {1}
+    assert {json.dumps(json_value(j["result"])) for j in table.values()} == {'{"ok": true}'}
+    outcomes = Counter((r["job_id"], r["outcome"]) for r in rows(db, "SELECT job_id, outcome FROM runs"))
+    assert outcomes == Counter({(job_id, "completed"): 1 for job_id in ids})
+    history = defaultdict(list)
+    for ev in rows(db, "SELECT job_id, to_status FROM events ORDER BY id"):
+        history[ev["job_id"]].append(ev["to_status"])
+    assert {job_id: h for job_id, h in history.items() if h != ["pending", "running", "completed"]} == {}
 
 
 def schema(db) -> list[tuple]:

@@ -55,6 +55,18 @@ class Thread(threading.Thread):
 # -- row locks: in the order the statements need them -------------------------------------------
 
 
+def release_when_waited_on(holder, pg_base, app, what: str) -> int:
+    """Once the engine waits on `holder`'s lock (and half a second more), commit the holder; the
+    server's time just before that commit, in ms."""
+    wait_for(lambda: lock_waiters(pg_base, app) == 1, what=what)
+    time.sleep(0.5)
+    cur = holder.cursor()
+    cur.execute("SELECT floor(extract(epoch from clock_timestamp()) * 1000)::bigint")
+    released = cur.fetchone()[0]
+    cur.execute("COMMIT")
+    return released
+
+
 def test_enqueues_after_the_same_parent_at_once_never_deadlock(pg_url):
     """Fan-out: several processes enqueue jobs that wait on one parent at the same moment. Each
     enqueue read its parents FOR SHARE, then UPDATEd them (dep_flags), which needs a stronger lock
@@ -383,12 +395,7 @@ def test_a_claim_under_limits_reads_the_time_after_its_turn_at_the_admission_loc
         holder.cursor().execute("BEGIN; SELECT pg_advisory_xact_lock(%s)", (_key("admission", pg_schema),))
         claiming = Thread(e.claim, ClaimRequest("w", "tok", limits=Limits(rates={"api": (5, 60_000)})))
         claiming.start()
-        wait_for(lambda: lock_waiters(pg_base, app) == 1, what="the claim to wait for its turn")
-        time.sleep(0.5)
-        cur = holder.cursor()
-        cur.execute("SELECT floor(extract(epoch from clock_timestamp()) * 1000)::bigint")
-        released = cur.fetchone()[0]
-        cur.execute("COMMIT")
+        released = release_when_waited_on(holder, pg_base, app, "the claim to wait for its turn")
         claiming.join(20)
         assert claiming.error is None
         assert claiming.result.claimed_at >= released
@@ -569,12 +576,7 @@ def test_a_change_to_a_job_is_dated_after_the_wait_for_its_row_lock(pg_base, pg_
         seen = {}
         changing = Thread(e.update_job, jid, lambda j, now: seen.setdefault("now", now) and None, "x")
         changing.start()
-        wait_for(lambda: lock_waiters(pg_base, app) == 1, what="the change to wait for the row")
-        time.sleep(0.5)
-        cur = holder.cursor()
-        cur.execute("SELECT floor(extract(epoch from clock_timestamp()) * 1000)::bigint")
-        released = cur.fetchone()[0]
-        cur.execute("COMMIT")
+        released = release_when_waited_on(holder, pg_base, app, "the change to wait for the row")
         changing.join(20)
         assert changing.error is None
         assert seen["now"] >= released

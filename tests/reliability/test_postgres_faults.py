@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from .test_worker_torture import RECORD, SLOW_RECORD, cpu_seconds, drain, wait_for
+from .test_worker_torture import RECORD, SLOW_RECORD, rescue_while_frozen, cpu_seconds, drain, wait_for
 from .util import assert_each_completed_once, assert_rescued_once, jobs, pg_rows, rows, run_cli
 
 
@@ -156,18 +156,12 @@ def test_a_lease_that_expired_while_the_worker_was_cut_off_is_recovered_and_its_
     e = env(db=pg_url, command=["/bin/sh", "-c", SLOW_RECORD], lease="1s", recover_every="200ms")
     [job_id] = e.enqueue(1)
     a = e.worker("cut-off", "--max-jobs", "1")
-    wait_for(lambda: e.runs().get(job_id), what="the first run to start")
-    a.send_signal(signal.SIGSTOP)
-    try:
+
+    def cut_off():
         assert terminate(pg_url, a.pid) >= 1
         wait_for(lambda: connections(pg_url, a.pid) == 0, what="the server to drop the connections")
-        # past the lease, another worker recovers the job and runs it again to the end
-        b = e.worker("rescuer", "--max-jobs", "1")
-        assert b.wait(timeout=60) == 0, b.log.read_text()
-    finally:
-        a.send_signal(signal.SIGCONT)
-    assert a.wait(timeout=60) == 0, a.log.read_text()
-    assert e.runs()[job_id] == [1, 2]
+
+    b = rescue_while_frozen(e, job_id, a, during=cut_off)
     events = assert_rescued_once(e.db, job_id, b.pid)
     assert "cut-off" in events[2]["message"] and "lost" in events[2]["message"]
     log = a.log.read_text()

@@ -22,7 +22,7 @@ from conftest import with_schema
 
 from .pgcluster import ClusterError, PrivateCluster
 from .test_postgres_faults import GATED
-from .test_worker_torture import RECORD, SLOW_RECORD, wait_for
+from .test_worker_torture import RECORD, SLOW_RECORD, rescue_while_frozen, wait_for
 from .util import assert_each_completed_once, assert_rescued_once, jobs, pg_rows, run_cli
 
 MODES = ["fast", "immediate"]
@@ -151,19 +151,13 @@ def test_a_lease_that_expired_while_the_server_was_down_is_recovered_after_the_r
     e = env(db=url, command=["/bin/sh", "-c", SLOW_RECORD], lease="1s", recover_every="200ms")
     [job_id] = e.enqueue(1)
     a = e.worker("holder", "--max-jobs", "1")
-    wait_for(lambda: e.runs().get(job_id), what="the first run to start")
-    a.send_signal(signal.SIGSTOP)
-    try:
+
+    def outage():
         cluster.stop(mode)
         time.sleep(2.5)  # longer than the 1 s lease
         cluster.start()
-        b = e.worker("rescuer", "--max-jobs", "1")
-        assert b.wait(timeout=60) == 0, b.log.read_text()
-    finally:
-        a.send_signal(signal.SIGCONT)
-    assert a.wait(timeout=60) == 0, a.log.read_text()
 
-    assert e.runs()[job_id] == [1, 2]
+    b = rescue_while_frozen(e, job_id, a, during=outage)
     events = assert_rescued_once(e.db, job_id, b.pid)
     assert events[2]["actor"] == "rescuer" and "holder" in events[2]["message"] and "lost" in events[2]["message"]
     log = a.log.read_text()

@@ -197,21 +197,31 @@ def wait_for(predicate, timeout=30, what="condition"):
     pytest.fail(f"timed out waiting for {what}")
 
 
+def rescue_while_frozen(e, job_id: int, holder, during=None):
+    """Freeze `holder` (SIGSTOP) once its run of `job_id` has started, do `during()` (cut its
+    connections, stop the server), let a rescuer worker recover the job past its lease and run it
+    to the end, then thaw the holder and wait for it: each worker exits 0 and the job ran twice.
+    The rescuer, for the checks of what was recorded."""
+    wait_for(lambda: e.runs().get(job_id), what="the first run to start")
+    holder.send_signal(signal.SIGSTOP)
+    try:
+        if during is not None:
+            during()
+        rescuer = e.worker("rescuer", "--max-jobs", "1")
+        assert rescuer.wait(timeout=60) == 0, rescuer.log.read_text()
+    finally:
+        holder.send_signal(signal.SIGCONT)
+    assert holder.wait(timeout=60) == 0, holder.log.read_text()
+    assert e.runs()[job_id] == [1, 2]
+    return rescuer
+
+
 @pytest.mark.slow
 def test_frozen_worker_late_complete_is_refused_and_logged(env):
     e = env(command=["/bin/sh", "-c", SLOW_RECORD], lease="1s", recover_every="200ms")
     [job_id] = e.enqueue(1)
     a = e.worker("frozen", "--max-jobs", "1")
-    wait_for(lambda: e.runs().get(job_id), what="the first run to start")
-    a.send_signal(signal.SIGSTOP)
-    try:
-        # past the lease, another worker recovers the job and runs it again to the end
-        b = e.worker("rescuer", "--max-jobs", "1")
-        assert b.wait(timeout=60) == 0, b.log.read_text()
-    finally:
-        a.send_signal(signal.SIGCONT)
-    assert a.wait(timeout=60) == 0, a.log.read_text()
-    assert e.runs()[job_id] == [1, 2]
+    b = rescue_while_frozen(e, job_id, a)
     events = assert_rescued_once(e.db, job_id, b.pid)
     assert "frozen" in events[2]["message"] and "lost" in events[2]["message"]
     log = a.log.read_text()

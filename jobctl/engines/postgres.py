@@ -69,6 +69,10 @@ class ReadOnly(DatabaseUnusable):
     """The server refuses writes (a standby, or default_transaction_read_only)."""
 
 
+class PermissionDenied(DatabaseUnusable):
+    """The user lacks a right on the schema or its tables (exit 8, as on an unwritable file)."""
+
+
 class KeyRace(DatabaseBusy):
     """Another transaction committed a job with the same idempotency key while this one was
     inserting it (the unique index made this one wait, then refused it)."""
@@ -541,12 +545,34 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         self._migrate()
 
     def _schema_version(self) -> int | None:
-        """The schema's version, or None when there is no jobctl schema of this name (yet)."""
+        """The schema's version, or None when there is no jobctl schema of this name (yet). A
+        schema that exists but that this user may not use is PermissionDenied: the server leaves
+        such a schema out of the search_path, so its tables look missing."""
+        t = self.target
         with self._errors():
             try:
                 return self.conn.execute("SELECT version FROM schema_version").fetchone()[0]
             except psycopg2.errors.UndefinedTable:
-                return None
+                pass
+            usable = self.conn.execute("SELECT has_schema_privilege(oid, 'USAGE') FROM pg_namespace WHERE nspname = ?",
+                                       (t.schema,)).fetchone()
+        if usable is not None and not usable[0]:
+            raise PermissionDenied(f"permission denied in {t.location}: the user {self._user} may not use the schema "
+                                   f"{t.schema} (it exists); {self._grant_hint()}")
+        return None
+
+    @property
+    def _user(self) -> str:
+        """This connection's user, as SQL names it (quoted when it must be)."""
+        user = self.conn.raw.info.user
+        return user if re.fullmatch(r"[a-z_][a-z0-9_]*", user) else '"' + user.replace('"', '""') + '"'
+
+    def _grant_hint(self) -> str:
+        """What the schema's owner runs so that this user may work in it (the rights every jobctl
+        command needs; the read commands need only USAGE and SELECT)."""
+        s, u = self.target.schema, self._user
+        return (f"as the schema's owner, run: GRANT USAGE ON SCHEMA {s} TO {u}; GRANT SELECT, INSERT, "
+                f"UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {u}")
 
     def _migrate(self) -> None:
         """Create or migrate the schema in one transaction, under the schema's advisory lock:
@@ -575,7 +601,13 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                         "nothing was changed; upgrade jobctl")
                 if version < SCHEMA_VERSION:
                     if version == 0 and not exists:
-                        cur.execute(f'CREATE SCHEMA "{t.schema}"')
+                        try:
+                            cur.execute(f'CREATE SCHEMA "{t.schema}"')
+                        except psycopg2.errors.InsufficientPrivilege as e:
+                            raise PermissionDenied(
+                                f"permission denied in {t.location}: the user {self._user} may not create the schema "
+                                f"{t.schema} ({_first_line(e)}); create it for this user (CREATE SCHEMA {t.schema} "
+                                f"AUTHORIZATION {self._user}) or grant the user CREATE on the database") from None
                     pg_schema.migrate(cur, version)
                 cur.execute("COMMIT")
             except BaseException:
@@ -698,9 +730,11 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         if code in _NOT_JOBCTL:
             return DatabaseUnusable(f"the schema {t.schema} in {t.location} is not a usable jobctl schema: "
                                     f"{_first_line(e)}; `jobctl doctor` says more")
+        if code == "42501" and "must be owner" in str(e):  # a newer jobctl migrating the schema of another user
+            return PermissionDenied(f"permission denied in {t.location} ({_first_line(e)}); only the owner of the "
+                                    f"schema {t.schema} may change its tables: run `jobctl init` as that user first")
         if code == "42501":
-            return DatabaseUnusable(f"permission denied in {t.location} ({_first_line(e)}); grant this user the "
-                                    f"rights on the schema {t.schema} and its tables")
+            return PermissionDenied(f"permission denied in {t.location} ({_first_line(e)}); {self._grant_hint()}")
         if code in ("XX001", "XX002") or code.startswith("58"):  # damaged data or index; the server's I/O failed
             return DatabaseUnusable(f"the server of {t.location} cannot read or write its data ({_first_line(e)}); "
                                     "nothing changed; see the server's log")
@@ -920,8 +954,8 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
     def stats_snapshot(self, **kwargs) -> dict:
         try:
             self.fold_counts()
-        except (DatabaseBusy, ReadOnly):
-            pass  # (a standby: the counts are read unfolded, which costs a little more)
+        except (DatabaseBusy, ReadOnly, PermissionDenied):
+            pass  # (a standby, or a user who may only read: the counts are read unfolded, which costs a little more)
         return super().stats_snapshot(**kwargs)
 
     def purge(self, status: str, older_than_ms: int, **kwargs) -> int:

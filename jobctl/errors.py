@@ -34,7 +34,7 @@ class NoSuchJob(JobctlError):
     exit_code = 3
 
     def __init__(self, job_id: int, where: str = ""):
-        super().__init__(f"{where}no job with id {job_id}; `jobctl list` shows the jobs in this file")
+        super().__init__(f"{where}no job with id {job_id}; `jobctl list` shows the jobs in this database")
         self.job_id = job_id
 
 

@@ -195,7 +195,12 @@ def backup(
 
     Example: jobctl backup /var/backups/jobctl-$(date +%F).db
     """
+    from jobctl import engines
+
     dest = Path(path).expanduser()
+    if engines.scheme_of(state(ctx).db_path()) not in (None, "sqlite"):
+        with state(ctx).open_queue() as q:  # a server database: says to use the server's tools (exit 2)
+            q.backup(dest)
     if dest.is_dir():
         raise InvalidInput(f"{dest} is a directory; give a file path for the backup")
     if os.path.lexists(dest) and not force:

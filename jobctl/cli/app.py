@@ -18,7 +18,7 @@ from jobctl.cli.state import State
 
 app = typer.Typer(
     name="jobctl",
-    help="An operator tool for a persistent job queue kept in one SQLite file.",
+    help="An operator tool for a persistent job queue kept in a SQLite file or a PostgreSQL database.",
     add_completion=False,
     pretty_exceptions_enable=False,
     no_args_is_help=True,

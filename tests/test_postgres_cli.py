@@ -137,3 +137,18 @@ def test_a_change_to_tables_of_another_owner_says_who_may_make_it(pg_base, pg_ur
                 e.conn.execute("ALTER TABLE jobs ADD COLUMN extra integer")
     finally:
         e.close()
+
+
+@pytest.mark.parametrize("query, said", [
+    ("sslmode=bogus", 'invalid sslmode value: "bogus"'),
+    ("connect_timeout=abc", 'invalid integer value "abc" for connection option "connect_timeout"'),
+    ("options=-cno_such_setting%3D1", 'unrecognized configuration parameter "no_such_setting"'),
+])
+def test_a_url_value_libpq_or_the_server_refuses_is_bad_input(pg_base, query, said):
+    # A typo in the URL is exit 2 (bad input), not 8 (database unusable), and connect_timeout's
+    # typo is no longer sent to "check the host name and the network".
+    url = f"{pg_base}{'&' if '?' in pg_base else '?'}{query}"
+    r = run_inproc("list", db=url)
+    line = r.one_error_line()
+    assert r.exit_code == 2, r.output
+    assert said in line and "fix it in --db / JOBCTL_DB" in line, line

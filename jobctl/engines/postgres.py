@@ -162,6 +162,10 @@ class Target:
             conn = psycopg2.connect(self.given, **extra)
             conn.autocommit = True
         except psycopg2.Error as e:
+            if not reconnecting and _BAD_SETTING.match(_first_line(e)):
+                # a value of the URL that libpq or the server refuses: a typo, not an outage
+                raise InvalidInput(f"invalid database URL {self.location!r}: {self.scrub(_first_line(e))}; fix it "
+                                   "in --db / JOBCTL_DB (or the config's db)") from None
             cls = ConnectionLost if reconnecting else DatabaseUnusable
             raise cls(f"cannot connect to PostgreSQL at {self.location}: {self.scrub(_connect_problem(e))}") from None
         return conn
@@ -182,6 +186,11 @@ def _secrets(url: str) -> list[str]:
     found += re.findall(r"[?&]password=([^&]*)", url, flags=re.I)
     found += [unquote(s) for s in found]
     return sorted({s for s in found if s}, key=len, reverse=True)
+
+
+# libpq's refusals of a URL's values (before any connection), and the server's refusals of its options
+_BAD_SETTING = re.compile(r"invalid [\w ]*?(value|port number)\b|unrecognized configuration parameter|"
+                          r"invalid value for parameter|parameter \S+ cannot be changed", re.I)
 
 
 def _first_line(e: BaseException) -> str:

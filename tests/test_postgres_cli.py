@@ -152,3 +152,16 @@ def test_a_url_value_libpq_or_the_server_refuses_is_bad_input(pg_base, query, sa
     line = r.one_error_line()
     assert r.exit_code == 2, r.output
     assert said in line and "fix it in --db / JOBCTL_DB" in line, line
+
+
+def test_config_show_gives_the_schema_the_url_names(tmp_path):
+    # It printed the config's (or the default) schema while the URL's search_path, which wins,
+    # named another: the "effective settings" sent an operator to the wrong schema.
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[postgres]\nschema = "from_config"\n')
+    url = "postgresql://app:pw@db1/queue?options=-csearch_path%3Dbilling"
+    r = run_inproc("--config", cfg, "--db", url, "config", "show", "--sources")
+    assert r.exit_code == 0, r.output
+    assert 'schema = "billing"  # the db URL\'s search_path' in r.stdout, r.stdout
+    r = run_inproc("--config", cfg, "--db", "postgresql://app@db1/queue", "config", "show", "--sources")
+    assert 'schema = "from_config"  # ' in r.stdout, r.stdout

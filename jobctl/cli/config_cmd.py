@@ -160,7 +160,7 @@ def effective(st) -> list[tuple[str | None, str, object, str]]:
 
     rows: list[tuple[str | None, str, object, str]] = []
     db, db_source = resolve_db_path(st.db, s)
-    from jobctl.engines import display
+    from jobctl.engines import display, url_schema
 
     # A password in a database URL is never shown (it stays in the config file, or the environment).
     rows.append((None, "db", display(str(db)), {"--db": "--db", "JOBCTL_DB": "JOBCTL_DB"}.get(db_source, origin("db"))))
@@ -180,7 +180,9 @@ def effective(st) -> list[tuple[str | None, str, object, str]]:
     allow = st.allow_network_fs or s.allow_network_fs
     rows.append(("sqlite", "allow_network_fs", allow,
                  "--allow-network-fs" if st.allow_network_fs else origin("sqlite.allow_network_fs")))
-    rows.append(("postgres", "schema", s.pg_schema or DEFAULT_PG_SCHEMA, origin("postgres.schema")))
+    in_url = url_schema(str(db))  # the URL's search_path wins over the config's schema
+    rows.append(("postgres", "schema", in_url or s.pg_schema or DEFAULT_PG_SCHEMA,
+                 "the db URL's search_path" if in_url else origin("postgres.schema")))
     rows.append(("postgres", "busy_timeout", *busy_timeout(True)))
 
     jitter_source = src.get("defaults.jitter") or src.get("defaults.backoff_jitter") or "default"

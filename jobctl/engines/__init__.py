@@ -65,6 +65,20 @@ def password_span(db: str) -> tuple[int, int] | None:
     return colon + 1, at
 
 
+SEARCH_PATH_OPTION = re.compile(r"(?:^|\s)-c\s*search_path\s*=\s*(\S*)")
+
+
+def url_schema(db: str) -> str | None:
+    """The schema a PostgreSQL URL names in its options (-csearch_path=NAME), else None."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    if scheme_of(db) not in POSTGRES_SCHEMES:
+        return None
+    options = " ".join(v for k, v in parse_qsl(urlsplit(db).query) if k == "options")
+    m = SEARCH_PATH_OPTION.search(options)
+    return m.group(1).strip('"') if m else None
+
+
 def display(db: str) -> str:
     """A database string fit to print: any password in a URL (user:PASSWORD@, or a password=
     parameter) is replaced by ***."""

@@ -38,7 +38,7 @@ import psycopg2.errors
 import psycopg2.extensions
 
 from jobctl.config import DEFAULT_PG_SCHEMA, PG_SCHEMA_NAME
-from jobctl.engines import display, password_span, pg_schema
+from jobctl.engines import SEARCH_PATH_OPTION, display, password_span, pg_schema
 from jobctl.engines.base import Check, NewJob
 from jobctl.engines.pg_schema import SCHEMA_VERSION
 from jobctl.engines.sql import SQLEngine
@@ -92,7 +92,7 @@ TCP_DEFAULTS = {"keepalives": "1", "keepalives_idle": "30", "keepalives_interval
 
 # -- the URL ---------------------------------------------------------------------------------
 
-_SEARCH_PATH = re.compile(r"(?:^|\s)-c\s*search_path\s*=\s*(\S*)")
+_SEARCH_PATH = SEARCH_PATH_OPTION
 
 
 class Target:

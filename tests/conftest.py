@@ -304,8 +304,12 @@ def run_on_pty(argv, *, columns=100, rows=60, stdout=None, stderr=None, until: b
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}  # the pty's size rules
+    # SIGINT at its default in the child, as a shell gives a job in the foreground: run from a
+    # background job (`pytest ... &`), pytest and so its children ignore SIGINT, and
+    # `stats --watch` would then draw on past the test's Ctrl-C until the timeout (60 s, failed).
     proc = subprocess.Popen([*map(str, argv)], stdin=slave, stdout=stdout or slave, stderr=stderr or slave,
-                            env={**env, "TERM": "xterm"}, close_fds=True)
+                            env={**env, "TERM": "xterm"}, close_fds=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(slave)
     seen = b""
     interrupted = False

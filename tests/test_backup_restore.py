@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, run_inproc
 
 HOLDER = """
 import sys, time
@@ -26,14 +26,16 @@ time.sleep(60)
 
 
 def jobs(db):
-    r = run_cli("list", "--json", "--limit", 1000, db=db)
+    """What the database holds (a look from this process: run_inproc)."""
+    r = run_inproc("list", "--json", "--limit", 1000, db=db)
     assert r.exit_code == 0, r.output
     return [json.loads(line) for line in r.stdout.splitlines()]
 
 
 def enqueue(db, type_, n=1):
+    """Setup, in this process (run_inproc); backup and restore themselves run as real processes."""
     for _ in range(n):
-        r = run_cli("enqueue", type_, "{}", db=db)
+        r = run_inproc("enqueue", type_, "{}", db=db)
         assert r.exit_code == 0, r.output
 
 
@@ -129,7 +131,7 @@ os.kill(os.getpid(), 9)
 def test_restore_puts_a_backup_back_and_removes_the_stale_wal(db, tmp_path):
     enqueue(db, "before", 3)
     backup = tmp_path / "b.db"
-    assert run_cli("backup", backup, db=db).exit_code == 0
+    assert run_inproc("backup", backup, db=db).exit_code == 0  # setup
     subprocess.run([sys.executable, "-c", KILLED_WRITER, str(db)])  # later work, and a crash: a -wal is left
     assert Path(f"{db}-wal").stat().st_size > 4096
     line = error(run_cli("restore", backup, db=db), 2)
@@ -141,7 +143,7 @@ def test_restore_puts_a_backup_back_and_removes_the_stale_wal(db, tmp_path):
     assert not Path(f"{db}-wal").exists()
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     assert [j["type"] for j in jobs(db)] == ["before"] * 3
-    r = run_cli("doctor", "--json", db=db)
+    r = run_inproc("doctor", "--json", db=db)
     checks = {c["check"]: c["ok"] for c in json.loads(r.stdout)["checks"]}
     assert checks["integrity"] and checks["journal mode"], r.stdout
     enqueue(db, "after-restore")
@@ -152,7 +154,7 @@ def test_restore_puts_a_backup_back_and_removes_the_stale_wal(db, tmp_path):
 def test_restore_creates_a_missing_database(tmp_path, db):
     enqueue(db, "t", 2)
     backup = tmp_path / "b.db"
-    assert run_cli("backup", backup, db=db).exit_code == 0
+    assert run_inproc("backup", backup, db=db).exit_code == 0  # setup
     new = tmp_path / "new" / "jobs.db"
     r = run_cli("restore", backup, db=new)
     assert r.exit_code == 0, r.output
@@ -163,7 +165,7 @@ def test_restore_creates_a_missing_database(tmp_path, db):
 def test_restore_is_refused_while_a_worker_has_the_database_open(db, tmp_path, holder):
     enqueue(db, "t", 2)
     backup = tmp_path / "b.db"
-    assert run_cli("backup", backup, db=db).exit_code == 0
+    assert run_inproc("backup", backup, db=db).exit_code == 0  # setup
     enqueue(db, "later")
     p = holder()
     before = db.stat().st_ino
@@ -203,7 +205,7 @@ def test_restore_refuses_what_is_not_a_jobctl_backup(db, tmp_path, what):
 def test_restore_refuses_a_backup_another_user_could_have_written(db, tmp_path):
     enqueue(db, "t")
     backup = tmp_path / "b.db"
-    assert run_cli("backup", backup, db=db).exit_code == 0
+    assert run_inproc("backup", backup, db=db).exit_code == 0  # setup
     os.chown(backup, 65534, 65534)
     line = error(run_cli("restore", backup, "--force", db=db), 2)
     assert "belongs to" in line
@@ -222,7 +224,7 @@ def test_a_killed_backup_leaves_nothing_behind_at_the_next_backup(db, tmp_path):
 def test_a_killed_restore_leaves_nothing_behind_at_the_next_restore(db, tmp_path):
     enqueue(db, "t")
     backup = tmp_path / "b.db"
-    assert run_cli("backup", backup, db=db).exit_code == 0
+    assert run_inproc("backup", backup, db=db).exit_code == 0  # setup
     p = subprocess.Popen(["true"])
     p.wait()
     stale = db.parent / f".jobs.db.restore-{p.pid}-00000000"

@@ -1,4 +1,7 @@
-"""A handler's output kept in the database, and `jobctl logs`: real workers, real handlers."""
+"""A handler's output kept in the database, and `jobctl logs`: real workers, real handlers.
+
+`logs`, `show` and the setup's `enqueue` run in this process (run_inproc: `work` still runs as a
+real process), except in the first test and the --follow tests, where `logs` is a real process."""
 
 import json
 import select
@@ -10,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import JOBCTL, run_cli
+from conftest import JOBCTL, run_cli, run_inproc
 from jobctl.engines.base import RunLog
 from jobctl.worker.output import RunOutputBuffer, Window
 from jobctl import runlog
@@ -32,7 +35,7 @@ def work(db, cfg, *more, timeout=60):
 
 
 def enqueue(db, cfg, payload="{}"):
-    r = run_cli(*cfg, "enqueue", "t", payload, db=db)
+    r = run_inproc(*cfg, "enqueue", "t", payload, db=db)
     assert r.exit_code == 0, r.output
     return int(r.stdout)
 
@@ -73,7 +76,7 @@ def test_head_and_tail_are_kept_with_a_marker_for_what_was_dropped(tmp_path, db)
     cfg = setup(tmp_path, handler, extra="[defaults]\nlog_head = 100\nlog_tail = \"1KiB\"\n")
     job = enqueue(db, cfg)
     work(db, cfg)
-    data = json.loads(run_cli(*cfg, "logs", job, "--json", db=db).stdout)
+    data = json.loads(run_inproc(*cfg, "logs", job, "--json", db=db).stdout)
     total = 10_000 + len("the end of it\n")
     dropped = total - 100 - 1024
     assert data["truncated"] is True and data["dropped"] == dropped and data["outcome"] == "failed"
@@ -82,9 +85,9 @@ def test_head_and_tail_are_kept_with_a_marker_for_what_was_dropped(tmp_path, db)
     assert lines[10] == f"[jobctl: {dropped:,} bytes of output dropped here]"
     assert lines[-1] == "the end of it" and lines[-2] == "line 0999"
     assert len(data["text"].encode()) == 100 + len(lines[10]) + 1 + 1024  # the head ends a line: no newline added
-    shown = json.loads(run_cli(*cfg, "show", job, "--json", db=db).stdout)
+    shown = json.loads(run_inproc(*cfg, "show", job, "--json", db=db).stdout)
     assert shown["error"] == "exit 3: the end of it"  # the error line is still stderr's last line
-    human = run_cli(*cfg, "show", job, db=db).stdout
+    human = run_inproc(*cfg, "show", job, db=db).stdout
     assert f"`jobctl logs {job}`" in human and "line 0999" in human  # the last lines of a failed run
 
 
@@ -93,7 +96,7 @@ def test_bad_log_sizes_are_refused_naming_the_key(tmp_path, db):
                                    ("", "log_tail = -1", "types.t.log_tail"),
                                    ("", "log_tail = \"2GiB\"", "types.t.log_tail")):
         cfg = setup(tmp_path, "print(1)", extra=extra, type_extra=type_extra)
-        r = run_cli(*cfg, "work", "--stop-when-empty", db=db)
+        r = run_inproc(*cfg, "work", "--stop-when-empty", db=db)
         assert r.exit_code == 2, r.output
         assert key in r.one_error_line()
 
@@ -133,7 +136,7 @@ def test_follow_prints_a_line_before_the_handler_ends(tmp_path, db):
 def test_follow_exits_4_when_the_run_failed_and_waits_for_a_run_to_start(tmp_path, db):
     cfg = setup(tmp_path, "import sys\nprint('bad input')\nsys.exit(2)\n")
     job = enqueue(db, cfg)
-    r = run_cli(*cfg, "logs", job, db=db)  # no run yet: nothing printed, said on stderr
+    r = run_inproc(*cfg, "logs", job, db=db)  # no run yet: nothing printed, said on stderr
     assert (r.exit_code, r.stdout) == (0, "") and "has not run yet" in r.stderr
     follow = subprocess.Popen([*JOBCTL, "--db", str(db), *cfg, "logs", str(job), "--follow"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -148,7 +151,7 @@ def test_a_run_that_prints_nothing_keeps_no_entry(tmp_path, db):
     cfg = setup(tmp_path, "pass")
     job = enqueue(db, cfg)
     work(db, cfg)
-    r = run_cli(*cfg, "logs", job, db=db)
+    r = run_inproc(*cfg, "logs", job, db=db)
     assert (r.exit_code, r.stdout) == (0, "") and "no output kept (it is completed" in r.stderr
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM job_logs").fetchone()[0] == 0
@@ -158,10 +161,10 @@ def test_logs_errors(tmp_path, db):
     cfg = setup(tmp_path, "print('x')")
     job = enqueue(db, cfg)
     work(db, cfg)
-    assert run_cli(*cfg, "logs", 99, db=db).exit_code == 3
-    r = run_cli(*cfg, "logs", job, "--run", 2, db=db)
+    assert run_inproc(*cfg, "logs", 99, db=db).exit_code == 3
+    r = run_inproc(*cfg, "logs", job, "--run", 2, db=db)
     assert r.exit_code == 2 and "has 1 run" in r.one_error_line()
-    assert run_cli(*cfg, "logs", job, "--run", 1, db=db).stdout == "x\n"
+    assert run_inproc(*cfg, "logs", job, "--run", 1, db=db).stdout == "x\n"
 
 
 def test_secrets_are_masked_and_terminal_controls_escaped_in_the_human_view(tmp_path, db):
@@ -172,12 +175,12 @@ def test_secrets_are_masked_and_terminal_controls_escaped_in_the_human_view(tmp_
     cfg = setup(tmp_path, handler)
     job = enqueue(db, cfg)
     work(db, cfg)
-    human = run_cli(*cfg, "logs", job, db=db).stdout
+    human = run_inproc(*cfg, "logs", job, db=db).stdout
     assert "hunter2" not in human and "abc" not in human and "password=***" in human
     assert "\x1b" not in human and "\\x1b[31mred" in human and "[bold]not markup[/bold]" in human
-    revealed = run_cli(*cfg, "logs", job, "--reveal", db=db).stdout
+    revealed = run_inproc(*cfg, "logs", job, "--reveal", db=db).stdout
     assert "password=hunter2" in revealed
-    exact = json.loads(run_cli(*cfg, "logs", job, "--json", db=db).stdout)["text"]
+    exact = json.loads(run_inproc(*cfg, "logs", job, "--json", db=db).stdout)["text"]
     assert "password=hunter2 token: abc" in exact and "\x1b[31m" in exact
 
 
@@ -185,11 +188,11 @@ def test_purge_and_retention_delete_logs(tmp_path, db):
     cfg = setup(tmp_path, "print('kept until purged')")
     first = enqueue(db, cfg)
     work(db, cfg)
-    r = run_cli(*cfg, "purge", "--completed-older-than", "0s", db=db)
+    r = run_inproc(*cfg, "purge", "--completed-older-than", "0s", db=db)
     assert r.exit_code == 0, r.output
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM job_logs").fetchone()[0] == 0
-    assert run_cli(*cfg, "logs", first, db=db).exit_code == 3
+    assert run_inproc(*cfg, "logs", first, db=db).exit_code == 3
     # retention: the worker's own sweep
     cfg = setup(tmp_path, "print('swept')", extra="[retention]\ncompleted = \"1ms\"\n")
     enqueue(db, cfg)

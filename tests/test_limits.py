@@ -3,7 +3,7 @@ inside its transaction, so they hold across every process that claims."""
 
 import pytest
 
-from conftest import Clock, T0, run_cli
+from conftest import Clock, T0, run_cli, run_inproc
 from jobctl.config import Settings, TypeConfig, load_settings
 from jobctl.limits import Limits, admission, from_settings, window_opens_at
 from jobctl.queue import Queue
@@ -159,9 +159,12 @@ def limited(tmp_path, db):
     def cli(*args, **kw):
         return run_cli("--config", cfg, "--db", db, *args, **kw)
 
-    ids = [int(cli("enqueue", t).stdout) for t in ("api", "api", "render", "render", "other")]
+    def setup(*args):  # in this process: the tests' own commands are the real processes
+        return run_inproc("--config", cfg, "--db", db, *args)
+
+    ids = [int(setup("enqueue", t).stdout) for t in ("api", "api", "render", "render", "other")]
     for t in ("api", "render"):
-        assert json.loads(cli("claim", "--type", t).stdout)["type"] == t
+        assert json.loads(setup("claim", "--type", t).stdout)["type"] == t
     return cli, ids
 
 

@@ -92,9 +92,6 @@ TCP_DEFAULTS = {"keepalives": "1", "keepalives_idle": "30", "keepalives_interval
 
 # -- the URL ---------------------------------------------------------------------------------
 
-_SEARCH_PATH = SEARCH_PATH_OPTION
-
-
 class Target:
     """Where the engine connects: the URL as given, the schema, and how to print both."""
 
@@ -113,7 +110,7 @@ class Target:
         self.given = url
         self.params = params
         self.busy_timeout = busy_timeout
-        m = _SEARCH_PATH.search(params.get("options", ""))
+        m = SEARCH_PATH_OPTION.search(params.get("options", ""))
         self.schema_in_url = m is not None
         name = m.group(1).strip('"') if m else (schema or DEFAULT_PG_SCHEMA)
         if not PG_SCHEMA_NAME.match(name):

@@ -616,14 +616,17 @@ class Queue:
         else:
             ages = {k: (parse_duration(v, what=f"--{k}-older-than") if v is not None else None) for k, v in given.items()}
         cutoffs = {status: int(age * 1000) for status, age in ages.items() if age is not None}
+        # The starts a rate window counts are runs: a job of a rate-limited type stays while its window does.
+        keep = {t: window for t, (_n, window) in self.limits.rates.items()}
         if on_progress is None or dry_run:
-            return {status: self.engine.purge(status, cutoff, dry_run=dry_run) for status, cutoff in cutoffs.items()}
-        total = sum(self.engine.purge(status, cutoff, dry_run=True) for status, cutoff in cutoffs.items())
+            return {status: self.engine.purge(status, cutoff, dry_run=dry_run, keep_ms=keep)
+                    for status, cutoff in cutoffs.items()}
+        total = sum(self.engine.purge(status, cutoff, dry_run=True, keep_ms=keep) for status, cutoff in cutoffs.items())
         counts: dict[str, int] = {}
         for status, cutoff in cutoffs.items():
             before = sum(counts.values())
             counts[status] = self.engine.purge(
-                status, cutoff, on_progress=lambda n, before=before: on_progress(before + n, max(total, before + n)))  # type: ignore[misc]
+                status, cutoff, keep_ms=keep, on_progress=lambda n, before=before: on_progress(before + n, max(total, before + n)))  # type: ignore[misc]
         return counts
 
     def get_many(self, job_ids: list[int]) -> list[Job]:

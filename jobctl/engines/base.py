@@ -269,10 +269,12 @@ class Engine(Protocol):
         on_progress(done, total) after each batch."""
 
     def purge(self, status: str, older_than_ms: int, *, dry_run: bool = False, batch: int = 500,
-              on_progress: Callable[[int], None] | None = None) -> int:
+              on_progress: Callable[[int], None] | None = None, keep_ms: dict[str, int] | None = None) -> int:
         """Delete jobs of a finished `status` that finished more than older_than_ms ago, with their
         history and stored output, in short transactions of `batch` jobs so workers are never held up long;
-        on_progress(deleted so far) after each batch. Returns how many (would be, with dry_run)."""
+        on_progress(deleted so far) after each batch. Returns how many (would be, with dry_run).
+        keep_ms: {type: ms}: a job of such a type is kept at least that long after it finished (a
+        rate limit's window, which counts its runs' starts)."""
 
     def set_paused(self, queue: str, paused: bool, *, type: str | None = None, until: int | None = None) -> None:
         """Pause (or resume) claims from a queue, or with `type` of that type in that queue only;

@@ -662,13 +662,21 @@ class SQLEngine:
                 return counts
 
     def purge(self, status: str, older_than_ms: int, *, dry_run: bool = False, batch: int = 500,
-              on_progress: Callable[[int], None] | None = None) -> int:
+              on_progress: Callable[[int], None] | None = None, keep_ms: dict[str, int] | None = None) -> int:
         """on_progress(deleted so far) is called after each batch's commit."""
         where = "status = ? AND finished_at < ?"
-        finished_before = self.now() - older_than_ms  # one cut-off for every batch
+        now = self.now()
+        finished_before = now - older_than_ms  # one cut-off for every batch
+        params: list = [status, finished_before]
+        # A rate window still counts the starts of runs that ended in it (every run of a job
+        # started before the job finished): keep those jobs, and their runs, until it has passed.
+        for type, ms in sorted((keep_ms or {}).items()):
+            if ms > older_than_ms:
+                where += " AND NOT (type = ? AND finished_at >= ?)"
+                params += [type, now - ms]
         if dry_run:
             with self._read() as c:
-                return c.execute(f"SELECT count(*) FROM jobs WHERE {where}", (status, finished_before)).fetchone()[0]
+                return c.execute(f"SELECT count(*) FROM jobs WHERE {where}", params).fetchone()[0]
         total = 0
         while True:
             # Small batches, each its own short transaction, so workers are never held up long.
@@ -677,7 +685,7 @@ class SQLEngine:
             # DELETEs by id below must never reach a job that is no longer what the pick chose.
             with self._write() as (c, _now):
                 ids = [r[0] for r in c.execute(
-                    f"SELECT id FROM jobs WHERE {where} LIMIT ?{self.SKIP_LOCKED}", (status, finished_before, batch))]
+                    f"SELECT id FROM jobs WHERE {where} LIMIT ?{self.SKIP_LOCKED}", [*params, batch])]
                 if ids:
                     marks = ",".join("?" * len(ids))
                     for table, column in (("events", "job_id"), ("runs", "job_id"), ("job_logs", "job_id"),

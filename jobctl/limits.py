@@ -109,8 +109,12 @@ def describe_hold(type: str, group: str | None, cost_units: int, limits: Limits,
         limit = limits.groups.get(key[1]) if key[0] == "group" else limits.types.get(key[1])
         held = (limit or 0) - room
         what = f"group {key[1]}" if key[0] == "group" else f"type {key[1]}"
-        need = f" (this job needs {cost_units})" if cost_units > 1 else ""
-        reasons.append(f"{what} is full: {held} of {limit} units running{need}")
+        if limit is not None and cost_units > limit:  # no amount of waiting lets it in
+            reasons.append(f"this job needs {cost_units} units, more than the limit of {what} ({limit}): "
+                           "it can never start under this limit (raise it, or cancel the job)")
+        else:
+            need = f" (this job needs {cost_units})" if cost_units > 1 else ""
+            reasons.append(f"{what} is full: {held} of {limit} units running{need}")
     return "; ".join(reasons) or None
 
 

@@ -43,3 +43,17 @@ def test_a_purge_keeps_the_starts_that_a_rate_window_still_counts(make):
     clock.t += 3600
     assert q.purge(completed_older_than="1s")["completed"] == 2  # out of the window: deleted now
     assert q.claim(worker="w") is not None
+
+
+def test_a_job_that_costs_more_than_its_limit_says_it_can_never_start(make):
+    clock = Clock(T0)
+    q = make(settings(render=dict(concurrency_group="gpu", concurrency_limit=2), solo=dict(concurrency_limit=1)), clock)
+    big = q.enqueue("render", cost=3).id
+    solo = q.enqueue("solo", cost=2).id
+    q.enqueue("render")
+    assert q.claim(worker="w").type == "render"  # the costly job blocks nothing else
+    assert q.claim(worker="w") is None
+    held = q.held_because(q.get(big))
+    assert "never" in held and "more than the limit" in held and "gpu" in held, held
+    held = q.held_because(q.get(solo))
+    assert "never" in held and "type solo" in held, held

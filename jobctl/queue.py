@@ -143,9 +143,20 @@ class Queue:
         """decide, plus the reaction a job has to the state the change puts it in (transitions.with_reaction).
         Every decide handed to the engine goes through here."""
         def with_reaction(job: Job, now: int):
-            return transitions.with_reaction(decide(job, now), job, self._reaction_job)
+            change = transitions.with_reaction(decide(job, now), job, self._reaction_job)
+            if (change is not None and job.status in transitions.HELD and change.to_status not in transitions.HELD
+                    and self._counted(job)):
+                change.frees = True
+            return change
 
         return with_reaction
+
+    def _counted(self, job: Job) -> bool:
+        """Whether a held job counts against a concurrency limit of this queue's config."""
+        limits = self.limits
+        if job.concurrency_group is not None:
+            return job.concurrency_group in limits.groups
+        return job.type in limits.types
 
     @property
     def limits(self):

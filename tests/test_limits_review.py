@@ -57,3 +57,29 @@ def test_a_job_that_costs_more_than_its_limit_says_it_can_never_start(make):
     assert "never" in held and "more than the limit" in held and "gpu" in held, held
     held = q.held_because(q.get(solo))
     assert "never" in held and "type solo" in held, held
+
+
+@pytest.mark.parametrize("limit", [dict(concurrency_group="gpu", concurrency_limit=1), dict(concurrency_limit=1)])
+def test_a_freed_slot_wakes_a_worker_that_a_full_limit_holds_back(make, limit):
+    # An idle worker sleeps until someone commits something that may let it claim (SQLite: any
+    # commit; PostgreSQL: a notification). A job leaving a full limit is such a commit.
+    import time
+
+    clock = Clock(T0)
+    s = settings(render=limit)
+    a, b = make(s, clock), make(s, clock)
+    b.enqueue("render")
+    b.enqueue("render")
+    j = b.claim(worker="b")
+    assert a.claim(worker="a") is None  # full
+    deadline = time.monotonic() + 2
+    while a.has_changed() and time.monotonic() < deadline:  # what came before: seen
+        time.sleep(0.05)
+    assert not a.has_changed()
+    b.complete(j.id, token=j.token)
+    deadline, woke = time.monotonic() + 2, False
+    while not woke and time.monotonic() < deadline:
+        woke = a.has_changed()
+        time.sleep(0.02)
+    assert woke, "the freed slot woke nobody"
+    assert a.claim(worker="a") is not None

@@ -90,7 +90,7 @@ class Change(Record):
     when the job has a reaction type for that state and the Change carries no reaction: a
     reaction is never lost silently."""
 
-    __slots__ = ("to_status", "fields", "message", "details", "run", "actor", "reaction", "log")
+    __slots__ = ("to_status", "fields", "message", "details", "run", "actor", "reaction", "log", "frees")
 
     def __init__(self, to_status: str, fields: dict, message: str | None = None, details: dict | None = None,
                  run: str | None = None,
@@ -104,6 +104,9 @@ class Change(Record):
         self.actor = actor
         self.reaction = reaction
         self.log: RunOutput | None = None  # the run's output so far, stored with this change (see below)
+        # The job leaves a concurrency limit's count: claims that the limit held back may now
+        # succeed, so waiting workers are woken as for a job that became ready (set by the queue).
+        self.frees = False
 
 
 class RunOutput(Record):

@@ -495,6 +495,8 @@ class SQLEngine:
               and not fields.get("waiting_on", job.waiting_on)):
             # A release, a requeue, a retry due now (one with a backoff is found later by polling).
             self._jobs_may_be_ready(c)
+        elif change.frees:  # units of a concurrency limit freed: a held-back job may fit now
+            self._jobs_may_be_ready(c)
         message = change.message
         if reacting:
             reaction_id = self._react(c, job, row, change, now, change.actor or actor)

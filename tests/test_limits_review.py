@@ -83,3 +83,40 @@ def test_a_freed_slot_wakes_a_worker_that_a_full_limit_holds_back(make, limit):
         time.sleep(0.02)
     assert woke, "the freed slot woke nobody"
     assert a.claim(worker="a") is not None
+
+
+def test_a_worker_held_back_by_a_rate_still_claims_when_a_concurrency_slot_frees(any_db):
+    # Types a (rate-shut for an hour) and b (its one slot taken by another process): the worker
+    # waits for the window of a, and must still wake when b's slot frees, not a --poll later.
+    from test_worker_parts import FakeClock, FakeLauncher, Lines
+    from jobctl.worker import Log, Worker, WorkerOptions
+
+    s = Settings(types={"a": TypeConfig("a", command=["handler"], rate_limit=(1, 3600.0)),
+                        "b": TypeConfig("b", command=["handler"], concurrency_limit=1)})
+    q = Queue.open(any_db, s, create=True)
+    other = Queue.open(any_db, s)
+    try:
+        for t in ("a", "a", "b", "b"):
+            q.enqueue(t)
+        held = other.claim(worker="other", types=["b"])
+        clock = FakeClock()
+        w = Worker(q, s, WorkerOptions(worker_id="w1", poll=60.0, grace=30.0, lease=60.0, kill_grace=5.0,
+                                       recover_every=30.0, purge_every=600.0, concurrency=4),
+                   Log("w1", "json", Lines()), clock=clock, launcher=FakeLauncher())
+        w.begin()
+        w.step()
+        assert [r.job.type for r in w.sup.running] == ["a"]  # then a is shut, b is full
+        clock.advance(1.0)
+        w.step()
+        other.complete(held.id, token=held.token)
+        import time
+        deadline = time.monotonic() + 3
+        while len(w.sup.running) < 2 and time.monotonic() < deadline:
+            clock.advance(0.1)
+            w.step()
+            time.sleep(0.02)
+        assert sorted(r.job.type for r in w.sup.running) == ["a", "b"], "the freed slot waited for --poll"
+        assert not w._done()
+    finally:
+        other.close()
+        q.close()

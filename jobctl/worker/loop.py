@@ -146,6 +146,7 @@ class Worker:
         self.stop_at: float | None = None  # when running handlers are stopped (grace over)
         self.exit_code = 0
         self.empty = False
+        self.rate_held = False
         self.idle_delay = IDLE_MIN_DELAY
         self.next_claim = 0.0
         self.next_change_check = 0.0
@@ -243,7 +244,7 @@ class Worker:
             return True
         if self.o.max_jobs is not None and self.claimed >= self.o.max_jobs:
             return True
-        return self.o.stop_when_empty and self.empty
+        return self.o.stop_when_empty and self.empty and not self.rate_held
 
     def _may_claim(self) -> bool:
         return (not self.stopping and (self.o.max_jobs is None or self.claimed < self.o.max_jobs)
@@ -357,6 +358,7 @@ class Worker:
         """Start the handler of a job just claimed (its "start" line is the caller's to log)."""
         self.claimed += 1
         self.empty = False
+        self.rate_held = False
         self.idle_delay = IDLE_MIN_DELAY
         tc = self.settings.types.get(job.type)
         assert tc is not None and tc.command, "only types with a command are claimed"
@@ -631,19 +633,20 @@ class Worker:
 
     def _claimed_none(self, now: float) -> None:
         self.empty = True
+        self.rate_held = False
         self.next_claim = now + self.idle_delay
         self.next_change_check = now + self.change_delay
         self.idle_delay = min(self.idle_delay * 2, self.o.poll)
         if self.q.limits:
-            # Ready jobs a rate limit holds back: not empty (--stop-when-empty waits for them), and
+            # Ready jobs a rate limit holds back: --stop-when-empty waits for them (rate_held), and
             # the next claim is when the window opens, not a poll later. A freed concurrency slot
-            # is a commit, which the idle look at has_changed() sees.
+            # is a commit, which the idle look at has_changed() sees meanwhile (empty stays True).
             try:
                 opens_in = self.rec.db(self.q.next_admission_in, self.types)
             except Retry:
                 return
             if opens_in is not None:
-                self.empty = False
+                self.rate_held = True
                 self.next_claim = now + min(opens_in + 0.001, self.o.poll)
 
     def next_deadline(self, now: float) -> float:

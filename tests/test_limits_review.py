@@ -120,3 +120,55 @@ def test_a_worker_held_back_by_a_rate_still_claims_when_a_concurrency_slot_frees
     finally:
         other.close()
         q.close()
+
+
+def _claimer(db, seconds, out):
+    import random
+    import time
+
+    q = Queue.open(db, _FOUR_SETTINGS)
+    done = []
+    end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < end:
+            j = q.claim(worker=f"p{out}")
+            if j is None:
+                time.sleep(0.002)
+                continue
+            time.sleep(random.random() * 0.01)
+            f = q.complete(j.id, token=j.token)
+            done.append((j.type, j.cost_units, j.claimed_at, f.finished_at))
+    finally:
+        q.close()
+    return done
+
+
+_FOUR_SETTINGS = settings(r=dict(rate_limit=(15, 0.5)), g1=dict(concurrency_group="gpu", concurrency_limit=3),
+                          g2=dict(concurrency_group="gpu", concurrency_limit=5, cost_units=2))
+
+
+def test_limits_are_exact_under_four_processes(any_db):
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing
+
+    q = Queue.open(any_db, _FOUR_SETTINGS, create=True)
+    try:
+        import json
+
+        q.enqueue_batch([json.dumps({"type": t}) for t in ["r"] * 300 + ["g1"] * 300 + ["g2"] * 300])
+    finally:
+        q.close()
+    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("fork")) as pool:
+        runs = [r for f in [pool.submit(_claimer, any_db, 2.5, i) for i in range(4)] for r in f.result()]
+    starts = sorted(c for t, _, c, _ in runs if t == "r")
+    assert len(starts) >= 30
+    worst = max(sum(1 for s in starts if t - 500 < s <= t) for t in starts)
+    assert worst <= 15, f"{worst} starts of r in one 0.5 s window (limit 15)"
+    edges = sorted([(c, cost) for t, cost, c, _ in runs if t != "r"] + [(f, -cost) for t, cost, _, f in runs if t != "r"],
+                   key=lambda e: (e[0], e[1]))  # at one instant, ends before starts
+    held = most = 0
+    for _, d in edges:
+        held += d
+        most = max(most, held)
+    assert most <= 3, f"{most} units of group gpu held at once (limit 3)"
+    assert sum(1 for t, *_ in runs if t != "r") >= 50

@@ -172,3 +172,21 @@ def test_limits_are_exact_under_four_processes(any_db):
         most = max(most, held)
     assert most <= 3, f"{most} units of group gpu held at once (limit 3)"
     assert sum(1 for t, *_ in runs if t != "r") >= 50
+
+
+def test_a_pause_for_a_while_ends_by_itself_for_a_type_and_a_queue(make):
+    clock = Clock(T0)
+    q = make(settings(api=dict(rate_limit=(5, 60.0)), other={}), clock)
+    q.enqueue("api")
+    q.enqueue("other")
+    q.pause("default", type="api", for_="10s")
+    assert q.claim(worker="w").type == "other"
+    assert q.claim(worker="w") is None
+    clock.t += 10.001
+    assert q.claim(worker="w").type == "api"
+    q.enqueue("api")
+    q.pause("default", until="2099-01-01T00:00:00Z")
+    q.pause("default", for_="1s")  # pausing again replaces the end
+    assert q.claim(worker="w") is None
+    clock.t += 1.001
+    assert q.claim(worker="w").type == "api"

@@ -190,3 +190,21 @@ def test_a_pause_for_a_while_ends_by_itself_for_a_type_and_a_queue(make):
     assert q.claim(worker="w") is None
     clock.t += 1.001
     assert q.claim(worker="w").type == "api"
+
+
+def test_held_means_running_or_cancel_requested_and_a_release_frees_units_but_counts_a_start(make):
+    clock = Clock(T0)
+    q = make(settings(gpu=dict(concurrency_limit=2, cost_units=2, rate_limit=(2, 60.0))), clock)
+    for _ in range(3):
+        q.enqueue("gpu")
+    j = q.claim(worker="w")
+    q.cancel(j.id)
+    assert q.get(j.id).status == "cancel_requested"
+    assert q.claim(worker="w") is None  # its 2 units are still held
+    q.cancel(j.id, token=j.token)
+    k = q.claim(worker="w")  # freed; the second start of the window
+    q.release(k.id, token=k.token, reason="spawn failed")
+    assert q.get(k.id).status == "pending"
+    assert q.claim(worker="w") is None  # units free, but the released run was a start: 2 of 2
+    clock.t += 60.001
+    assert q.claim(worker="w") is not None

@@ -703,7 +703,7 @@ class Queue:
                 "(for PostgreSQL: pg_dump)")
         files.backup(dest, on_progress=on_progress)
 
-    def limit_figures(self) -> dict | None:
+    def limit_figures(self, *, held_ready: bool = True) -> dict | None:
         """Admission-control figures for views (None without limits): Engine.limit_figures plus the
         admission they lead to and when each shut type's rate window opens."""
         from jobctl import limits as policy
@@ -711,7 +711,7 @@ class Queue:
         limits = self.limits
         if not limits:
             return None
-        figures = self.engine.limit_figures(limits)
+        figures = self.engine.limit_figures(limits, held_ready=held_ready)
         figures["opens_at"] = {t: policy.window_opens_at(figures["starts"][t], n, window)
                                for t, (n, window) in limits.rates.items()}
         return figures
@@ -729,7 +729,7 @@ class Queue:
     def next_admission_in(self, types: list[str] | None = None) -> float | None:
         """Seconds until the earliest rate window of a shut type (of `types`) opens; None when no
         rate limit holds anything back. A freed concurrency slot is a commit: wait_for_change sees it."""
-        figures = self.limit_figures()
+        figures = self.limit_figures(held_ready=False)
         if figures is None:
             return None
         shut = [t for t in figures["admission"].shut_types if types is None or t in types]

@@ -228,11 +228,12 @@ class Engine(Protocol):
         has one, highest priority, then earliest run_at, then lowest id. With request.limits, only
         jobs that the limits admit, counted inside the claim's transaction (limits.admission)."""
 
-    def limit_figures(self, limits) -> dict:
+    def limit_figures(self, limits, *, held_ready: bool = True) -> dict:
         """For views and for a worker deciding how long to sleep, from one consistent read: now;
         starts {type: [start ms, newest first]} in each rate window; held {key: units running}
         (key: limits.key_of); admission (limits.Admission); held_ready {key: ready jobs that the
-        limit of that key holds back}."""
+        limit of that key holds back} (empty with held_ready=False: counting them reads every
+        ready job that a limit holds back, which a worker deciding how long to sleep needs not)."""
 
     def update_job(self, job_id: int, decide: Decide, actor: str) -> Job:
         """Read the job, call decide(job, now) -> Change (which may raise to refuse), apply it,

@@ -370,7 +370,7 @@ class SQLEngine:
                 return job
         return None
 
-    def limit_figures(self, limits) -> dict:
+    def limit_figures(self, limits, *, held_ready: bool = True) -> dict:
         from jobctl import limits as policy
 
         with self._read() as c:
@@ -384,8 +384,8 @@ class SQLEngine:
             admission = policy.admission(limits, {t: len(s) for t, s in starts.items()}, units)
             ready_sql = ("SELECT count(*) FROM jobs{} WHERE status = 'pending' AND waiting_on = 0 "
                          "AND run_at <= ? AND {}" + NOT_PAUSED)
-            held_ready: dict[tuple[str, str], int] = {}
-            for t in {*limits.rates, *limits.types}:
+            counts: dict[tuple[str, str], int] = {}
+            for t in ({*limits.rates, *limits.types} if held_ready else ()):
                 if t in admission.shut_types:  # every ready job of a rate-shut type waits
                     sql, args = ready_sql.format(self._indexed("jobs_ready_by_type"), "type = ?"), [now, t]
                 elif t in limits.types and admission.room[("type", t)] < 1:  # full: all of its ready jobs wait
@@ -396,14 +396,14 @@ class SQLEngine:
                                            "type = ? AND concurrency_group IS NULL AND cost_units > 1 AND cost_units > ?")
                     args = [now, t, admission.room[("type", t)]]
                 else:  # a rate with starts to spare holds nothing back
-                    held_ready[("type", t)] = 0
+                    counts[("type", t)] = 0
                     continue
-                held_ready[("type", t)] = c.execute(sql, [*args, now, now]).fetchone()[0]
-            for g in limits.groups:
-                held_ready[("group", g)] = c.execute(
+                counts[("type", t)] = c.execute(sql, [*args, now, now]).fetchone()[0]
+            for g in (limits.groups if held_ready else ()):
+                counts[("group", g)] = c.execute(
                     ready_sql.format(self._indexed("jobs_ready_by_group"), "concurrency_group = ? AND cost_units > ?"),
                     (now, g, admission.room[("group", g)], now, now)).fetchone()[0]
-        return {"now": now, "starts": starts, "held": units, "admission": admission, "held_ready": held_ready}
+        return {"now": now, "starts": starts, "held": units, "admission": admission, "held_ready": counts}
 
     def _bury_damaged(self, c, job_id: int, damage: str, now: int, actor: str) -> None:
         """Inside the claim's transaction: the job just taken cannot be trusted; bury it instead,

@@ -208,3 +208,29 @@ def test_held_means_running_or_cancel_requested_and_a_release_frees_units_but_co
     assert q.claim(worker="w") is None  # units free, but the released run was a start: 2 of 2
     clock.t += 60.001
     assert q.claim(worker="w") is not None
+
+
+def test_stop_when_empty_still_waits_for_jobs_that_a_rate_holds_back(tmp_path):
+    from test_worker_parts import FakeClock, FakeLauncher, Lines
+    from jobctl.worker import Log, Worker, WorkerOptions
+
+    s = Settings(types={"a": TypeConfig("a", command=["handler"], rate_limit=(1, 3600.0))})
+    q = Queue.open(tmp_path / "q.db", s, create=True)
+    try:
+        q.enqueue("a")
+        q.enqueue("a")
+        clock, launcher = FakeClock(), FakeLauncher()
+        w = Worker(q, s, WorkerOptions(worker_id="w1", poll=1.0, grace=30.0, lease=60.0, kill_grace=5.0,
+                                       recover_every=30.0, purge_every=600.0, concurrency=2, stop_when_empty=True),
+                   Log("w1", "json", Lines()), clock=clock, launcher=launcher)
+        w.begin()
+        w.step()
+        launcher.procs[0].exit(0)
+        for _ in range(5):
+            clock.advance(0.5)
+            w.step()
+        assert [q.get(i).status for i in (1, 2)] == ["completed", "pending"]
+        assert not w._done()  # the second job waits for the window: not empty
+        assert w.next_claim - clock() <= 1.0  # and is looked at again by --poll at the latest
+    finally:
+        q.close()

@@ -37,3 +37,52 @@ def test_a_reaction_loop_is_exit_2_in_one_line(cli, tmp_path):
     assert r.exit_code == 2, r.output
     r.one_error_line()
     assert "a -> b -> a" in r.stderr and r.stdout == ""
+
+
+# -- waiting for a job that can never finish ------------------------------------------------------
+
+
+@pytest.fixture
+def on_any(any_db):
+    from conftest import run_inproc
+
+    def _run(*args, **kw):
+        kw.setdefault("db", any_db)
+        return run_inproc(*args, **kw)
+    return _run
+
+
+def _enq(cli, *args) -> int:
+    r = cli("enqueue", *args)
+    assert r.exit_code == 0, r.output
+    return int(r.stdout.split()[0])
+
+
+@pytest.mark.parametrize("gone", ["cancelled", "cancelled upstream"])
+def test_wait_on_a_job_blocked_by_a_cancelled_one_says_so_at_once(on_any, gone):
+    # `wait` (and `enqueue --after ... --wait`) without --timeout waited for ever, without a word,
+    # on a job that waits on a cancelled job: it can never run.
+    parent = _enq(on_any, "step")
+    middle = _enq(on_any, "step", "--after", parent) if gone == "cancelled upstream" else parent
+    child = _enq(on_any, "step", "--after", middle)
+    assert on_any("cancel", parent).exit_code == 0
+    r = on_any("wait", child, "--timeout", "20s")
+    assert r.exit_code == 4, r.output
+    r.one_error_line()
+    assert f"job {child}" in r.stderr and f"job {parent}" in r.stderr and "never" in r.stderr
+    r = on_any("enqueue", "step", "--after", middle, "--wait", "--wait-timeout", "20s")
+    assert r.exit_code == 4, r.output
+    r.one_error_line()
+
+
+def test_wait_on_a_job_blocked_by_a_buried_one_keeps_waiting(on_any):
+    # a buried dependency may be retried: the wait goes on (here until its timeout, exit 5)
+    parent = _enq(on_any, "step", "--max-attempts", "1")
+    child = _enq(on_any, "step", "--after", parent)
+    r = on_any("claim", "--json")
+    assert r.exit_code == 0, r.output
+    import json
+
+    assert on_any("fail", parent, "--token", json.loads(r.stdout)["token"], "--error", "x").exit_code == 0
+    r = on_any("wait", child, "--timeout", "0.3s")
+    assert r.exit_code == 5, r.output

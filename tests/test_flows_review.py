@@ -86,3 +86,29 @@ def test_wait_on_a_job_blocked_by_a_buried_one_keeps_waiting(on_any):
     assert on_any("fail", parent, "--token", json.loads(r.stdout)["token"], "--error", "x").exit_code == 0
     r = on_any("wait", child, "--timeout", "0.3s")
     assert r.exit_code == 5, r.output
+
+
+def test_wait_on_a_job_whose_dependency_was_purged_before_it_completed_says_so(any_db):
+    import time
+
+    from jobctl.queue import Queue
+    from jobctl.waiting import wait_finished
+    from jobctl.errors import InvalidState, WaitTimedOut
+
+    with Queue.open(any_db, create=True) as q:
+        done, other, dropped = (q.enqueue("step").id for _ in range(3))
+        child = q.enqueue("step", after=[done, other]).id
+        job = q.claim(types=["step"])
+        assert job is not None and job.id == done
+        q.complete(done, token=job.token)
+        time.sleep(0.01)
+        q.purge(completed_older_than="0s")  # a completed dependency purged: not a reason to give up
+        with pytest.raises(WaitTimedOut):
+            wait_finished(q, [child], timeout=0.2)
+        lone = q.enqueue("step", after=[dropped]).id
+        q.cancel(dropped)
+        time.sleep(0.01)
+        q.purge(cancelled_older_than="0s")
+        with pytest.raises(InvalidState, match=f"job {lone} can never run: it waits on job {dropped}, which was "
+                                               "deleted before it completed"):
+            wait_finished(q, [lone], timeout=5)

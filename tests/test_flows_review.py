@@ -112,3 +112,22 @@ def test_wait_on_a_job_whose_dependency_was_purged_before_it_completed_says_so(a
         with pytest.raises(InvalidState, match=f"job {lone} can never run: it waits on job {dropped}, which was "
                                                "deleted before it completed"):
             wait_finished(q, [lone], timeout=5)
+
+
+# -- enqueue after a job that will never complete ---------------------------------------------------
+
+
+def test_enqueue_after_a_cancelled_job_is_refused(on_any, tmp_path):
+    # It was enqueued, exit 0, and stayed blocked for ever: nothing said so unless someone ran show.
+    parent = _enq(on_any, "step")
+    assert on_any("cancel", parent).exit_code == 0
+    r = on_any("enqueue", "step", "--after", parent)
+    assert r.exit_code == 4, r.output
+    r.one_error_line()
+    assert f"job {parent}" in r.stderr and "cancelled" in r.stderr and "nothing was enqueued" in r.stderr
+    lines = tmp_path / "chain.ndjson"
+    lines.write_text(f'{{"type": "step"}}\n{{"type": "step", "after": [{parent}]}}\n')
+    r = on_any("enqueue", "--batch", str(lines))
+    assert r.exit_code == 4, r.output
+    assert "line 2" in r.stderr
+    assert on_any("list", "--json", "--limit", "0").stdout.count("\n") == 1  # all or nothing

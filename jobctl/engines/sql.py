@@ -194,6 +194,10 @@ class SQLEngine:
             for a in after:
                 if a not in found:
                     raise NoSuchJob(a)
+                if found[a] == "cancelled":  # it will never complete: a job after it would never run
+                    raise InvalidState(
+                        (f"{j.source}: " if j.source else "") + f"job {a} was cancelled and will never complete, so a "
+                        "job after it would never run; nothing was enqueued")
             waiting = sum(1 for a in after if found[a] != "completed")
         job_id = c.execute(
             self._INSERT + " RETURNING id",

@@ -131,3 +131,31 @@ def test_enqueue_after_a_cancelled_job_is_refused(on_any, tmp_path):
     assert r.exit_code == 4, r.output
     assert "line 2" in r.stderr
     assert on_any("list", "--json", "--limit", "0").stdout.count("\n") == 1  # all or nothing
+
+
+def test_cancel_with_dependents_takes_along_a_job_enqueued_after_a_dependent_meanwhile(pg_url):
+    # PostgreSQL, READ COMMITTED: the dependents were read by one statement whose snapshot was taken
+    # before an enqueue after one of them committed (that enqueue held the dependent's row): the new
+    # job was left blocked for ever on a cancelled job.
+    import threading
+    import time
+
+    from jobctl.queue import Queue
+
+    with Queue.open(pg_url, create=True) as q, Queue.open(pg_url) as slow:
+        root = q.enqueue("step").id
+        dependent = q.enqueue("step", after=[root]).id
+        plain_event = type(slow.engine)._event
+
+        def late_event(c, job_id, now, *args, **kw):
+            plain_event(c, job_id, now, *args, **kw)
+            time.sleep(1.0)  # inside the enqueue's transaction, the dependent's row locked
+
+        slow.engine._event = late_event  # type: ignore[method-assign]
+        added: list[int] = []
+        t = threading.Thread(target=lambda: added.append(slow.enqueue("step", after=[dependent]).id))
+        t.start()
+        time.sleep(0.4)
+        q.cancel_with_dependents(root)
+        t.join()
+        assert [j.status for j in q.get_many([root, dependent, *added])] == ["cancelled"] * 3

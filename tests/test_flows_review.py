@@ -159,3 +159,15 @@ def test_cancel_with_dependents_takes_along_a_job_enqueued_after_a_dependent_mea
         q.cancel_with_dependents(root)
         t.join()
         assert [j.status for j in q.get_many([root, dependent, *added])] == ["cancelled"] * 3
+
+
+def test_reschedule_of_a_blocked_job_does_not_say_it_runs_now(tmp_path):
+    from jobctl.queue import Queue
+
+    with Queue.open(tmp_path / "q.db", create=True) as q:
+        parent = q.enqueue("step").id
+        child = q.enqueue("step", after=[parent]).id
+        q.reschedule(child, now=True)
+        message = q.events(child)[-1].message
+        assert message == "rescheduled: run now, once the jobs it waits on complete", message
+        assert q.claim(types=["step"]).id == parent  # still blocked

@@ -555,6 +555,10 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
                 )
         settings.types[name] = tc
         src(f"types.{name}")
+    loop = _reaction_loop(settings.types)
+    if loop:
+        raise ConfigError(f"types react to each other in a loop: {' -> '.join(loop)} (each reaction would "
+                          "enqueue the next for ever); remove one of these reactions")
     worker = data.get("worker", {})
     if not isinstance(worker, dict):
         raise ConfigError("[worker] must be a table")
@@ -576,6 +580,35 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
         else:
             raise ConfigError(f"unknown key {where!r} (known: {', '.join(WORKER_KEYS)})")
         src(where)
+
+
+def _reaction_loop(types: dict) -> list[str] | None:
+    """A loop of [types.X] reactions (on_buried, on_completed, on_cancelled of any kind: a -> b -> a),
+    as the names along it ending where it starts, or None."""
+    state: dict[str, int] = {}  # 1: on the path being walked, 2: done (no loop through it)
+
+    def walk(name: str, path: list[str]) -> list[str] | None:
+        state[name] = 1
+        tc = types.get(name)
+        for key in REACTION_KEYS:
+            nxt = getattr(tc, key, None) if tc is not None else None
+            if nxt is None:
+                continue
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt):], name, nxt] if nxt in path else [name, nxt]
+            if state.get(nxt) is None:
+                found = walk(nxt, [*path, name])
+                if found:
+                    return found
+        state[name] = 2
+        return None
+
+    for name in sorted(types):
+        if state.get(name) is None:
+            found = walk(name, [])
+            if found:
+                return found
+    return None
 
 
 def resolve_db_path(flag: str | None, settings: Settings, env=os.environ) -> tuple[str, str]:

@@ -162,8 +162,9 @@ def reschedule(job: Job, now: int, *, delay_ms: int = 0, not_before: int | None 
     if job.status != "pending":
         raise refuse(job, "reschedule it (only a pending job can be rescheduled)")
     when = max(now + delay_ms, not_before or 0)
+    blocked = ", once the jobs it waits on complete" if job.waiting_on > 0 else ""
     return Change("pending", {"run_at": when},
-                  message="rescheduled: run now" if when <= now else f"rescheduled to {to_rfc3339(when)}")
+                  message=("rescheduled: run now" if when <= now else f"rescheduled to {to_rfc3339(when)}") + blocked)
 
 
 def with_reaction(change: Change | None, job: Job, prepare: Callable[[str], NewJob]) -> Change | None:

@@ -36,6 +36,11 @@ def wait_finished(q, job_ids: list[int], timeout: float | None = None, *, cap: f
         left_ids = [j.id for j in jobs if j.status not in FINISHED]
         if not left_ids:
             return jobs
+        for j in jobs:
+            if j.status == "pending" and j.waiting_on > 0:
+                why = never_runs(q, j)
+                if why is not None:
+                    raise InvalidState(f"{why}; nothing was changed")
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             shown = ", ".join(f"{j.id} ({j.status})" for j in jobs if j.status not in FINISHED)
@@ -47,6 +52,45 @@ def wait_finished(q, job_ids: list[int], timeout: float | None = None, *, cap: f
         else:
             time.sleep(pause)
         step = min(step * 2, cap)
+
+
+def never_runs(q, job: Job, most: int = 200) -> str | None:
+    """Why a blocked job can never run (a job it waits on, directly or through other blocked jobs,
+    was cancelled, or was deleted before it completed), or None when it may still run (a buried
+    dependency may be retried). Looks at up to `most` blocked jobs. Each job's dependencies are read
+    before the job itself, so a dependency that completes in between can only hide a cause."""
+    seen = {job.id}
+    todo: list[tuple[Job, list[int]]] = [(job, [])]
+    while todo and len(seen) <= most:
+        blocked, path = todo.pop(0)
+        deps = q.dependencies(blocked.id)
+        now = q.get_many([blocked.id])
+        if not now or now[0].status != "pending" or now[0].waiting_on == 0:
+            continue
+        via = [*path[1:], blocked.id] if path else []
+        alive = 0
+        for dep_id, state in deps:
+            if state == "cancelled":
+                return _stuck(job, via, dep_id, "was cancelled")
+            if state is not None and state != "completed":
+                alive += 1
+        if now[0].waiting_on > alive:  # a job it waits on was deleted before it completed
+            gone = next((d for d, state in deps if state is None), None)
+            if gone is not None:
+                return _stuck(job, via, gone, "was deleted before it completed")
+        pending = [d for d, state in deps if state == "pending" and d not in seen]
+        for dep in q.get_many(pending):
+            if dep.waiting_on > 0:
+                seen.add(dep.id)
+                todo.append((dep, [*path, blocked.id]))
+    return None
+
+
+def _stuck(job: Job, via: list[int], dep_id: int, what: str) -> str:
+    """The sentence: job X can never run: it waits on job A, which waits on job B, which was cancelled."""
+    chain = ", which waits on ".join(f"job {i}" for i in [*via, dep_id])
+    return (f"job {job.id} can never run: it waits on {chain}, which {what}; `jobctl cancel {job.id}` cancels "
+            f"it, `jobctl cancel {dep_id} --with-dependents` every job that waits on job {dep_id}")
 
 
 def _sleep_until_change(q, seconds: float, tick: float = 0.02) -> None:

@@ -51,7 +51,8 @@ def wait(
 ):
     """Block until every job is finished (completed, buried or cancelled); print `ID STATE` per job.
 
-    Exit 0 when all completed, 4 when any ended buried or cancelled, 5 when --timeout passed first.
+    Exit 0 when all completed, 4 when any ended buried or cancelled or can never run (it waits on a
+    cancelled or deleted job), 5 when --timeout passed first.
 
     Example: jobctl wait 42 43 --timeout 10m && echo all done
     """

@@ -194,6 +194,10 @@ class SQLEngine:
             for a in after:
                 if a not in found:
                     raise NoSuchJob(a)
+                if found[a] == "cancelled":  # it will never complete: a job after it would never run
+                    raise InvalidState(
+                        (f"{j.source}: " if j.source else "") + f"job {a} was cancelled and will never complete, so a "
+                        "job after it would never run; nothing was enqueued")
             waiting = sum(1 for a in after if found[a] != "completed")
         job_id = c.execute(
             self._INSERT + " RETURNING id",
@@ -598,17 +602,27 @@ class SQLEngine:
         in one transaction: the job, then each dependent that changed."""
         with self._write() as (c, now):
             done = [self._decide_and_apply(c, job_id, self._job_row(c, job_id), decide, now, actor)]
-            rows = c.execute(
-                "WITH RECURSIVE dependents(id) AS (SELECT job_id FROM job_deps WHERE after_id = ? "
-                "UNION SELECT d.job_id FROM job_deps d JOIN dependents ON d.after_id = dependents.id) "
-                "SELECT * FROM jobs WHERE id IN (SELECT id FROM dependents) ORDER BY id" + self.ROW_LOCK,
-                (job_id,)).fetchall()
-            for row in rows:
-                job = Job.from_row(row)
-                change = decide(job, now)
-                if change is not None:
-                    done.append(self._apply(c, job, change, now, actor, row["dep_flags"]))
-            return done
+            # Where rows are locked (READ COMMITTED), read again until a reading finds no dependent not
+            # yet decided on: one statement's snapshot predates an enqueue after a dependent that held
+            # its row while the statement waited for it; the next statement sees the job it added.
+            decided: set[int] = set()
+            while True:
+                rows = c.execute(
+                    "WITH RECURSIVE dependents(id) AS (SELECT job_id FROM job_deps WHERE after_id = ? "
+                    "UNION SELECT d.job_id FROM job_deps d JOIN dependents ON d.after_id = dependents.id) "
+                    "SELECT * FROM jobs WHERE id IN (SELECT id FROM dependents) ORDER BY id" + self.ROW_LOCK,
+                    (job_id,)).fetchall()
+                rows = [row for row in rows if row["id"] not in decided]
+                if not rows:
+                    return done
+                for row in rows:
+                    decided.add(row["id"])
+                    job = Job.from_row(row)
+                    change = decide(job, now)
+                    if change is not None:
+                        done.append(self._apply(c, job, change, now, actor, row["dep_flags"]))
+                if not self.ROW_LOCK:  # one writer at a time: nothing was added meanwhile
+                    return done
 
     MATCH_KINDS = {  # update_matching's kinds of job not yet started; every parameter is "now"
         "pending": "status = 'pending'",

@@ -17,8 +17,11 @@ FIRST_LOOK = 0.05  # seconds until the second look without a commit seen; double
 LOOK_CAP = 2.0
 
 
-def wait_finished(q, job_ids: list[int], timeout: float | None = None, *, cap: float = LOOK_CAP) -> list[Job]:
-    """Block until every job is finished; the jobs in the order asked (each id once).
+def wait_finished(q, job_ids: list[int], timeout: float | None = None, *,
+                  cap: float = LOOK_CAP) -> tuple[list[Job], dict[int, str]]:
+    """Block until every job is finished or can never run; the jobs in the order asked (each id
+    once), and {id: why} for those that can never run (blocked on a job cancelled or deleted
+    before it completed: nothing will change them unless someone acts, so they are not waited on).
 
     NoSuchJob for an id that does not exist (at the first look, or purged meanwhile); WaitTimedOut
     (exit 5) when `timeout` seconds pass first, naming what is still unfinished."""
@@ -33,17 +36,14 @@ def wait_finished(q, job_ids: list[int], timeout: float | None = None, *, cap: f
         if len(jobs) != len(ids):
             found = {j.id for j in jobs}
             raise NoSuchJob(next(i for i in ids if i not in found))
-        left_ids = [j.id for j in jobs if j.status not in FINISHED]
+        stuck = {j.id: why for j in jobs if j.status == "pending" and j.waiting_on > 0
+                 and (why := never_runs(q, j)) is not None}
+        left_ids = [j.id for j in jobs if j.status not in FINISHED and j.id not in stuck]
         if not left_ids:
-            return jobs
-        for j in jobs:
-            if j.status == "pending" and j.waiting_on > 0:
-                why = never_runs(q, j)
-                if why is not None:
-                    raise InvalidState(f"{why}; nothing was changed")
+            return jobs, stuck
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
-            shown = ", ".join(f"{j.id} ({j.status})" for j in jobs if j.status not in FINISHED)
+            shown = ", ".join(f"{j.id} ({j.status})" for j in jobs if j.id in left_ids)
             raise WaitTimedOut(f"timed out after {_seconds(timeout)}: not finished yet: {shown}; nothing was "
                                f"changed; `jobctl wait {' '.join(map(str, left_ids))}` waits again")
         pause = step if left is None else min(step, left)
@@ -111,13 +111,17 @@ def _seconds(timeout) -> str:
     return format_duration(timeout)
 
 
-def outcome_error(jobs: list[Job]) -> InvalidState | None:
-    """Exit 4 when any job ended buried or cancelled: one line naming them (and a buried job's error)."""
-    bad = [j for j in jobs if j.status != "completed"]
-    if not bad:
+def outcome_error(jobs: list[Job], stuck: dict[int, str] | None = None) -> InvalidState | None:
+    """Exit 4 when any job ended buried or cancelled, or can never run: one line naming them (a
+    buried job's error; why a blocked one can never run)."""
+    stuck = stuck or {}
+    bad = [j for j in jobs if j.status != "completed" and j.id not in stuck]
+    if not bad and not stuck:
         return None
     parts = [f"job {j.id} ended {j.status}" + (f" ({_short(j.error)})" if j.error else "") for j in bad]
-    return InvalidState("; ".join(parts) + f"; see `jobctl show {bad[0].id}`")
+    if bad:
+        parts[-1] += f"; see `jobctl show {bad[0].id}`"
+    return InvalidState("; ".join([*parts, *stuck.values()]))
 
 
 def _short(text: str, most: int = 200) -> str:

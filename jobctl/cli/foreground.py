@@ -26,7 +26,7 @@ def wait_and_print(q, job_ids: list[int], timeout: float | None, *, results: boo
     (JSON) instead of `ID STATE`; placeholders: `null` for a job that did not complete (--batch)."""
     from jobctl.waiting import outcome_error, wait_finished
 
-    jobs = wait_finished(q, job_ids, timeout)
+    jobs, stuck = wait_finished(q, job_ids, timeout)  # stuck: blocked for ever, printed as they are
     by_id = {j.id: j for j in jobs}
     for job in (by_id[i] for i in job_ids):  # input order, a job twice if asked twice (--batch keys)
         if as_json:
@@ -37,7 +37,7 @@ def wait_and_print(q, job_ids: list[int], timeout: float | None, *, results: boo
             emit_json(job.to_dict()["result"])
         elif placeholders:
             emit("null")
-    error = outcome_error(jobs)
+    error = outcome_error(jobs, stuck)
     if error is not None:
         raise error
 
@@ -52,7 +52,7 @@ def wait(
     """Block until every job is finished (completed, buried or cancelled); print `ID STATE` per job.
 
     Exit 0 when all completed, 4 when any ended buried or cancelled or can never run (it waits on a
-    cancelled or deleted job), 5 when --timeout passed first.
+    cancelled or deleted job: it is not waited on, and prints as blocked), 5 when --timeout passed first.
 
     Example: jobctl wait 42 43 --timeout 10m && echo all done
     """

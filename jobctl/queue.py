@@ -621,14 +621,8 @@ class Queue:
 
         on_progress(deleted, total) is called after each small batch; total is counted first (only
         when on_progress is given), and never reported below `deleted`."""
-        given = {"completed": completed_older_than, "cancelled": cancelled_older_than, "buried": buried_older_than}
-        if all(v is None for v in given.values()):
-            ages = dict(self.settings.retention)
-        else:
-            ages = {k: (parse_duration(v, what=f"--{k}-older-than") if v is not None else None) for k, v in given.items()}
-        cutoffs = {status: int(age * 1000) for status, age in ages.items() if age is not None}
-        # The starts a rate window counts are runs: a job of a rate-limited type stays while its window does.
-        keep = {t: window for t, (_n, window) in self.limits.rates.items()}
+        cutoffs = self._purge_cutoffs(completed_older_than, cancelled_older_than, buried_older_than)
+        keep = self._rate_windows()
         if on_progress is None or dry_run:
             return {status: self.engine.purge(status, cutoff, dry_run=dry_run, keep_ms=keep)
                     for status, cutoff in cutoffs.items()}
@@ -639,6 +633,35 @@ class Queue:
             counts[status] = self.engine.purge(
                 status, cutoff, keep_ms=keep, on_progress=lambda n, before=before: on_progress(before + n, max(total, before + n)))  # type: ignore[misc]
         return counts
+
+    def kept_for_rate_windows(self, *, completed_older_than=None, cancelled_older_than=None, buried_older_than=None,
+                              dry_run: bool = False) -> int:
+        """How many finished jobs a purge with these ages keeps because a rate window still counts
+        their runs: after the purge, those left that the ages alone would delete; with dry_run,
+        the difference between the two counts."""
+        keep = self._rate_windows()
+        if not keep:
+            return 0
+        cutoffs = self._purge_cutoffs(completed_older_than, cancelled_older_than, buried_older_than)
+        by_age = sum(self.engine.purge(status, cutoff, dry_run=True) for status, cutoff in cutoffs.items())
+        if not dry_run:
+            return by_age
+        return by_age - sum(self.engine.purge(status, cutoff, dry_run=True, keep_ms=keep)
+                            for status, cutoff in cutoffs.items())
+
+    def _purge_cutoffs(self, completed_older_than, cancelled_older_than, buried_older_than) -> dict[str, int]:
+        """{status: age in ms} of a purge: the ages given, else the config's [retention]."""
+        given = {"completed": completed_older_than, "cancelled": cancelled_older_than, "buried": buried_older_than}
+        if all(v is None for v in given.values()):
+            ages = dict(self.settings.retention)
+        else:
+            ages = {k: (parse_duration(v, what=f"--{k}-older-than") if v is not None else None) for k, v in given.items()}
+        return {status: int(age * 1000) for status, age in ages.items() if age is not None}
+
+    def _rate_windows(self) -> dict[str, int]:
+        """{type: its rate window in ms}: a purge keeps a job of such a type while its window lasts,
+        since the window counts its runs' starts."""
+        return {t: window for t, (_n, window) in self.limits.rates.items()}
 
     def get_many(self, job_ids: list[int]) -> list[Job]:
         """The jobs that exist among job_ids, in that order."""

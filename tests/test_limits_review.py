@@ -234,3 +234,29 @@ def test_stop_when_empty_still_waits_for_jobs_that_a_rate_holds_back(tmp_path):
         assert w.next_claim - clock() <= 1.0  # and is looked at again by --poll at the latest
     finally:
         q.close()
+
+
+def test_purge_says_how_many_jobs_a_rate_window_kept(tmp_path, any_db):
+    # An operator who purges "everything completed" and finds jobs left is told why, in one line.
+    import json
+
+    from conftest import run_inproc
+
+    cfg = tmp_path / "jobctl.toml"
+    cfg.write_text('[types.api]\ncommand = ["true"]\nrate_limit = [5, "1h"]\n[types.other]\ncommand = ["true"]\n')
+
+    def cli(*args):
+        return run_inproc("--config", cfg, "--db", any_db, *args)
+
+    for t in ("api", "api", "other"):
+        assert cli("enqueue", t).exit_code == 0
+        claimed = json.loads(cli("claim", "--type", t).stdout)
+        assert cli("complete", str(claimed["id"]), "--token", claimed["token"]).exit_code == 0
+    r = cli("purge", "--completed-older-than", "0s", "--dry-run")
+    assert (r.exit_code, r.stdout.strip()) == (0, "1"), r.output
+    assert "2 finished job(s) of rate-limited types would be kept" in r.stderr, r.stderr
+    r = cli("purge", "--completed-older-than", "0s")
+    assert (r.exit_code, r.stdout.strip()) == (0, "1"), r.output
+    assert "2 finished job(s) of rate-limited types were kept" in r.stderr, r.stderr
+    r = cli("purge", "--completed-older-than", "0s", "--json")
+    assert json.loads(r.stdout)["deleted"] == 0 and "were kept" in r.stderr

@@ -100,10 +100,17 @@ def purge(
     """
     from jobctl.cli.progress import progress_bar
 
+    ages = {"completed_older_than": completed_older_than, "cancelled_older_than": cancelled_older_than,
+            "buried_older_than": buried_older_than}
     with state(ctx).open_queue() as q, progress_bar("purging", unit="jobs") as on_progress:
-        counts = q.purge(completed_older_than=completed_older_than, cancelled_older_than=cancelled_older_than,
-                         buried_older_than=buried_older_than, dry_run=dry_run, on_progress=on_progress)
+        counts = q.purge(**ages, dry_run=dry_run, on_progress=on_progress)
+        kept = q.kept_for_rate_windows(**ages, dry_run=dry_run)
     total = sum(counts.values())
+    if kept:
+        import sys
+
+        sys.stderr.write(f"jobctl: note: {kept} finished job(s) of rate-limited types {'would be' if dry_run else 'were'} "
+                         "kept: their rate window still counts their runs (they go once it has passed)\n")
     if as_json:
         emit_json({"deleted" if not dry_run else "would_delete": total, "by_status": counts, "dry_run": dry_run})
     else:

@@ -84,6 +84,30 @@ def pg_admin(base: str):
     return conn
 
 
+def types_settings(**types):
+    """Settings whose types (each with the handler `true`) have the given options, e.g.
+    types_settings(api=dict(rate_limit=(2, 60.0)))."""
+    from jobctl.config import Settings, TypeConfig
+
+    return Settings(types={name: TypeConfig(name, command=["true"], **kw) for name, kw in types.items()})
+
+
+def open_queues(db):
+    """For a fixture to `yield from`: a maker of Queues on `db` (settings, clock), each closed after the test."""
+    from jobctl.queue import Queue
+
+    opened = []
+
+    def make(settings, clock):
+        q = Queue.open(db, settings, create=True, clock=clock)
+        opened.append(q)
+        return q
+
+    yield make
+    for q in opened:
+        q.close()
+
+
 def pg_sql(base: str, query: str, params=()):
     """Run one statement on the test server as its admin: the rows, or None for a statement
     that returns none."""

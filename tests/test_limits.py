@@ -3,28 +3,17 @@ inside its transaction, so they hold across every process that claims."""
 
 import pytest
 
-from conftest import Clock, T0, run_cli, run_inproc
-from jobctl.config import Settings, TypeConfig, load_settings
+from conftest import Clock, T0, open_queues, types_settings, run_cli, run_inproc
+from jobctl.config import load_settings
 from jobctl.limits import Limits, admission, from_settings, window_opens_at
-from jobctl.queue import Queue
 
 
-def settings(**types) -> Settings:
-    return Settings(types={name: TypeConfig(name, command=["true"], **kw) for name, kw in types.items()})
+settings = types_settings
 
 
 @pytest.fixture
 def make(db):
-    opened = []
-
-    def _make(s: Settings, clock: Clock):
-        q = Queue.open(db, s, create=True, clock=clock)
-        opened.append(q)
-        return q
-
-    yield _make
-    for q in opened:
-        q.close()
+    yield from open_queues(db)
 
 
 def test_a_rate_limit_skips_the_shut_type_and_reopens_with_its_window(make):

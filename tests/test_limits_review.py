@@ -3,27 +3,17 @@ jobs whose runs they count (both engines)."""
 
 import pytest
 
-from conftest import Clock, T0
+from conftest import Clock, T0, open_queues, types_settings
 from jobctl.config import Settings, TypeConfig
 from jobctl.queue import Queue
 
 
-def settings(**types) -> Settings:
-    return Settings(types={name: TypeConfig(name, command=["true"], **kw) for name, kw in types.items()})
+settings = types_settings
 
 
 @pytest.fixture
 def make(any_db):
-    opened = []
-
-    def _make(s: Settings, clock: Clock):
-        q = Queue.open(any_db, s, create=True, clock=clock)
-        opened.append(q)
-        return q
-
-    yield _make
-    for q in opened:
-        q.close()
+    yield from open_queues(any_db)
 
 
 def test_a_purge_keeps_the_starts_that_a_rate_window_still_counts(make):

@@ -113,6 +113,13 @@ def _with_output(decide, output):
     return with_output
 
 
+def _time_free(decide):
+    """decide, marked as one that never reads `now` (a completion's): an engine may decide it on
+    the job as it last saw it, and write only where the row still matches (engines/base.py)."""
+    decide.time_free = True
+    return decide
+
+
 def _positive_ms(value, what: str) -> int:
     seconds = parse_duration(value, what=what)
     if seconds <= 0:
@@ -382,7 +389,7 @@ class Queue:
     def complete(self, job_id: int, *, token: str | None = None, result=None, actor: str | None = None,
                  output=None) -> Job:
         """output (every report of a running job takes it): the run's output, stored with the change."""
-        decide = _with_output(self._complete_change(token, result, actor), output)
+        decide = _time_free(_with_output(self._complete_change(token, result, actor), output))
         return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     def complete_and_claim(self, job_id: int, *, token: str | None = None, result=None, actor: str | None = None,
@@ -399,8 +406,8 @@ class Queue:
                                 lease=None) -> tuple[list[Job], list[Job]]:
         """Complete each (job id, token, result[, output]) and claim up to `claim` next jobs, each with
         its own token, in one transaction (one commit): ([completed jobs], [claimed jobs])."""
-        updates = [(validate_job_id(c[0]), _with_output(self._complete_change(c[1], c[2], actor),
-                                                        c[3] if len(c) > 3 else None))
+        updates = [(validate_job_id(c[0]), _time_free(_with_output(self._complete_change(c[1], c[2], actor),
+                                                                   c[3] if len(c) > 3 else None)))
                    for c in completions]
         requests = [self._claim_request(worker, queues, types, lease) for _ in range(claim)]
         return self.engine.update_jobs_and_claim(updates, requests, actor or operator_name())

@@ -150,6 +150,10 @@ class RunLog(Record):
 
 
 Decide = Callable[[Job, int], "Change | None"]
+# A decide with the attribute time_free = True (Queue marks a completion's so) never reads `now`:
+# an engine may then call it before its transaction, on the job as that engine last saw it (a job
+# it claimed), and write the change only where the row still matches what the decision rests on
+# (PostgreSQL's one-statement completion, pg_onestatement.py); elsewhere it decides on the row.
 
 
 class ClaimRequest(Record):

@@ -38,12 +38,13 @@ import psycopg2.errors
 import psycopg2.extensions
 
 from jobctl.config import DEFAULT_PG_SCHEMA, PG_SCHEMA_NAME
-from jobctl.engines import SEARCH_PATH_OPTION, display, password_span, pg_schema
-from jobctl.engines.base import Check, NewJob
+from jobctl.engines import SEARCH_PATH_OPTION, display, password_span, pg_onestatement, pg_schema
+from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob
 from jobctl.engines.pg_schema import SCHEMA_VERSION
 from jobctl.engines.sql import SQLEngine
 from jobctl.engines.transfer import PostgresTransfer
 from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, JobctlError)
+from jobctl.models import Job, row_damage
 
 # "now" in ms since the epoch: the moment of the call, not the transaction's start (now()).
 NOW_SQL = "floor(extract(epoch from clock_timestamp()) * 1000)::bigint"
@@ -53,6 +54,7 @@ NOW_SQL = "floor(extract(epoch from clock_timestamp()) * 1000)::bigint"
 BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
 STATEMENT_GRACE_S = 30.0  # statement_timeout = busy timeout + this
 LONG_TRANSACTION_S = 300  # doctor: a transaction open this long holds back vacuum
+MAX_CLAIMS_KEPT = 4096  # jobs a connection remembers as it claimed them (a worker holds a few)
 DEAD_ROWS_WARN = 10_000  # doctor: dead rows in jobs worth a word when also more than the live ones
 
 # Errors that mean "busy: nothing changed, safe to retry" (exit 6), with what happened.
@@ -144,7 +146,9 @@ class Target:
         statement_ms = busy_ms + int(STATEMENT_GRACE_S * 1000)
         options = " ".join(filter(None, [
             self.params.get("options", ""), f"-c search_path={self.schema}",
-            f"-c lock_timeout={busy_ms}", f"-c statement_timeout={statement_ms}"]))
+            f"-c lock_timeout={busy_ms}", f"-c statement_timeout={statement_ms}",
+            # what a statement outside BEGIN runs at (the worker's one-statement steps): see BEGIN_WRITE
+            "-c default_transaction_isolation=read\\ committed"]))
         extra = {"options": options, "client_encoding": "UTF8"}
         if "connect_timeout" not in self.params:
             extra["connect_timeout"] = "10"  # libpq waits for ever on an unreachable host by default
@@ -398,6 +402,30 @@ class Connection:
         cur.execute(self.take_pending(query))
         return Cursor(cur)
 
+    def run_alone(self, sql: str, params) -> Cursor:
+        """One statement outside any transaction: it commits as it runs (one round trip). Prepared
+        on the server the second time, as inside a transaction (the PREPARE in a round trip of its
+        own, once: there is no savepoint to fall back to here)."""
+        cur = self.raw.cursor()
+        params = _clean(params)
+        execute = self._prepared.get(sql) if self.prepares else None
+        if execute is None and self.prepares and sql not in self._unpreparable:
+            uses = self._uses[sql] = self._uses.get(sql, 0) + 1
+            if uses >= PREPARE_AFTER and self._names < MAX_PREPARED:
+                self._names += 1
+                name = f"jobctl_{self._names}"
+                st = _statement(sql)
+                try:
+                    cur.execute(f"PREPARE {name} AS {st.prepared}".encode())
+                except psycopg2.Error as e:
+                    if getattr(e, "pgcode", None) not in _NOT_PREPARABLE or self.broken:
+                        raise
+                    self._unpreparable.add(sql)
+                else:
+                    execute = self._prepared[sql] = f"EXECUTE {name} ({', '.join(['%s'] * st.args)})".encode()
+        cur.execute(cur.mogrify(execute if execute is not None else _statement(sql).text, params))
+        return Cursor(cur)
+
     def forget_prepared(self) -> None:
         """Prepare every statement anew from now on (the old ones stay on the server, unused:
         names are never reused)."""
@@ -511,6 +539,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         # an administrator): the worker logs it, unless it logged the outage itself.
         self.on_reconnect: Callable[[str], None] | None = None
         self._lost: str | None = None  # why the connection was found dead (the driver's first line)
+        self._claims: dict[int, Job] = {}  # jobs held through this engine, as last seen (_holding)
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -885,6 +914,14 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                        ).fetchone()[1]
         return ms if self.clock is None else int(self.clock() * 1000)
 
+    def _held_rows_now(self, c, now: int) -> tuple[list, int]:
+        if self.clock is not None:
+            return self._held_rows(c), now
+        rows = c.execute(f"SELECT t.now AS jobctl_now, held.* FROM (SELECT {NOW_SQL} AS now) AS t "
+                         f"LEFT JOIN ({self.HELD_ROWS.format('')}) AS held ON true").fetchall()
+        held = [r[1:] for r in rows if r[1] is not None]  # (type is never NULL: a NULL one is the empty join)
+        return [dict(zip(("type", "concurrency_group", "cost_units", "claimed_at"), r)) for r in held], rows[0][0]
+
     def _lock_unique(self, c, unique_key: str) -> None:
         """Two enqueues of the same `unique` job take turns, so the second finds the first's."""
         c.execute("SELECT pg_advisory_xact_lock(?)", (_key("unique", self.target.schema, unique_key),))
@@ -947,6 +984,137 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
             except KeyRace:
                 pass
         return super().insert_jobs(jobs, actor, on_progress=on_progress)
+
+    # -- the worker's hot path: one statement per step (pg_onestatement.py) ---------------------
+
+    def claim(self, request: ClaimRequest) -> Job | None:
+        if self.clock is None and pg_onestatement.claims_alone(request):
+            written = self._one_statement(None, request, "")
+            if written is not None:
+                return written[1]
+        return self._holding(super().claim(request))
+
+    def update_job(self, job_id: int, decide: Decide, actor: str) -> Job:
+        completion = self._completion_alone(job_id, decide)
+        if completion is not None:
+            written = self._one_statement(completion, None, actor)
+            if written is not None and written[0] is not None:
+                return written[0]
+        job = super().update_job(job_id, decide, actor)
+        if job.id in self._claims:
+            self._holding(job)
+        return job
+
+    def update_jobs_and_claim(self, updates: list[tuple[int, Decide]], requests: list[ClaimRequest],
+                              actor: str) -> tuple[list[Job], list[Job]]:
+        if len(updates) <= 1 and len(requests) <= 1 and (updates or requests):
+            completion = self._completion_alone(*updates[0]) if updates else None
+            request = requests[0] if requests else None
+            if ((completion is not None or not updates) and self.clock is None
+                    and (request is None or pg_onestatement.claims_alone(request))):
+                written = self._one_statement(completion, request, actor)
+                if written is not None:
+                    done, claimed = written
+                    return ([done] if done is not None else []), ([claimed] if claimed is not None else [])
+        done_jobs, claimed_jobs = super().update_jobs_and_claim(updates, requests, actor)
+        for job in done_jobs + claimed_jobs:
+            self._holding(job)
+        return done_jobs, claimed_jobs
+
+    def _holding(self, job: Job | None) -> Job | None:
+        """Keep (or forget) a job as this connection last saw it while it holds it: a completion
+        of it can then be one statement."""
+        if job is not None:
+            if job.status == "running" and job.token is not None:
+                if len(self._claims) >= MAX_CLAIMS_KEPT:
+                    self._claims.clear()
+                self._claims[job.id] = job
+            else:
+                self._claims.pop(job.id, None)
+        return job
+
+    def _completion_alone(self, job_id: int, decide: Decide) -> tuple[Job, Change] | None:
+        """(the job as claimed here, the completion decided on it) when the decision reads no
+        clock (Queue marks it time_free) and the change can be one statement; else None."""
+        job = self._claims.get(job_id)
+        if job is None or not getattr(decide, "time_free", False) or self.clock is not None:
+            return None
+        try:
+            change = decide(job, None)  # type: ignore[arg-type]  # (time_free: never read; None fails loudly)
+        except JobctlError:
+            return None  # refused on the job as claimed: the general path refuses on the row as it is
+        if change is None or not pg_onestatement.completes_alone(job, change):
+            return None
+        return job, change
+
+    def _one_statement(self, completion: tuple[Job, Change] | None, request: ClaimRequest | None,
+                       actor: str) -> tuple[Job | None, Job | None] | None:
+        """Complete and/or claim in one statement: (the completed job, the claimed job or None);
+        None when nothing was written (the row no longer holds the claim the completion was decided
+        on, or the connection was found dead before the statement ran): take the general path."""
+        sql, params = pg_onestatement.statement(
+            NOW_SQL,
+            None if completion is None else pg_onestatement.completion_ctes(*completion, actor),
+            None if request is None else pg_onestatement.claim_ctes(request, after_done=completion is not None))
+        with self._errors():
+            if self.conn.in_transaction:
+                raise RuntimeError("a write transaction inside another")
+            try:
+                cur = self.conn.run_alone(sql, params).cur
+                raw = cur.fetchone()
+            except psycopg2.Error as e:
+                error = self._translate(e, committing=True)
+                if not isinstance(error, ConnectionLost):
+                    raise error from e
+                if self._made_before_lost(completion, request) is None:
+                    return None
+                raise error from e
+        names = [d[0] for d in cur.description]
+        row = dict(zip(names, raw))
+        now = row.pop("jobctl_now")
+        self._offset_ms = now - time.time_ns() // 1_000_000
+        done = None
+        if completion is not None:
+            if not row.pop("jobctl_done"):
+                return None
+            job, change = completion
+            self._claims.pop(job.id, None)
+            done = job.updated({**change.fields, "status": "completed", "updated_at": now, "finished_at": now})
+        if request is None or row.get("id") is None:
+            return done, None
+        after = row.pop("jobctl_after")
+        damage = row_damage(row, check_hash=True)
+        if damage is not None:
+            return done, self._claim_past_damaged(row, damage, request)
+        return done, self._holding(Job.from_checked_row(row, list(after or [])))
+
+    def _made_before_lost(self, completion: tuple[Job, Change] | None, request: ClaimRequest | None) -> bool | None:
+        """After the connection was lost during a one-statement step: look, on a new connection,
+        whether the step was made. None: it was not (the job is still held by its claim, and no
+        job carries the new claim's token), so the general path may make it; True otherwise (it
+        was made, or it cannot be told: the caller says "may or may not"). A server that is
+        still away: True (the outage is the news)."""
+        try:
+            with self._errors():
+                c = self.conn
+                if request is not None and c.execute("SELECT 1 FROM jobs WHERE token = ?", (request.token,)).fetchone():
+                    return True
+                if completion is not None:
+                    job = completion[0]
+                    row = c.execute("SELECT status, token FROM jobs WHERE id = ?", (job.id,)).fetchone()
+                    if row is None or row[0] != "running" or row[1] != job.token:
+                        return True
+        except JobctlError:
+            return True
+        return None
+
+    def _claim_past_damaged(self, row: dict, damage: str, request: ClaimRequest) -> Job | None:
+        """The job that a one-statement claim took cannot be trusted: bury it (still ours: nothing
+        else has its token), as the general claim does in its own transaction, then claim again."""
+        with self._write_job(row["id"]) as (c, now, locked):
+            if locked is not None and locked["token"] == request.token:
+                self._bury_damaged(c, row["id"], damage, now, request.worker)
+        return self._holding(super().claim(request))
 
     # -- counts: folded now and then, so stats reads few rows ------------------------------
 

@@ -275,11 +275,19 @@ class SQLEngine:
 
     # -- admission control -------------------------------------------------------------------
 
+    HELD_ROWS = ("SELECT type, concurrency_group, cost_units, claimed_at FROM jobs{} "
+                 "WHERE status IN ('running', 'cancel_requested')")  # literals: the partial index's own
+
     def _held_rows(self, c) -> list:
         """Every held job's type, group, cost and start: few rows (one per running handler)."""
-        return c.execute(
-            f"SELECT type, concurrency_group, cost_units, claimed_at FROM jobs{self._indexed('jobs_held')} "
-            "WHERE status IN ('running', 'cancel_requested')").fetchall()  # literals: the partial index's own
+        return c.execute(self.HELD_ROWS.format(self._indexed("jobs_held"))).fetchall()
+
+    def _held_rows_now(self, c, now: int) -> tuple[list, int]:
+        """The claim under limits' count of held jobs, and the "now" it goes by. An engine whose
+        statements each see what was committed before them (PostgreSQL) reads the time in the
+        counting statement: a completion it counts as ended then ended before the claim's start,
+        as its times say (the claim's own is read after the count's snapshot)."""
+        return self._held_rows(c), now
 
     def _recent_starts(self, c, held: list, type: str, n: int, window_ms: int, now: int) -> list[int]:
         """Start times of `type` in its window (newest first, at most n): ended runs and held jobs."""
@@ -291,10 +299,9 @@ class SQLEngine:
                    and r["claimed_at"] > since]
         return sorted(ended + running, reverse=True)[:n]
 
-    def _admission(self, c, limits, types, now: int):
+    def _admission(self, c, limits, types, now: int, held: list):
         from jobctl import limits as policy
 
-        held = self._held_rows(c)
         units: dict[tuple[str, str], int] = {}
         for r in held:
             key = policy.key_of(r["concurrency_group"], r["type"])
@@ -330,7 +337,8 @@ class SQLEngine:
         """The claim under limits: the best ready job that the limits admit, counted now, in this
         transaction. A shut type's jobs are skipped, never waited on (no head-of-line blocking)."""
         now = self._admission_now(c, now)  # from here on, no other claim under limits counts or takes
-        admission = self._admission(c, request.limits, request.types, now)
+        held, now = self._held_rows_now(c, now)
+        admission = self._admission(c, request.limits, request.types, now, held)
         room_sql, room_params = self._room_filter(admission)
         paused = NOT_PAUSED
         types = request.types

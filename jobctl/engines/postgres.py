@@ -14,7 +14,9 @@ never wait on each other's rows; claims under limits
 and enqueues of a `unique` job take turns through transaction advisory locks. A read is one
 REPEATABLE READ READ ONLY transaction: one snapshot for all its SELECTs. Time is the server's
 (clock_timestamp(), read once per write transaction in the same round trip as its BEGIN), so the
-clocks of the workers' hosts never matter.
+clocks of the workers' hosts never matter. A worker's step (complete its job, claim the next) and a
+claim alone are one statement each, outside BEGIN (pg_onestatement.py): the session's default
+isolation is set to READ COMMITTED for them.
 
 Timeouts: lock_timeout is the busy timeout (--busy-timeout, default 5 s); statement_timeout is
 the busy timeout plus 30 s (a statement that waited its full turn for a lock still has 30 s to

@@ -1099,7 +1099,8 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         try:
             with self._errors():
                 c = self.conn
-                if request is not None and c.execute("SELECT 1 FROM jobs WHERE token = ?", (request.token,)).fetchone():
+                held_with = "SELECT 1 FROM jobs WHERE status IN ('running', 'cancel_requested') AND token = ?"  # (jobs_held)
+                if request is not None and c.execute(held_with, (request.token,)).fetchone():
                     return True
                 if completion is not None:
                     job = completion[0]

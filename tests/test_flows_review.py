@@ -173,3 +173,42 @@ def test_reschedule_of_a_blocked_job_does_not_say_it_runs_now(tmp_path):
         message = q.events(child)[-1].message
         assert message == "rescheduled: run now, once the jobs it waits on complete", message
         assert q.claim(types=["step"]).id == parent  # still blocked
+
+
+# -- doctor names the blocked jobs that can never run ----------------------------------------------
+
+
+def test_doctor_names_blocked_jobs_that_can_never_run(on_any, tmp_path):
+    """A job waits on one that was cancelled (without --with-dependents), another on a buried one
+    that was then purged: nothing can make either run, and doctor says so (exit 9). A job waiting
+    on one of those, or on a buried job (which may be retried), is not named."""
+    import json
+
+    (tmp_path / "jobctl.toml").write_text('[types.t]\ncommand = ["true"]\n')
+    cancelled = _enq(on_any, "t")
+    purged = _enq(on_any, "t")
+    buried = _enq(on_any, "t")
+    first = _enq(on_any, "t", "--after", str(cancelled))
+    second = _enq(on_any, "t", "--after", str(purged))
+    _enq(on_any, "t", "--after", str(buried))
+    _enq(on_any, "t", "--after", str(first))  # waits on a stuck job: it runs once that one is dealt with
+    r = on_any("doctor", "--json")
+    assert r.exit_code == 0, r.output
+    assert on_any("cancel", str(cancelled)).exit_code == 0
+    def bury(job):
+        claimed = json.loads(on_any("claim", "--json").stdout)
+        assert claimed["id"] == job
+        assert on_any("fail", str(job), "--token", claimed["token"], "--bury", "--error", "gone").exit_code == 0
+
+    bury(purged)
+    assert on_any("purge", "--buried-older-than", "0s").exit_code == 0
+    bury(buried)  # still there: `retry` can make the job waiting on it run
+    r = on_any("doctor", "--json")
+    assert r.exit_code == 9, r.output
+    report = json.loads(r.stdout)
+    check = next(c for c in report["checks"] if c["check"] == "blocked jobs")
+    assert not check["ok"]
+    assert report["never_runnable"] == [{"id": first, "waits_on": cancelled, "why": "was cancelled"},
+                                            {"id": second, "waits_on": purged, "why": "was deleted before it completed"}]
+    assert f"job {first} waits on job {cancelled}, which was cancelled" in check["detail"]
+    assert f"jobctl cancel {first} --with-dependents" in check["detail"]

@@ -165,7 +165,7 @@ def resume(
 
 @app.command()
 def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print the checks as one JSON object.")):
-    """Check the database and the config: integrity, schema, permissions, WAL, leases, damaged jobs, handlers.
+    """Check the database and config: integrity, schema, permissions, WAL, leases, stuck and damaged jobs, handlers.
 
     Exits 0 when all is well, 9 when a check found a problem, 8 when the file cannot be used.
     Example: jobctl doctor || mail -s "jobctl needs a look" ops@example.com

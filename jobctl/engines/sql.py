@@ -974,14 +974,41 @@ class SQLEngine:
                 return checked, damaged
             last = rows[-1]["id"]
 
+    def never_runnable(self, limit: int = 10) -> tuple[int, list[tuple[int, int, str]]]:
+        """Blocked jobs that wait directly on a job that was cancelled, or that was deleted before
+        it completed: nothing can make them run. (how many, [(job id, that dependency's id, what
+        became of it)] for the first `limit`, oldest first). Jobs that wait on these are not
+        counted: they run once these are dealt with (`cancel --with-dependents`)."""
+        with self._read() as c:
+            rows = c.execute(
+                "SELECT j.id, max(CASE WHEN a.status = 'cancelled' THEN d.after_id END), "
+                "max(CASE WHEN a.id IS NULL THEN d.after_id END) "
+                "FROM jobs j JOIN job_deps d ON d.job_id = j.id LEFT JOIN jobs a ON a.id = d.after_id "
+                "WHERE j.status = 'pending' AND j.waiting_on > 0 GROUP BY j.id, j.waiting_on "
+                "HAVING max(CASE WHEN a.status = 'cancelled' THEN 1 ELSE 0 END) = 1 "
+                "OR j.waiting_on > sum(CASE WHEN a.id IS NOT NULL AND a.status <> 'completed' THEN 1 ELSE 0 END) "
+                "ORDER BY j.id").fetchall()
+        found = [(r[0], r[1], "was cancelled") if r[1] is not None else (r[0], r[2], "was deleted before it completed")
+                 for r in rows]
+        return len(found), found[:limit]
+
     def _job_checks(self, remedy: str) -> list[Check]:
-        """doctor's checks of the jobs themselves, for every SQL engine: expired leases, and rows
-        that cannot be decoded or whose payload does not match its hash (`remedy`: what to do)."""
+        """doctor's checks of the jobs themselves, for every SQL engine: expired leases, blocked
+        jobs that can never run, and rows that cannot be decoded or whose payload does not match
+        its hash (`remedy`: what to do)."""
         expired = self.count_expired()
+        stuck, examples = self.never_runnable()
+        example = examples[0][0] if examples else "ID"
         checked, damaged = self.damaged_jobs()
         return [
             Check("expired leases", expired == 0, "none" if expired == 0 else
                   f"{expired} job(s); run `jobctl recover` (workers also do it)"),
+            Check("blocked jobs", stuck == 0, "none waits on a cancelled or deleted job" if stuck == 0 else
+                  f"{stuck} job(s) can never run: " + "; ".join(f"job {i} waits on job {d}, which {what}"
+                                                                for i, d, what in examples)
+                  + (f"; and {stuck - len(examples)} more" if stuck > len(examples) else "")
+                  + f"; `jobctl cancel {example} --with-dependents` cancels job {example} and every job waiting on it",
+                  data={"never_runnable": [{"id": i, "waits_on": d, "why": what} for i, d, what in examples]}),
             Check("job rows", not damaged,
                   f"{checked} job(s) decode and match their payload hash" if not damaged else
                   f"{len(damaged)} damaged: " + "; ".join(f"job {i}: {why}" for i, why in damaged[:10])

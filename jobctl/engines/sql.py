@@ -21,7 +21,8 @@ The SQL runs unchanged on SQLite (3.35 or newer) and PostgreSQL (12 or newer), s
 Hooks a subclass implements (see each one's docstring): now(), _errors(), _write(rollback=False)
 yielding (c, now), _read() yielding c, close(), _indexed(name), _insert_many, _admission_now,
 _lock_unique, _jobs_may_be_ready and _state_counts; _write_job (a write transaction that starts by
-reading one job's row) has a default made of _write that an engine may improve on.
+reading one job's row) has a default made of _write that an engine may improve on, and so has
+_held_rows_now (the held jobs a claim under limits counts, with the time it goes by).
 """
 
 from __future__ import annotations
@@ -974,11 +975,11 @@ class SQLEngine:
                 return checked, damaged
             last = rows[-1]["id"]
 
-    def never_runnable(self, limit: int = 10) -> tuple[int, list[tuple[int, int, str]]]:
+    def never_runnable(self) -> list[tuple[int, int, str]]:
         """Blocked jobs that wait directly on a job that was cancelled, or that was deleted before
-        it completed: nothing can make them run. (how many, [(job id, that dependency's id, what
-        became of it)] for the first `limit`, oldest first). Jobs that wait on these are not
-        counted: they run once these are dealt with (`cancel --with-dependents`)."""
+        it completed: nothing can make them run. [(job id, that dependency's id, what became of
+        it)], oldest first. Jobs that wait on these are not listed: they run, or are cancelled with
+        them (`cancel --with-dependents`), once these are dealt with."""
         with self._read() as c:
             rows = c.execute(
                 "SELECT j.id, max(CASE WHEN a.status = 'cancelled' THEN d.after_id END), "
@@ -988,16 +989,16 @@ class SQLEngine:
                 "HAVING max(CASE WHEN a.status = 'cancelled' THEN 1 ELSE 0 END) = 1 "
                 "OR j.waiting_on > sum(CASE WHEN a.id IS NOT NULL AND a.status <> 'completed' THEN 1 ELSE 0 END) "
                 "ORDER BY j.id").fetchall()
-        found = [(r[0], r[1], "was cancelled") if r[1] is not None else (r[0], r[2], "was deleted before it completed")
-                 for r in rows]
-        return len(found), found[:limit]
+        return [(r[0], r[1], "was cancelled") if r[1] is not None else (r[0], r[2], "was deleted before it completed")
+                for r in rows]
 
     def _job_checks(self, remedy: str) -> list[Check]:
         """doctor's checks of the jobs themselves, for every SQL engine: expired leases, blocked
         jobs that can never run, and rows that cannot be decoded or whose payload does not match
         its hash (`remedy`: what to do)."""
         expired = self.count_expired()
-        stuck, examples = self.never_runnable()
+        never = self.never_runnable()
+        stuck, examples = len(never), never[:10]
         example = examples[0][0] if examples else "ID"
         checked, damaged = self.damaged_jobs()
         return [
@@ -1008,7 +1009,7 @@ class SQLEngine:
                                                                 for i, d, what in examples)
                   + (f"; and {stuck - len(examples)} more" if stuck > len(examples) else "")
                   + f"; `jobctl cancel {example} --with-dependents` cancels job {example} and every job waiting on it",
-                  data={"never_runnable": [{"id": i, "waits_on": d, "why": what} for i, d, what in examples]}),
+                  data={"never_runnable": [{"id": i, "waits_on": d, "why": what} for i, d, what in never]}),
             Check("job rows", not damaged,
                   f"{checked} job(s) decode and match their payload hash" if not damaged else
                   f"{len(damaged)} damaged: " + "; ".join(f"job {i}: {why}" for i, why in damaged[:10])

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import Clock, JOBCTL, finish, new_job, open_pg, pg_admin, pg_sql, run_cli, start_worker, wait_for, with_schema
 from jobctl.engines.base import Change, ClaimRequest
+from jobctl.engines.pg_schema import SCHEMA_VERSION
 from jobctl.errors import ConnectionLost, DatabaseBusy, InvalidState
 
 T0 = 1_900_000_000.0
@@ -51,7 +52,7 @@ def test_the_schema_can_come_from_the_config(tmp_path, pg_base, pg_schema):
     (tmp_path / "jobctl.toml").write_text(f'[postgres]\nschema = "{pg_schema}"\n')
     r = run_cli("--db", pg_base, "init")
     assert r.exit_code == 0 and r.stdout.strip() == with_schema(pg_base, pg_schema), r.output
-    assert sql(pg_base, f'SELECT version FROM "{pg_schema}".schema_version') == [(1,)]
+    assert sql(pg_base, f'SELECT version FROM "{pg_schema}".schema_version') == [(SCHEMA_VERSION,)]
     # What a handler gets as JOBCTL_DB names the schema itself: it works without the config.
     os.unlink(tmp_path / "jobctl.toml")
     r = run_cli("--db", with_schema(pg_base, pg_schema), "list")
@@ -173,13 +174,33 @@ def test_sqlite_commands_never_load_the_driver(tmp_path):
 # -- the schema -------------------------------------------------------------------------------
 
 
+def test_a_v1_schema_is_migrated_to_the_index_by_type_and_group(pg_url, pg_base, pg_schema):
+    """v2 orders the ready jobs of a type by concurrency group first (a claim while a limit is full
+    seeks each group that has room): a schema written by a v1 jobctl gets it when opened."""
+    open_pg(pg_url).close()
+    s = f'"{pg_schema}"'
+    admin = pg_admin(pg_base)
+    try:
+        admin.cursor().execute(
+            f"DROP INDEX {s}.jobs_ready_by_type; CREATE INDEX jobs_ready_by_type ON {s}.jobs (type, priority DESC, "
+            "run_at, id, queue, cost_units, concurrency_group) WHERE status = 'pending' AND waiting_on = 0; "
+            f"UPDATE {s}.schema_version SET version = 1")
+    finally:
+        admin.close()
+    open_pg(pg_url).close()
+    assert sql(pg_base, f"SELECT version FROM {s}.schema_version") == [(SCHEMA_VERSION,)]
+    (definition,), = sql(pg_base, "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND indexname = %s",
+                         (pg_schema, "jobs_ready_by_type"))
+    assert "(type, concurrency_group, priority DESC, run_at, id, queue, cost_units)" in definition
+
+
 def test_ten_processes_creating_the_schema_at_once_all_succeed(pg_url, pg_base, pg_schema):
     procs = [subprocess.Popen([*JOBCTL, "--db", pg_url, "enqueue", "t", json.dumps({"i": i})],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(10)]
     results = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read()) for p in procs]
     assert all(code == 0 for code, _, _ in results), results
     assert sorted(int(out) for _, out, _ in results) == list(range(1, 11))
-    assert sql(pg_base, f'SELECT version FROM "{pg_schema}".schema_version') == [(1,)]
+    assert sql(pg_base, f'SELECT version FROM "{pg_schema}".schema_version') == [(SCHEMA_VERSION,)]
 
 
 def test_a_newer_schema_is_refused_and_left_alone(pg_url, pg_base, pg_schema):

@@ -1,6 +1,6 @@
 """The PostgreSQL schema and its forward migrations.
 
-The same tables, columns and meanings as the SQLite schema (jobctl/engines/schema.py, v6), in
+The same tables, columns and meanings as the SQLite schema (jobctl/engines/schema.py, v7), in
 jobctl's own PostgreSQL schema (a namespace, `jobctl` by default): times are BIGINT milliseconds
 since the epoch (UTC), ids come from identity columns (a sequence never hands out an id twice,
 even after the newest rows are purged), a run's output is BYTEA.
@@ -22,7 +22,7 @@ states plus the changes since the last fold, never the number of finished jobs.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # A pending job waiting on `after` jobs counts as 'blocked' (as in SQLite's job_counts).
 _STATE = "CASE WHEN status = 'pending' AND waiting_on > 0 THEN 'blocked' ELSE status END"
@@ -162,7 +162,16 @@ def _v1() -> list[str]:
     ]
 
 
-MIGRATIONS = {1: _v1}
+def _v2() -> list[str]:
+    """As SQLite's v7: the ready jobs of a type by concurrency group, then in claim order, so a
+    claim while a limit is full seeks each (type, group) with room instead of reading past the
+    jobs held back."""
+    from jobctl.engines.schema import READY_BY_TYPE
+
+    return ["DROP INDEX jobs_ready_by_type", READY_BY_TYPE]
+
+
+MIGRATIONS = {1: _v1, 2: _v2}
 
 # Reading the counts: the folded totals plus the changes not yet folded (one snapshot).
 STATE_COUNTS = ("SELECT queue, state, sum(n) FROM (SELECT queue, state, n FROM job_counts "

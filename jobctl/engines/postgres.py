@@ -526,6 +526,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
     SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
     ROW_LOCK = " FOR UPDATE"
     PARENTS_LOCK = " FOR NO KEY UPDATE"  # (they are updated: dep_flags)
+    ID_AMONG = "id = ANY(ARRAY({}))"
 
     def __init__(self, target: Target, raw, clock: Callable[[], float] | None = None):
         self.target = target

@@ -59,6 +59,9 @@ class SQLEngine:
     NO_LIMIT: int | None = -1  # LIMIT ? for "no limit" (PostgreSQL: None, LIMIT NULL)
     SKIP_LOCKED = ""  # after the claim's pick (PostgreSQL: FOR UPDATE SKIP LOCKED)
     ROW_LOCK = ""  # after a SELECT of rows that a transaction then decides on (PostgreSQL: FOR UPDATE)
+    # "id is one of the ids this subquery returns", evaluated once (PostgreSQL: as an array, or its
+    # planner may run the subquery again for every row it scans)
+    ID_AMONG = "id IN ({})"
     PARENTS_LOCK = ""  # after the SELECT of `after` parents at enqueue, which it updates (PostgreSQL: FOR NO KEY UPDATE)
 
     PROGRESS_STEP = 1000  # jobs between two on_progress calls (all inside the one transaction)
@@ -350,25 +353,35 @@ class SQLEngine:
         # When something is shut or full, walking the claim order could pass over many rows that
         # a limit holds back: then seek each admitted type's best job instead. Otherwise the walk
         # finds the first admitted row at once, with one seek where the union would make one per type.
-        seek_by_type = types is not None and (
-            len(types) < len(request.types or ()) or any(room < 1 for room in admission.room.values()))
+        seek_by_type = bool(admission.shut_types) or any(room < 1 for room in admission.room.values())
+        if seek_by_type and types is None:  # every type: those that have ready jobs now
+            types = [t for t in self._ready_types(c) if t not in admission.shut_types]
         queues: list[str | None] = [*request.queues] if request.queues else [None]
         for queue in queues:
             queue_filter = " AND queue = ?" if queue is not None else ""
             queue_params = [queue] if queue is not None else []
             if types is not None and seek_by_type:
-                # The best ready job of each admitted type, each one index seek, then the best of
-                # those (a few rows, by id): a shut type's ready rows are never walked. The best is
-                # chosen outside the union, where a row lock (SKIP_LOCKED) is allowed. Its status
-                # is checked again for a row that another claim took meanwhile (where rows are
-                # locked, that row is read anew and skipped); `|| ''` keeps SQLite from walking
-                # every pending row through an index on status instead of looking up these ids.
-                one = ("SELECT best.id FROM (SELECT id FROM jobs" + self._indexed("jobs_ready_by_type") +
-                       f" WHERE status = 'pending' AND waiting_on = 0 AND type = ? AND run_at <= ?{queue_filter}"
-                       f"{paused}{room_sql} ORDER BY priority DESC, run_at, id LIMIT 1) AS best")
-                pick = (f"SELECT id FROM jobs WHERE id IN ({' UNION ALL '.join([one] * len(types))}) "
+                # The best ready job of each (type, group) that the limits leave room for, each one
+                # index seek, then the best of those (a few rows, by id): the ready rows of a shut
+                # type or a full limit are never read. The best is chosen outside the union, where
+                # a row lock (SKIP_LOCKED) is allowed. Its status is checked again for a row that
+                # another claim took meanwhile (where rows are locked, that row is read anew and
+                # skipped); `|| ''` keeps SQLite from walking every pending row through an index on
+                # status instead of looking up these ids.
+                keys = self._admitted_keys(c, types, admission)
+                if not keys:
+                    return None
+                # (type and group lead the ORDER BY, fixed by the WHERE: only the index that
+                # starts with them gives that order without a sort, so a planner takes it)
+                best = ("SELECT best.id FROM (SELECT id FROM jobs" + self._indexed("jobs_ready_by_type") +
+                        " WHERE status = 'pending' AND waiting_on = 0 AND type = ? AND concurrency_group {}"
+                        f" AND run_at <= ?{queue_filter}{paused}{room_sql} ORDER BY type, concurrency_group, "
+                        "priority DESC, run_at, id LIMIT 1) AS best")
+                union = " UNION ALL ".join(best.format("IS NULL" if g is None else "= ?") for _, g in keys)
+                pick = (f"SELECT id FROM jobs WHERE {self.ID_AMONG.format(union)} "
                         f"AND status || '' = 'pending' ORDER BY priority DESC, run_at, id LIMIT 1{self.SKIP_LOCKED}")
-                params = [p for t in types for p in (t, now, *queue_params, now, now, *room_params)]
+                params = [p for t, g in keys
+                          for p in (t, *([] if g is None else [g]), now, *queue_params, now, now, *room_params)]
             else:
                 shut = sorted(admission.shut_types)
                 shut_sql = f" AND type NOT IN ({','.join('?' * len(shut))})" if shut else ""
@@ -382,6 +395,38 @@ class SQLEngine:
             if job is not None:
                 return job
         return None
+
+    def _ready_types(self, c) -> list[str]:
+        """The types that have ready jobs, found by skipping through the index (one seek per type)."""
+        # (each step is the first row of the index after the last type: ordered as that index
+        # alone orders rows, so a planner without statistics still takes it)
+        walk = ("SELECT type FROM jobs" + self._indexed("jobs_ready_by_type") +
+                " WHERE status = 'pending' AND waiting_on = 0{} ORDER BY type, concurrency_group, priority DESC, "
+                "run_at, id LIMIT 1")
+        rows = c.execute(f"WITH RECURSIVE t(v) AS (SELECT ({walk.format('')}) UNION ALL "
+                         f"SELECT ({walk.format(' AND type > t.v')}) FROM t WHERE t.v IS NOT NULL) "
+                         "SELECT v FROM t WHERE v IS NOT NULL").fetchall()
+        return [r[0] for r in rows]
+
+    def _admitted_keys(self, c, types: list[str], admission) -> list[tuple[str, str | None]]:
+        """The (type, concurrency group or None) pairs of ready jobs whose limit has room, for the
+        claim's seeks. The groups a type's ready jobs have are found by skipping through the index
+        (one seek per group, however many jobs each holds); a pair whose limit is full is left out,
+        so its jobs are not read at all."""
+        if not types:
+            return []
+        room = admission.room
+        walk = ("SELECT concurrency_group FROM jobs" + self._indexed("jobs_ready_by_type") +
+                " WHERE status = 'pending' AND waiting_on = 0 AND type = ? AND concurrency_group {} "
+                "ORDER BY type, concurrency_group, priority DESC, run_at, id LIMIT 1")
+        groups = ", ".join(f"g{i}(v) AS (SELECT ({walk.format('IS NOT NULL')}) UNION ALL "
+                           f"SELECT ({walk.format('> g' + str(i) + '.v')}) FROM g{i} WHERE g{i}.v IS NOT NULL)"
+                           for i in range(len(types)))
+        found = " UNION ALL ".join(f"SELECT {i}, v FROM g{i} WHERE v IS NOT NULL" for i in range(len(types)))
+        rows = c.execute(f"WITH RECURSIVE {groups} {found}", [t for t in types for _ in (0, 1)]).fetchall()
+        keys: list[tuple[str, str | None]] = [(t, None) for t in types if room.get(("type", t), 1) >= 1]
+        keys += [(types[i], g) for i, g in rows if room.get(("group", g), 1) >= 1]
+        return keys
 
     def limit_figures(self, limits, *, held_ready: bool = True) -> dict:
         from jobctl import limits as policy

@@ -290,3 +290,20 @@ def test_a_claim_never_reads_the_ready_jobs_a_full_limit_holds_back(tmp_path, ty
     large = _claim_steps(tmp_path / "large.db", 10_000, types)
     assert small[0] == large[0] == "full/other"
     assert large[1] <= small[1] * 1.2 + 5, (small, large)
+
+
+@pytest.mark.parametrize("max_seeks", [100, 2], ids=["seeks", "too many pairs: walks"])
+@pytest.mark.parametrize("types", [["full", "x", "free"], None], ids=["typed", "any type"])
+def test_a_claim_past_a_full_limit_takes_the_same_job_whether_it_seeks_or_walks(make, monkeypatch, max_seeks, types):
+    from jobctl.engines.sql import SQLEngine
+
+    monkeypatch.setattr(SQLEngine, "MAX_SEEKS", max_seeks)
+    q = make(settings(full=dict(concurrency_limit=1), x={}, free={}), Clock(T0))
+    q.enqueue("full")
+    q.enqueue("full")
+    assert q.claim(worker="w", types=["full"]).type == "full"
+    first = [q.enqueue("x", group=g).id for g in ("g1", "g2", "g3")]
+    q.enqueue("free")
+    taken = [q.claim(worker="w", types=types) for _ in range(5)]
+    assert [j.id for j in taken[:3]] == first
+    assert taken[3].type == "free" and taken[4] is None  # the second `full` waits for its slot

@@ -62,6 +62,7 @@ class SQLEngine:
     # "id is one of the ids this subquery returns", evaluated once (PostgreSQL: as an array, or its
     # planner may run the subquery again for every row it scans)
     ID_AMONG = "id IN ({})"
+    MAX_SEEKS = 100  # a claim under a full limit seeks at most this many (type, group) pairs, else walks
     PARENTS_LOCK = ""  # after the SELECT of `after` parents at enqueue, which it updates (PostgreSQL: FOR NO KEY UPDATE)
 
     PROGRESS_STEP = 1000  # jobs between two on_progress calls (all inside the one transaction)
@@ -351,28 +352,32 @@ class SQLEngine:
             if not types:
                 return None
         # When something is shut or full, walking the claim order could pass over many rows that
-        # a limit holds back: then seek each admitted type's best job instead. Otherwise the walk
-        # finds the first admitted row at once, with one seek where the union would make one per type.
-        seek_by_type = bool(admission.shut_types) or any(room < 1 for room in admission.room.values())
-        if seek_by_type and types is None:  # every type: those that have ready jobs now
-            types = [t for t in self._ready_types(c) if t not in admission.shut_types]
+        # a limit holds back: then seek the best job of each (type, group) that has room instead.
+        # Otherwise the walk finds the first admitted row at once, with one seek where the union
+        # would make one per pair.
+        keys = None
+        if admission.shut_types or any(room < 1 for room in admission.room.values()):
+            seek_types = types
+            if seek_types is None:  # every type: those that have ready jobs now (None: too many to seek)
+                ready = self._ready_types(c)
+                seek_types = None if ready is None else [t for t in ready if t not in admission.shut_types]
+            keys = None if seek_types is None else self._admitted_keys(c, seek_types, admission)
+            if keys == []:
+                return None
         queues: list[str | None] = [*request.queues] if request.queues else [None]
         for queue in queues:
             queue_filter = " AND queue = ?" if queue is not None else ""
             queue_params = [queue] if queue is not None else []
-            if types is not None and seek_by_type:
+            if keys is not None:
                 # The best ready job of each (type, group) that the limits leave room for, each one
                 # index seek, then the best of those (a few rows, by id): the ready rows of a shut
                 # type or a full limit are never read. The best is chosen outside the union, where
                 # a row lock (SKIP_LOCKED) is allowed. Its status is checked again for a row that
                 # another claim took meanwhile (where rows are locked, that row is read anew and
                 # skipped); `|| ''` keeps SQLite from walking every pending row through an index on
-                # status instead of looking up these ids.
-                keys = self._admitted_keys(c, types, admission)
-                if not keys:
-                    return None
-                # (type and group lead the ORDER BY, fixed by the WHERE: only the index that
-                # starts with them gives that order without a sort, so a planner takes it)
+                # status instead of looking up these ids. Type and group lead each seek's ORDER BY,
+                # fixed by its WHERE: only the index that starts with them gives that order without a
+                # sort, so a planner takes it even without statistics.
                 best = ("SELECT best.id FROM (SELECT id FROM jobs" + self._indexed("jobs_ready_by_type") +
                         " WHERE status = 'pending' AND waiting_on = 0 AND type = ? AND concurrency_group {}"
                         f" AND run_at <= ?{queue_filter}{paused}{room_sql} ORDER BY type, concurrency_group, "
@@ -396,37 +401,42 @@ class SQLEngine:
                 return job
         return None
 
-    def _ready_types(self, c) -> list[str]:
-        """The types that have ready jobs, found by skipping through the index (one seek per type)."""
+    def _ready_types(self, c) -> list[str] | None:
+        """The types that have ready jobs, found by skipping through the index (one seek per type);
+        None when there are more than MAX_SEEKS."""
         # (each step is the first row of the index after the last type: ordered as that index
         # alone orders rows, so a planner without statistics still takes it)
         walk = ("SELECT type FROM jobs" + self._indexed("jobs_ready_by_type") +
                 " WHERE status = 'pending' AND waiting_on = 0{} ORDER BY type, concurrency_group, priority DESC, "
                 "run_at, id LIMIT 1")
-        rows = c.execute(f"WITH RECURSIVE t(v) AS (SELECT ({walk.format('')}) UNION ALL "
-                         f"SELECT ({walk.format(' AND type > t.v')}) FROM t WHERE t.v IS NOT NULL) "
-                         "SELECT v FROM t WHERE v IS NOT NULL").fetchall()
-        return [r[0] for r in rows]
+        rows = c.execute(f"WITH RECURSIVE t(v, n) AS (SELECT ({walk.format('')}), 1 UNION ALL "
+                         f"SELECT ({walk.format(' AND type > t.v')}), n + 1 FROM t WHERE t.v IS NOT NULL AND n <= ?) "
+                         "SELECT v FROM t WHERE v IS NOT NULL", (self.MAX_SEEKS,)).fetchall()
+        return None if len(rows) > self.MAX_SEEKS else [r[0] for r in rows]
 
-    def _admitted_keys(self, c, types: list[str], admission) -> list[tuple[str, str | None]]:
+    def _admitted_keys(self, c, types: list[str], admission) -> list[tuple[str, str | None]] | None:
         """The (type, concurrency group or None) pairs of ready jobs whose limit has room, for the
         claim's seeks. The groups a type's ready jobs have are found by skipping through the index
         (one seek per group, however many jobs each holds); a pair whose limit is full is left out,
-        so its jobs are not read at all."""
+        so its jobs are not read at all. None when there would be more than MAX_SEEKS (jobs spread
+        over many groups that no limit names): the claim then walks the claim order instead."""
         if not types:
             return []
+        if len(types) > self.MAX_SEEKS:
+            return None
         room = admission.room
         walk = ("SELECT concurrency_group FROM jobs" + self._indexed("jobs_ready_by_type") +
                 " WHERE status = 'pending' AND waiting_on = 0 AND type = ? AND concurrency_group {} "
                 "ORDER BY type, concurrency_group, priority DESC, run_at, id LIMIT 1")
-        groups = ", ".join(f"g{i}(v) AS (SELECT ({walk.format('IS NOT NULL')}) UNION ALL "
-                           f"SELECT ({walk.format('> g' + str(i) + '.v')}) FROM g{i} WHERE g{i}.v IS NOT NULL)"
+        groups = ", ".join(f"g{i}(v, n) AS (SELECT ({walk.format('IS NOT NULL')}), 1 UNION ALL "
+                           f"SELECT ({walk.format('> g' + str(i) + '.v')}), n + 1 FROM g{i} "
+                           f"WHERE g{i}.v IS NOT NULL AND n <= {self.MAX_SEEKS})"
                            for i in range(len(types)))
         found = " UNION ALL ".join(f"SELECT {i}, v FROM g{i} WHERE v IS NOT NULL" for i in range(len(types)))
         rows = c.execute(f"WITH RECURSIVE {groups} {found}", [t for t in types for _ in (0, 1)]).fetchall()
         keys: list[tuple[str, str | None]] = [(t, None) for t in types if room.get(("type", t), 1) >= 1]
         keys += [(types[i], g) for i, g in rows if room.get(("group", g), 1) >= 1]
-        return keys
+        return keys if len(keys) <= self.MAX_SEEKS else None
 
     def limit_figures(self, limits, *, held_ready: bool = True) -> dict:
         from jobctl import limits as policy

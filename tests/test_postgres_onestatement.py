@@ -230,3 +230,32 @@ def test_a_claim_interrupted_by_a_lost_connection_is_made_once(pq, pg_url, pg_ba
     job = pq.claim(worker="w")
     assert job is not None and job.id == job_id and job.attempts == 1
     assert [h[1] for h in history(pg_url, job_id)] == ["pending", "running"]
+
+
+def test_a_step_made_just_before_its_connection_was_lost_is_not_made_twice(pq, pg_url, pg_base, monkeypatch):
+    """The statement commits, then the answer is lost with the connection: the engine looks on a
+    new connection, finds the step made (the new claim's token is there), and says "may or may
+    not" (exit 8) rather than making it again; the job is completed once, the next one claimed once."""
+    import psycopg2
+
+    from jobctl.engines import postgres
+    from jobctl.errors import ConnectionLost
+
+    pq.enqueue("t", {})
+    nxt_id = pq.enqueue("t", {}).id
+    a = pq.claim(worker="w")
+    real = postgres.Connection.run_alone
+
+    def committed_then_lost(self, sql, params):
+        real(self, sql, params)  # made and committed on the server
+        pg_sql(pg_base, "SELECT pg_terminate_backend(%s)", (self.raw.get_backend_pid(),))
+        self.raw.close()
+        raise psycopg2.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(postgres.Connection, "run_alone", committed_then_lost)
+    with pytest.raises(ConnectionLost, match="may or may not"):
+        pq.complete_and_claim(a.id, token=a.token, worker="w")
+    monkeypatch.setattr(postgres.Connection, "run_alone", real)
+    assert [h[1] for h in history(pg_url, a.id)] == ["pending", "running", "completed"]
+    assert [h[1] for h in history(pg_url, nxt_id)] == ["pending", "running"]
+    assert rows(pg_url, "SELECT count(*) FROM {s}.runs") == [(1,)]

@@ -294,22 +294,24 @@ def run_inproc(*args, db=None, input=None, env=None, timeout=60, preexec_fn=None
     return Result(types.SimpleNamespace(returncode=code, stdout=out, stderr=err))
 
 
+def on_db(run, db):
+    """`run` (run_inproc or run_cli) with `db` as its database unless a call names another."""
+    def _run(*args, **kw):
+        kw.setdefault("db", db)
+        return run(*args, **kw)
+    return _run
+
+
 @pytest.fixture
 def cli(db):
     """jobctl on the test's database, in this process (run_inproc); the real binary is run_cli."""
-    def _run(*args, **kw):
-        kw.setdefault("db", db)
-        return run_inproc(*args, **kw)
-    return _run
+    return on_db(run_inproc, db)
 
 
 @pytest.fixture
 def cli_process(db):
     """jobctl on the test's database as a real process, as users meet it."""
-    def _run(*args, **kw):
-        kw.setdefault("db", db)
-        return run_cli(*args, **kw)
-    return _run
+    return on_db(run_cli, db)
 
 
 def run_on_pty(argv, *, columns=100, rows=60, stdout=None, stderr=None, until: bytes = b"", times: int = 1,

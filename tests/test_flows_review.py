@@ -44,12 +44,9 @@ def test_a_reaction_loop_is_exit_2_in_one_line(cli, tmp_path):
 
 @pytest.fixture
 def on_any(any_db):
-    from conftest import run_inproc
+    from conftest import on_db, run_inproc
 
-    def _run(*args, **kw):
-        kw.setdefault("db", any_db)
-        return run_inproc(*args, **kw)
-    return _run
+    return on_db(run_inproc, any_db)
 
 
 def _enq(cli, *args) -> int:

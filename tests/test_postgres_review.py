@@ -149,6 +149,24 @@ def test_a_purge_never_deletes_a_job_retried_meanwhile(pg_base, pg_schema):
 # -- the isolation level the engine relies on ----------------------------------------------------
 
 
+def race_behind_lock(pg_base, app, lock_key: int, calls: list[tuple], what: str) -> list[Thread]:
+    """Start each call (a Thread's arguments) while an admin session holds the advisory lock
+    `lock_key`; once every one waits for it, release it; the joined threads."""
+    holder = pg_admin(pg_base)
+    try:
+        holder.cursor().execute("BEGIN; SELECT pg_advisory_xact_lock(%s)", (lock_key,))
+        threads = [Thread(*call) for call in calls]
+        for t in threads:
+            t.start()
+        wait_for(lambda: lock_waiters(pg_base, app) == len(threads), what=what)
+        holder.cursor().execute("COMMIT")
+        for t in threads:
+            t.join(20)
+    finally:
+        holder.close()
+    return threads
+
+
 def repeatable_read_url(pg_base, pg_schema, app):
     """The test schema's URL in a session whose default isolation is REPEATABLE READ, as a server
     set up with ALTER DATABASE ... SET default_transaction_isolation would give every session."""
@@ -161,7 +179,8 @@ def test_a_server_whose_default_isolation_is_repeatable_read_keeps_unique_enqueu
     statement snapshot: READ COMMITTED. A bare BEGIN takes the server's default isolation, and
     under REPEATABLE READ the snapshot is the one taken before the lock was waited for: two
     `--unique` enqueues that queued behind one lock both inserted their job. Every write now says
-    READ COMMITTED itself."""
+    READ COMMITTED itself, and the session's own default is set to it when jobctl connects (the
+    worker's one-statement steps run outside BEGIN), whatever the server's or the URL's."""
     from jobctl.engines.postgres import _key
     from jobctl.payloads import sha256
 
@@ -170,22 +189,16 @@ def test_a_server_whose_default_isolation_is_repeatable_read_keeps_unique_enqueu
     open_pg(url).close()
     job = new(unique=True)
     unique_key = sha256(f"{job.queue}\0{job.type}\0{job.payload_hash}".encode()).hexdigest()
-    holder = pg_admin(pg_base)
     engines = [open_pg(url, busy_timeout=20) for _ in range(2)]
     try:
-        holder.cursor().execute("BEGIN; SELECT pg_advisory_xact_lock(%s)", (_key("unique", pg_schema, unique_key),))
-        threads = [Thread(e.insert_jobs, [new(unique=True)], "x") for e in engines]
-        for t in threads:
-            t.start()
-        wait_for(lambda: lock_waiters(pg_base, app) == 2, what="both enqueues to wait for the lock")
-        holder.cursor().execute("COMMIT")
-        for t in threads:
-            t.join(20)
+        assert engines[0].conn.execute("SHOW transaction_isolation").fetchone()[0] == "read committed"
+        threads = race_behind_lock(pg_base, app, _key("unique", pg_schema, unique_key),
+                                   [(e.insert_jobs, [new(unique=True)], "x") for e in engines],
+                                   "both enqueues to wait for the lock")
         assert [t.error for t in threads] == [None, None]
         assert sorted(created for t in threads for _, created in t.result) == [False, True]
         assert len({i for t in threads for i, _ in t.result}) == 1
     finally:
-        holder.close()
         for e in engines:
             e.close()
 
@@ -202,23 +215,16 @@ def test_a_server_whose_default_isolation_is_repeatable_read_keeps_limits_exact(
     e.insert_jobs([new(type="solo", queue=q) for q in ("a", "b")], "x")
     e.close()
     limits = Limits(types={"solo": 1})
-    holder = pg_admin(pg_base)
     engines = [open_pg(url, busy_timeout=20) for _ in range(2)]
     try:
-        holder.cursor().execute("BEGIN; SELECT pg_advisory_xact_lock(%s)", (_key("admission", pg_schema),))
-        threads = [Thread(e.claim, ClaimRequest(f"w{q}", f"tok{q}", queues=[q], limits=limits))
-                   for q, e in zip("ab", engines)]
-        for t in threads:
-            t.start()
-        wait_for(lambda: lock_waiters(pg_base, app) == 2, what="both claims to wait for the lock")
-        holder.cursor().execute("COMMIT")
-        for t in threads:
-            t.join(20)
+        threads = race_behind_lock(pg_base, app, _key("admission", pg_schema),
+                                   [(e.claim, ClaimRequest(f"w{q}", f"tok{q}", queues=[q], limits=limits))
+                                    for q, e in zip("ab", engines)],
+                                   "both claims to wait for the lock")
         assert [t.error for t in threads] == [None, None]
         assert sorted(t.result is not None for t in threads) == [False, True]
         assert sql(pg_base, f'SELECT count(*) FROM "{pg_schema}".jobs WHERE status = %s', ("running",)) == [(1,)]
     finally:
-        holder.close()
         for e in engines:
             e.close()
 

@@ -26,7 +26,7 @@ from functools import lru_cache
 
 from jobctl.engines.base import Change, ClaimRequest
 from jobctl.engines.sql import DEPENDED_ON, DEPENDS, NOT_PAUSED
-from jobctl.models import JOB_COLUMNS, Job
+from jobctl.models import Job
 
 NOW = "(SELECT now FROM t)"  # the statement's one reading of the server's clock (a scalar, so plans stay index seeks)
 
@@ -38,15 +38,6 @@ def head(now_sql: str) -> str:
 def claims_alone(request: ClaimRequest) -> bool:
     """Whether this claim can be one statement: no limits, at most one queue."""
     return not request.limits and (not request.queues or len(request.queues) == 1)
-
-
-def completes_alone(job: Job, change: Change) -> bool:
-    """Whether this change to a job as it was claimed can be written by completion_ctes."""
-    return (job.status == "running" and change.to_status == "completed" and change.run is not None
-            and change.reaction is None and not change.frees and change.details is None
-            and job.claimed_at is not None and job.token is not None
-            and all(k in JOB_COLUMNS and (v is None or type(v) is int or type(v) is str)
-                    for k, v in change.fields.items()))
 
 
 def completion_ctes(job: Job, change: Change, actor: str) -> tuple[str, list]:

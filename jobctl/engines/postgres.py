@@ -56,7 +56,6 @@ NOW_SQL = "floor(extract(epoch from clock_timestamp()) * 1000)::bigint"
 BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
 STATEMENT_GRACE_S = 30.0  # statement_timeout = busy timeout + this
 LONG_TRANSACTION_S = 300  # doctor: a transaction open this long holds back vacuum
-MAX_CLAIMS_KEPT = 4096  # jobs a connection remembers as it claimed them (a worker holds a few)
 DEAD_ROWS_WARN = 10_000  # doctor: dead rows in jobs worth a word when also more than the live ones
 
 # Errors that mean "busy: nothing changed, safe to retry" (exit 6), with what happened.
@@ -995,23 +994,20 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
             written = self._one_statement(None, request, "")
             if written is not None:
                 return written[1]
-        return self._holding(super().claim(request))
+        return super().claim(request)
 
     def update_job(self, job_id: int, decide: Decide, actor: str) -> Job:
-        completion = self._completion_alone(job_id, decide)
+        completion = self._completion_in_one(job_id, decide)
         if completion is not None:
             written = self._one_statement(completion, None, actor)
             if written is not None and written[0] is not None:
                 return written[0]
-        job = super().update_job(job_id, decide, actor)
-        if job.id in self._claims:
-            self._holding(job)
-        return job
+        return self._update_job(job_id, decide, actor)
 
     def update_jobs_and_claim(self, updates: list[tuple[int, Decide]], requests: list[ClaimRequest],
                               actor: str) -> tuple[list[Job], list[Job]]:
         if len(updates) <= 1 and len(requests) <= 1 and (updates or requests):
-            completion = self._completion_alone(*updates[0]) if updates else None
+            completion = self._completion_in_one(*updates[0]) if updates else None
             request = requests[0] if requests else None
             if ((completion is not None or not updates) and self.clock is None
                     and (request is None or pg_onestatement.claims_alone(request))):
@@ -1019,36 +1015,12 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                 if written is not None:
                     done, claimed = written
                     return ([done] if done is not None else []), ([claimed] if claimed is not None else [])
-        done_jobs, claimed_jobs = super().update_jobs_and_claim(updates, requests, actor)
-        for job in done_jobs + claimed_jobs:
-            self._holding(job)
-        return done_jobs, claimed_jobs
+        return self._update_jobs_and_claim(updates, requests, actor)
 
-    def _holding(self, job: Job | None) -> Job | None:
-        """Keep (or forget) a job as this connection last saw it while it holds it: a completion
-        of it can then be one statement."""
-        if job is not None:
-            if job.status == "running" and job.token is not None:
-                if len(self._claims) >= MAX_CLAIMS_KEPT:
-                    self._claims.clear()
-                self._claims[job.id] = job
-            else:
-                self._claims.pop(job.id, None)
-        return job
-
-    def _completion_alone(self, job_id: int, decide: Decide) -> tuple[Job, Change] | None:
-        """(the job as claimed here, the completion decided on it) when the decision reads no
-        clock (Queue marks it time_free) and the change can be one statement; else None."""
-        job = self._claims.get(job_id)
-        if job is None or not getattr(decide, "time_free", False) or self.clock is not None:
-            return None
-        try:
-            change = decide(job, None)  # type: ignore[arg-type]  # (time_free: never read; None fails loudly)
-        except JobctlError:
-            return None  # refused on the job as claimed: the general path refuses on the row as it is
-        if change is None or not pg_onestatement.completes_alone(job, change):
-            return None
-        return job, change
+    def _completion_in_one(self, job_id: int, decide: Decide) -> tuple[Job, Change] | None:
+        """The completion alone (SQLEngine), when the one statement can write it: not with an
+        injected clock (the statement reads the server's)."""
+        return None if self.clock is not None else self._completion_alone(job_id, decide)
 
     def _one_statement(self, completion: tuple[Job, Change] | None, request: ClaimRequest | None,
                        actor: str) -> tuple[Job | None, Job | None] | None:
@@ -1118,7 +1090,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         with self._write_job(row["id"]) as (c, now, locked):
             if locked is not None and locked["token"] == request.token:
                 self._bury_damaged(c, row["id"], damage, now, request.worker)
-        return self._holding(super().claim(request))
+        return super().claim(request)
 
     # -- counts: folded now and then, so stats reads few rows ------------------------------
 

@@ -30,9 +30,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from functools import lru_cache
 
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob, RunLog
-from jobctl.errors import InvalidState, NoSuchJob
+from jobctl.errors import InvalidState, JobctlError, NoSuchJob
 from jobctl.models import FINISHED, JOB_COLUMNS, Event, Job, row_damage
 from jobctl import payloads
 from jobctl.payloads import sha256
@@ -41,6 +42,7 @@ HELD = ("running", "cancel_requested")
 REACTING = ("buried", "completed", "cancelled")  # the states a job may have a reaction to (Job.reaction_type)
 DEPENDS, DEPENDED_ON = 1, 2  # bits of jobs.dep_flags (schema.py)
 UNIQUE_LIVE = ("pending", "running", "cancel_requested")
+MAX_CLAIMS_KEPT = 4096  # jobs an engine remembers as it claimed them (a worker holds a few)
 
 # A ready job is held while its queue is paused, or its type is paused in its queue, by a pause
 # that has not ended (an ended pause is ignored: nothing has to wake up to resume it). Both are
@@ -48,6 +50,47 @@ UNIQUE_LIVE = ("pending", "running", "cancel_requested")
 NOT_PAUSED = (" AND queue NOT IN (SELECT name FROM queues WHERE paused = 1 AND (paused_until IS NULL OR paused_until > ?))"
               " AND NOT EXISTS (SELECT 1 FROM paused_types p WHERE p.queue = jobs.queue AND p.type = jobs.type"
               " AND (p.until IS NULL OR p.until > ?))")
+
+
+INSERT_RUN = ("INSERT INTO runs (job_id, queue, type, worker, ready_at, started_at, ended_at, outcome) "
+              "VALUES (?,?,?,?,?,?,?,?)")
+
+
+def completes_alone(job: Job, change: Change) -> bool:
+    """Whether this change to a job as it was claimed is a plain completion, which _complete_held
+    (and PostgreSQL's one statement) can write without reading the row first: no reaction, no
+    concurrency units to free, no details, values stored as given."""
+    return (job.status == "running" and change.to_status == "completed" and change.run is not None
+            and change.reaction is None and not change.frees and change.details is None
+            and job.claimed_at is not None and job.token is not None
+            and all(k in JOB_COLUMNS and (v is None or type(v) is int or type(v) is str)
+                    for k, v in change.fields.items()))
+
+
+@lru_cache(maxsize=64)
+def _pick_sql(indexed: str, by_queue: bool, types: int, skip_locked: str) -> str:
+    """The claim's pick: the best ready job of one queue (or of any) and of these types (or any)."""
+    queue_filter = " AND queue = ?" if by_queue else ""
+    type_filter = f" AND type IN ({','.join('?' * types)})" if types else ""
+    return (f"SELECT id FROM jobs{indexed} WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?"
+            f"{queue_filter}{type_filter}{NOT_PAUSED} ORDER BY priority DESC, run_at, id LIMIT 1{skip_locked}")
+
+
+@lru_cache(maxsize=64)
+def _take_sql(pick: str) -> str:
+    """The claim: the job that `pick` finds, moved to running (the same text for the same pick)."""
+    return ("UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = ?, "
+            "heartbeat_at = ?, lease_ms = COALESCE(?, timeout_ms), lease_expires_at = ? + COALESCE(?, timeout_ms), "
+            "token = ?, progress = NULL, updated_at = ?, expiry_seen_at = NULL, expiry_seen_hb = NULL "
+            f"WHERE status = 'pending' AND id = ({pick}) RETURNING *")
+
+
+@lru_cache(maxsize=64)
+def _completion_sql(columns: tuple[str, ...]) -> str:
+    """(The same text object for the same shape: a worker's statement is looked up, not rebuilt.)"""
+    assignments = "".join(f", {k} = ?" for k in columns)
+    return (f"UPDATE jobs SET status = 'completed', updated_at = ?, finished_at = ?{assignments} "
+            f"WHERE id = ? AND status = 'running' AND token = ? AND dep_flags & {DEPENDED_ON} = 0")
 
 
 class SQLEngine:
@@ -66,6 +109,8 @@ class SQLEngine:
     PARENTS_LOCK = ""  # after the SELECT of `after` parents at enqueue, which it updates (PostgreSQL: FOR NO KEY UPDATE)
 
     PROGRESS_STEP = 1000  # jobs between two on_progress calls (all inside the one transaction)
+
+    _claims: dict[int, Job]  # jobs held through this engine, as last seen (_holding); each engine makes its own
 
     # -- hooks: what each engine supplies ------------------------------------------------------
 
@@ -222,26 +267,21 @@ class SQLEngine:
 
     def claim(self, request: ClaimRequest) -> Job | None:
         with self._write() as (c, now):
-            return self._claim(c, request, now)
+            job = self._claim(c, request, now)
+        return self._holding(job)
 
     def _claim(self, c, request: ClaimRequest, now: int) -> Job | None:
         if request.limits:
             return self._claim_admitted(c, request, now)
-        type_filter, type_params = "", []
-        if request.types:
-            type_filter = f" AND type IN ({','.join('?' * len(request.types))})"
-            type_params = list(request.types)
+        types = request.types or []
         queues: list[str | None] = [*request.queues] if request.queues else [None]
         for queue in queues:
-            queue_filter = " AND queue = ?" if queue is not None else ""
-            queue_params = [queue] if queue is not None else []
             # Pin the partial index that matches the claim order, so the planner never falls back
             # to sorting every pending row (its choice on a fresh file without statistics).
-            index = "jobs_ready_by_queue" if queue is not None else "jobs_ready"
-            pick = (f"SELECT id FROM jobs{self._indexed(index)} "
-                    f"WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?{queue_filter}{type_filter}"
-                    f"{NOT_PAUSED} ORDER BY priority DESC, run_at, id LIMIT 1{self.SKIP_LOCKED}")
-            job = self._take(c, request, now, pick, [now, *queue_params, *type_params, now, now])
+            index = self._indexed("jobs_ready_by_queue" if queue is not None else "jobs_ready")
+            pick = _pick_sql(index, queue is not None, len(types), self.SKIP_LOCKED)
+            job = self._take(c, request, now, pick, [now, queue, *types, now, now] if queue is not None
+                             else [now, *types, now, now])
             if job is not None:
                 return job
         return None
@@ -255,14 +295,7 @@ class SQLEngine:
         skips rows that other claims hold (SKIP_LOCKED)."""
         while True:
             rows = c.execute(
-                f"""
-                UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = ?,
-                    heartbeat_at = ?, lease_ms = COALESCE(?, timeout_ms),
-                    lease_expires_at = ? + COALESCE(?, timeout_ms), token = ?, progress = NULL, updated_at = ?,
-                    expiry_seen_at = NULL, expiry_seen_hb = NULL
-                WHERE status = 'pending' AND id = ({pick})
-                RETURNING *
-                """,
+                _take_sql(pick),
                 [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now, *pick_params],
             ).fetchall()  # fetch before COMMIT: an unfinished RETURNING cursor blocks it
             if not rows:
@@ -486,23 +519,101 @@ class SQLEngine:
     # -- transitions -----------------------------------------------------------------------
 
     def update_job(self, job_id: int, decide: Decide, actor: str) -> Job:
+        completion = self._completion_alone(job_id, decide)
+        if completion is not None:
+            with self._write() as (c, now):
+                done = self._complete_held(c, *completion, now, actor)
+                if done is not None:
+                    return done
+                return self._decide_and_apply(c, job_id, self._job_row(c, job_id), decide, now, actor)
+        return self._update_job(job_id, decide, actor)
+
+    def _update_job(self, job_id: int, decide: Decide, actor: str) -> Job:
+        """update_job, decided on the row as read in the transaction."""
         with self._write_job(job_id) as (c, now, row):
-            return self._decide_and_apply(c, job_id, row, decide, now, actor)
+            job = self._decide_and_apply(c, job_id, row, decide, now, actor)
+        if job.id in self._claims:
+            self._holding(job)
+        return job
 
     def update_jobs_and_claim(self, updates: list[tuple[int, Decide]], requests: list[ClaimRequest],
                               actor: str) -> tuple[list[Job], list[Job]]:
         """Every update, then up to len(requests) claims, in one transaction: a worker finishing
         jobs and taking the next ones pays for one commit (one fsync). All or nothing."""
+        completion = self._completion_alone(*updates[0]) if len(updates) == 1 else None
+        if completion is None:
+            return self._update_jobs_and_claim(updates, requests, actor)
+        with self._write() as (c, now):
+            done = self._complete_held(c, *completion, now, actor)
+            if done is None:
+                job_id, decide = updates[0]
+                done = self._decide_and_apply(c, job_id, self._job_row(c, job_id), decide, now, actor)
+            claimed = self._claims_in(c, requests, now)
+        for job in claimed:
+            self._holding(job)
+        return [done], claimed
+
+    def _update_jobs_and_claim(self, updates: list[tuple[int, Decide]], requests: list[ClaimRequest],
+                               actor: str) -> tuple[list[Job], list[Job]]:
+        """update_jobs_and_claim, each update decided on its row as read in the transaction."""
         with self._write_job(updates[0][0] if updates else None) as (c, now, first):
             done = [self._decide_and_apply(c, job_id, first if i == 0 else self._job_row(c, job_id), decide, now, actor)
                     for i, (job_id, decide) in enumerate(updates)]
-            claimed = []
-            for request in requests:
-                job = self._claim(c, request, now)
-                if job is None:
-                    break
-                claimed.append(job)
-            return done, claimed
+            claimed = self._claims_in(c, requests, now)
+        for job in done + claimed:
+            self._holding(job)
+        return done, claimed
+
+    def _claims_in(self, c, requests: list[ClaimRequest], now: int) -> list[Job]:
+        claimed = []
+        for request in requests:
+            job = self._claim(c, request, now)
+            if job is None:
+                break
+            claimed.append(job)
+        return claimed
+
+    # -- completing a job this engine claimed, without reading its row first -------------------
+
+    def _holding(self, job: Job | None) -> Job | None:
+        """Keep (or forget) a job as this engine last saw it while it holds it: its completion can
+        then be decided on it, and written where the row still holds that claim (_complete_held)."""
+        if job is not None:
+            if job.status == "running" and job.token is not None:
+                if len(self._claims) >= MAX_CLAIMS_KEPT:
+                    self._claims.clear()
+                self._claims[job.id] = job
+            else:
+                self._claims.pop(job.id, None)
+        return job
+
+    def _completion_alone(self, job_id: int, decide: Decide) -> tuple[Job, Change] | None:
+        """(the job as claimed here, the completion decided on it) when the decision reads no
+        clock (Queue marks it time_free) and the change is a plain completion; else None."""
+        job = self._claims.get(job_id)
+        if job is None or not getattr(decide, "time_free", False):
+            return None
+        try:
+            change = decide(job, None)  # type: ignore[arg-type]  # (time_free: never read; None fails loudly)
+        except JobctlError:
+            return None  # refused on the job as claimed: the general path refuses on the row as it is
+        if change is None or not completes_alone(job, change):
+            return None
+        return job, change
+
+    def _complete_held(self, c, job: Job, change: Change, now: int, actor: str) -> Job | None:
+        """Inside a write transaction: write the completion decided on `job` as this engine claimed
+        it, where the row still holds that claim (same id, running, same token, nobody waiting on
+        it); None, with nothing written, where it does not (the caller decides on the row as it is)."""
+        fields = {k: v for k, v in change.fields.items() if k not in ("status", "updated_at", "finished_at")}
+        self._claims.pop(job.id, None)
+        if c.execute(_completion_sql(tuple(fields)), [now, now, *fields.values(), job.id, job.token]).rowcount != 1:
+            return None
+        c.execute(INSERT_RUN, (job.id, job.queue, job.type, job.worker, job.run_at, job.claimed_at, now, change.run))
+        if change.log is not None:
+            self._store_output(c, job, change, now)
+        self._event(c, job.id, now, "running", "completed", change.actor or actor, change.message)
+        return job.updated({**fields, "status": "completed", "updated_at": now, "finished_at": now})
 
     def _job_row(self, c, job_id: int):
         """Inside a write transaction: job `job_id`'s row, locked until the end of it where rows
@@ -571,11 +682,7 @@ class SQLEngine:
             if reaction_id is not None and change.reaction is not None:
                 message = f"{message or change.to_status}; reaction: job {reaction_id} ({change.reaction.type})"
         if change.run and job.claimed_at is not None:
-            c.execute(
-                "INSERT INTO runs (job_id, queue, type, worker, ready_at, started_at, ended_at, outcome) "
-                "VALUES (?,?,?,?,?,?,?,?)",
-                (job.id, job.queue, job.type, job.worker, job.run_at, job.claimed_at, now, change.run),
-            )
+            c.execute(INSERT_RUN, (job.id, job.queue, job.type, job.worker, job.run_at, job.claimed_at, now, change.run))
         if change.log is not None and job.claimed_at is not None:
             self._store_output(c, job, change, now)
         if message is not None or change.to_status != job.status:

@@ -135,6 +135,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         self.busy_timeout = busy_timeout
         self.clock = clock  # seconds since the epoch, for tests; None: this host's clock
         self._data_version: int | None = None
+        self._claims = {}
 
     def now(self) -> int:
         """This host's clock in ms: on SQLite every process of the database shares one host."""

@@ -506,3 +506,43 @@ def test_only_handlers_still_running_after_the_first_wait_are_registered(make):
         sup.forget(r)
     assert registry.forgotten == [slow]  # nothing to delete for the quick one
     assert quick not in registry.recorded
+
+
+# -- the output pipes, with real processes ----------------------------------------------------
+
+
+def test_output_pipes_start_small_and_grow_for_a_handler_that_fills_one(q):
+    """Most handlers print little: their pipes keep the default size (no resize per job). One
+    that fills a pipe gets bigger pipes, and nothing it wrote is lost."""
+    import fcntl
+    import select
+
+    from jobctl.worker import Supervisor
+    from jobctl.worker.supervisor import FULL_PIPE, PIPE_SIZE, PosixLauncher
+
+    get_size = getattr(fcntl, "F_GETPIPE_SZ", 1032)
+    sup = Supervisor(PosixLauncher(), time.monotonic, kill_grace=1.0)
+    runs = {}
+    for name, size in (("quiet", 10), ("loud", 3 * FULL_PIPE)):
+        q.enqueue("t", {"n": name})
+        runs[name] = sup.start(q.claim(worker="w"), ["head", "-c", str(size), "/dev/zero"], dict(os.environ), 60.0)
+    quiet, loud = runs["quiet"], runs["loud"]
+    assert fcntl.fcntl(quiet.out, get_size) == fcntl.fcntl(loud.out, get_size) < PIPE_SIZE
+    time.sleep(0.5)  # the loud one fills its pipe and waits on it, so the first read finds it full
+    deadline = time.monotonic() + 30
+    while sup.running and time.monotonic() < deadline:
+        fds = sup.fds()
+        for fd in select.select(list(fds), [], [], 0.5)[0] if fds else ():
+            r = fds[fd]
+            if fd in r.fds():
+                if r is loud and fd == r.out and r.out >= 0 and not r.grown:
+                    assert fcntl.fcntl(fd, get_size) < PIPE_SIZE
+                r.pump(fd)
+                if r is loud and r.grown and r.out >= 0:
+                    assert fcntl.fcntl(r.out, get_size) == PIPE_SIZE
+        for r, rc in sup.reap():
+            assert rc == 0
+            r.drain()
+    assert not sup.running
+    assert loud.grown and not quiet.grown
+    assert loud.output.stdout.total == 3 * FULL_PIPE and quiet.output.stdout.total == 10

@@ -179,8 +179,6 @@ class Recorder:
         Refused because the claim is no longer ours: written, with o.lost set (logged here). The
         caller logs a completion (log_done) once it has started the next job."""
         job, token, actor = o.run.job, o.run.job.token, self.worker_id
-        dur = format_duration(o.duration)
-        how = handlers.describe_exit(o.returncode)
         nxt = None
         try:
             if o.kind == "complete":
@@ -190,6 +188,7 @@ class Recorder:
                 else:
                     self.db(self.q.complete, job.id, token=token, result=o.result, actor=actor, output=o.output)
             elif o.kind in ("fail", "bury"):
+                dur = format_duration(o.duration)
                 bury_reason = None
                 if o.kind == "bury":
                     bury_reason = f"exit code {o.returncode} is listed in bury_exit_codes"
@@ -210,10 +209,12 @@ class Recorder:
                     self.log("buried", f"{o.error} (after {dur}); {why}", job, error=o.error,
                              duration=round(o.duration, 3))
             elif o.kind == "cancel":
+                dur, how = format_duration(o.duration), handlers.describe_exit(o.returncode)
                 self.db(self.q.cancel, job.id, token=token, actor=actor, reason="stopped by the worker",
                         output=o.output)
                 self.log("cancelled", f"handler stopped after {dur} ({how})", job)
             elif o.kind == "release":
+                dur, how = format_duration(o.duration), handlers.describe_exit(o.returncode)
                 done = self.db(self.q.release, job.id, token=token, actor=actor, output=o.output)
                 if done.status == "cancelled":
                     self.log("cancelled", f"handler stopped ({how}); cancellation completed", job)

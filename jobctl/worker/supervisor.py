@@ -34,22 +34,28 @@ from jobctl.worker.output import RunOutputBuffer
 
 # errno values of a spawn that failed on the worker's side: the job is not to blame.
 RESOURCE_ERRORS = {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOSPC, errno.EINTR}
-PIPE_SIZE = 1024 * 1024  # asked of each output pipe (Linux; the default is 64 KiB): fewer wake-ups
+PIPE_SIZE = 1024 * 1024  # asked of an output pipe once it was found full (Linux; the default is 64 KiB)
+FULL_PIPE = 64 * 1024  # a read this big found the pipe full: the handler writes fast, give it room
 READ_CHUNK = 256 * 1024
 STDERR_KEEP = 4096  # the end of stderr kept for the error line
 
 
 def _output_pipe() -> tuple[int, int]:
-    """(read end, non-blocking, for the worker; write end for the handler), both close-on-exec."""
+    """(read end, non-blocking, for the worker; write end for the handler), both close-on-exec.
+    Of the default size: most handlers print little; one that fills it gets a bigger one (_grow)."""
     r, w = os.pipe()
+    os.set_blocking(r, False)
+    return r, w
+
+
+def _grow(fd: int) -> None:
+    """Make the pipe of `fd` hold PIPE_SIZE: a handler that writes fast waits less on the worker."""
     try:
         import fcntl
 
-        fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
     except OSError:
         pass  # a lower pipe-max-size: the default size works too
-    os.set_blocking(r, False)
-    return r, w
 
 
 COMMAND_ERRORS = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR, errno.EISDIR, errno.ELOOP,
@@ -259,7 +265,7 @@ class Running(Record):
     """One handler process and the claim it works for."""
 
     __slots__ = ("job", "proc", "out", "err", "started", "deadline", "next_heartbeat", "stop_reason", "kill_at",
-                 "killed", "spawn_ticks", "registered", "output")
+                 "killed", "spawn_ticks", "registered", "output", "grown")
 
     def __init__(self, job: Job, proc: Proc,
                  out: int,  # read end of its stdout pipe (-1 once at its end)
@@ -283,6 +289,7 @@ class Running(Record):
         self.spawn_ticks = spawn_ticks
         self.registered = registered
         self.output = output
+        self.grown = False  # its pipes were made bigger (_grow)
 
     def fds(self) -> list[int]:
         return [fd for fd in (self.out, self.err) if fd >= 0]
@@ -305,6 +312,10 @@ class Running(Record):
                     self.err = -1
                 return
             budget -= len(data)
+            if len(data) >= FULL_PIPE and not self.grown:
+                self.grown = True
+                for end in self.fds():
+                    _grow(end)
             if self.output is not None:
                 self.output.add(data, stream)
 

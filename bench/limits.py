@@ -70,6 +70,7 @@ def bench_rate(rate: int, window_s: float, seconds: float, workers: int = 4) -> 
         conn = sqlite3.connect(db)
         starts = [r[0] for r in conn.execute(
             "SELECT started_at FROM runs WHERE type = 'api' UNION ALL "
+            "SELECT started_at FROM history_log WHERE type = 'api' AND outcome IS NOT NULL UNION ALL "  # (not filed yet)
             "SELECT claimed_at FROM jobs WHERE status IN ('running', 'cancel_requested')")]
         conn.close()
     window_ms = int(window_s * 1000)

@@ -389,6 +389,19 @@ def snapshot(path):
         conn.close()
 
 
+def file_history(db) -> None:
+    """File what a SQLite database holds of history written ahead (history_log) into events and
+    runs, as jobctl does in batches: for tests that read those tables with SQL of their own."""
+    from jobctl.engines.sqlite import SQLiteEngine
+
+    engine = SQLiteEngine.open(db)
+    try:
+        with engine._write() as (c, _now):
+            engine._file_history(c)
+    finally:
+        engine.close()
+
+
 def count_rows(db, table="jobs") -> int:
     """How many rows a table holds (a SQLite file, or the schema of a PostgreSQL URL: 0 when
     jobctl has not made it)."""
@@ -408,7 +421,11 @@ def count_rows(db, table="jobs") -> int:
             conn.close()
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        n = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        if table in ("events", "runs"):  # and those written ahead, not filed yet
+            kind = "outcome IS NULL" if table == "events" else "outcome IS NOT NULL"
+            n += conn.execute(f"SELECT count(*) FROM history_log WHERE {kind}").fetchone()[0]
+        return n
     finally:
         conn.close()
 

@@ -5,6 +5,7 @@ import sqlite3
 
 import pytest
 
+from conftest import file_history
 from jobctl.config import Settings
 from jobctl.errors import StaleToken
 from jobctl.queue import Queue
@@ -27,6 +28,7 @@ def test_complete_several_and_claim_several_in_one_transaction(tmp_path):
     assert none == [] and done[0].status == "completed"
     done, last = q.complete_many_and_claim([(claimed[1].id, claimed[1].token, None)], worker="w", claim=3)
     assert [j.id for j in last] == [ids[4]]
+    file_history(tmp_path / "q.db")
     runs = sqlite3.connect(tmp_path / "q.db").execute("SELECT count(*) FROM runs").fetchone()[0]
     assert runs == 4
 

@@ -13,6 +13,7 @@ import sqlite3
 
 import pytest
 
+from conftest import file_history
 from jobctl.errors import StaleToken
 from jobctl.queue import Queue
 
@@ -36,6 +37,7 @@ def reads_the_job_row(seen: list[str]) -> bool:
 
 
 def table(db, query: str, params=()) -> list[tuple]:
+    file_history(db)
     conn = sqlite3.connect(db)
     try:
         found = conn.execute(query, params).fetchall()

@@ -144,7 +144,7 @@ def test_cancel_with_dependents_takes_along_a_job_enqueued_after_a_dependent_mea
     with Queue.open(pg_url, create=True) as q, Queue.open(pg_url) as slow:
         root = q.enqueue("step").id
         dependent = q.enqueue("step", after=[root]).id
-        plain_event = type(slow.engine)._event
+        plain_event = slow.engine._event
 
         def late_event(c, job_id, now, *args, **kw):
             plain_event(c, job_id, now, *args, **kw)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import Clock, JOBCTL, note_expired_leases, snapshot
+from conftest import Clock, JOBCTL, file_history, note_expired_leases, snapshot
 from jobctl.queue import Queue
 
 
@@ -48,6 +48,7 @@ def test_expired_with_runs_left_goes_back_to_pending(cli, db, past):
         assert "w-lost" in job.error and "lost" in job.error
         event = q.events(job_id)[-1]
         assert (event.from_status, event.to_status) == ("running", "pending") and "lost" in event.message
+        file_history(db)
         run = q.engine.conn.execute("SELECT outcome, worker FROM runs WHERE job_id = ?", (job_id,)).fetchall()
         assert [tuple(r) for r in run] == [("lost", "w-lost")]
     # claimable again at once, under a new token; the old one is refused
@@ -150,6 +151,7 @@ def test_concurrent_sweeps_act_once(db, past):
         assert p.returncode == 0, err
         acted += [json.loads(x)["id"] for x in out.splitlines()]
     assert sorted(acted) == ids
+    file_history(db)
     with Queue.open(db) as q:
         assert q.engine.conn.execute("SELECT count(*) FROM runs WHERE outcome = 'lost'").fetchone()[0] == 50
 

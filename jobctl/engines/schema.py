@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 APPLICATION_ID = 0x6A6F6263  # "jobc"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 def _v1(db) -> None:
@@ -220,7 +220,23 @@ def _v7(db) -> None:
     db.execute(READY_BY_TYPE)
 
 
-MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7}
+def _v8(db) -> None:
+    """History written ahead: the events and runs of a job's transitions go first into this one
+    table, which has no index but its rowid, and are filed into `events` and `runs` (and their four
+    indexes) in batches, by whichever write fills it to FILE_HISTORY_EVERY rows (sqlite.py). A
+    worker's step then writes one page of history where it wrote six; readers of events and runs
+    read this table too (at most a batch: a scan of a few hundred rows). A row is an event
+    (outcome NULL: the columns of `events`) or an ended run (outcome set: the columns of `runs`,
+    with `at` its ended_at). Order is kept: a job's rows are filed in the order they were written,
+    after every row of it filed before (only a new job's first event goes straight to `events`)."""
+    db.execute(
+        "CREATE TABLE history_log (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL, at INTEGER NOT NULL, "
+        "from_status TEXT, to_status TEXT, actor TEXT, message TEXT, details TEXT, "
+        "queue TEXT, type TEXT, worker TEXT, ready_at INTEGER, started_at INTEGER, outcome TEXT)"
+    )
+
+
+MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8}
 
 
 def migrate(conn: sqlite3.Connection, from_version: int) -> None:

@@ -176,13 +176,47 @@ class SQLEngine:
 
     # -- events ----------------------------------------------------------------------------
 
-    @staticmethod
-    def _event(c, job_id: int, now: int, from_status, to_status: str, actor: str, message=None, details=None):
+    def _event(self, c, job_id: int, now: int, from_status, to_status: str, actor: str, message=None, details=None,
+               *, new_job: bool = False):
+        """Record a transition in the job's history (new_job: the first event of a job just inserted)."""
         c.execute(
             "INSERT INTO events (job_id, at, from_status, to_status, actor, message, details) VALUES (?,?,?,?,?,?,?)",
             (job_id, now, from_status, to_status, actor, message,
              json.dumps(details, ensure_ascii=False) if details else None),
         )
+
+    def _claimed_rows(self, c, sql: str, params: list, token: str) -> list:
+        """The rows (each a mapping of column to value) that the claim's UPDATE ... RETURNING *
+        (`sql`) returns: the job it took, under `token`, or none."""
+        return c.execute(sql, params).fetchall()  # fetch before COMMIT: an unfinished RETURNING cursor blocks it
+
+    def _run_ended(self, c, job: Job, now: int, outcome: str) -> None:
+        """Record a run of `job` (its claim, as the row held it) that ended now with `outcome`."""
+        c.execute(INSERT_RUN, (job.id, job.queue, job.type, job.worker, job.run_at, job.claimed_at, now, outcome))
+
+    def _file_history(self, c) -> None:
+        """Inside a write transaction, before reading events or runs to decide on them: an engine
+        that writes history ahead (SQLite) files it first. Here there is nothing to file."""
+
+    def _event_rows(self, c, job_id: int) -> list:
+        """A job's history, oldest first: rows with the columns of events."""
+        return c.execute("SELECT * FROM events WHERE job_id = ? ORDER BY id", (job_id,)).fetchall()
+
+    def _run_end(self, c, job_id: int, started_at: int):
+        """(ended_at, outcome) of the latest run of a job that started at `started_at`, or None."""
+        return c.execute("SELECT ended_at, outcome FROM runs WHERE job_id = ? AND started_at = ? "
+                         "ORDER BY id DESC LIMIT 1", (job_id, started_at)).fetchone()
+
+    # The runs that stats counts by minute: a table, or a subquery with the same columns.
+    RUNS_READ = "runs"
+
+    def _latest_runs(self, c, since: int, until: int, only: str, only_args: list, n: int) -> list:
+        """(run time, wait, outcome) of the latest `n` runs that ended in (since, until], newest
+        first; `only`: SQL that narrows them to some queues (its parameters: only_args)."""
+        return c.execute(
+            "SELECT ended_at - started_at, started_at - ready_at, outcome FROM runs "
+            "WHERE ended_at > ? AND ended_at <= ?" + only + " ORDER BY ended_at DESC LIMIT ?",
+            (since, until, *only_args, n)).fetchall()
 
     # -- enqueue ---------------------------------------------------------------------------
 
@@ -260,7 +294,7 @@ class SQLEngine:
             c.execute(
                 f"UPDATE jobs SET dep_flags = dep_flags | CASE WHEN id = ? THEN {DEPENDS} ELSE {DEPENDED_ON} END "
                 f"WHERE id IN (?,{','.join('?' * len(after))})", [job_id, job_id, *after])
-        self._event(c, job_id, now, None, "pending", actor, message)
+        self._event(c, job_id, now, None, "pending", actor, message, new_job=True)
         return job_id, True
 
     # -- claim -----------------------------------------------------------------------------
@@ -294,10 +328,9 @@ class SQLEngine:
         the transaction holds the write lock; where rows are locked, the pick locks its row and
         skips rows that other claims hold (SKIP_LOCKED)."""
         while True:
-            rows = c.execute(
-                _take_sql(pick),
-                [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now, *pick_params],
-            ).fetchall()  # fetch before COMMIT: an unfinished RETURNING cursor blocks it
+            rows = self._claimed_rows(c, _take_sql(pick), [request.worker, now, now, request.lease_ms, now,
+                                                           request.lease_ms, request.token, now, *pick_params],
+                                      request.token)
             if not rows:
                 return None
             damage = row_damage(rows[0], check_hash=True)
@@ -609,7 +642,8 @@ class SQLEngine:
         self._claims.pop(job.id, None)
         if c.execute(_completion_sql(tuple(fields)), [now, now, *fields.values(), job.id, job.token]).rowcount != 1:
             return None
-        c.execute(INSERT_RUN, (job.id, job.queue, job.type, job.worker, job.run_at, job.claimed_at, now, change.run))
+        assert change.run is not None  # (completes_alone)
+        self._run_ended(c, job, now, change.run)
         if change.log is not None:
             self._store_output(c, job, change, now)
         self._event(c, job.id, now, "running", "completed", change.actor or actor, change.message)
@@ -682,7 +716,7 @@ class SQLEngine:
             if reaction_id is not None and change.reaction is not None:
                 message = f"{message or change.to_status}; reaction: job {reaction_id} ({change.reaction.type})"
         if change.run and job.claimed_at is not None:
-            c.execute(INSERT_RUN, (job.id, job.queue, job.type, job.worker, job.run_at, job.claimed_at, now, change.run))
+            self._run_ended(c, job, now, change.run)
         if change.log is not None and job.claimed_at is not None:
             self._store_output(c, job, change, now)
         if message is not None or change.to_status != job.status:
@@ -874,6 +908,7 @@ class SQLEngine:
                 ids = [r[0] for r in c.execute(
                     f"SELECT id FROM jobs WHERE {where} LIMIT ?{self.SKIP_LOCKED}", [*params, batch])]
                 if ids:
+                    self._file_history(c)  # (so that the DELETEs below reach all of their history)
                     marks = ",".join("?" * len(ids))
                     for table, column in (("events", "job_id"), ("runs", "job_id"), ("job_logs", "job_id"),
                                           ("job_deps", "job_id"), ("jobs", "id")):
@@ -946,7 +981,7 @@ class SQLEngine:
         with self._read() as c:
             return [
                 Event(r["job_id"], r["at"], r["from_status"], r["to_status"], r["actor"], r["message"], r["details"])
-                for r in c.execute("SELECT * FROM events WHERE job_id = ? ORDER BY id", (job_id,))
+                for r in self._event_rows(c, job_id)
             ]
 
     def run_output(self, job_id: int, run: int | None = None) -> RunLog | None:
@@ -959,8 +994,7 @@ class SQLEngine:
                 return None
             r = c.execute("SELECT started_at, ended_at, head, tail, dropped FROM job_logs WHERE job_id = ? "
                           "ORDER BY started_at LIMIT 1 OFFSET ?", (job_id, n - 1)).fetchone()
-            end = c.execute("SELECT ended_at, outcome FROM runs WHERE job_id = ? AND started_at = ? "
-                            "ORDER BY id DESC LIMIT 1", (job_id, r[0])).fetchone()
+            end = self._run_end(c, job_id, r[0])
             ended_at = r[1] if r[1] is not None or end is None else end[0]
             return RunLog(job_id, n, runs, r[0], ended_at, bytes(r[2]), bytes(r[3]), r[4],
                           end[1] if end is not None else None)
@@ -1101,15 +1135,11 @@ class SQLEngine:
                 (*only_args, limit))]
             # Runs that ended in (now - 60 min, now], per minute back from now (bucket 0 = the last minute).
             by_minute = c.execute(
-                "SELECT (? - ended_at) / 60000 AS minute, outcome, count(*) FROM runs "
+                f"SELECT (? - ended_at) / 60000 AS minute, outcome, count(*) FROM {self.RUNS_READ} "
                 "WHERE ended_at > ? AND ended_at <= ?" + only + " GROUP BY minute, outcome",
                 (now, now - 3_600_000, now, *only_args),
             ).fetchall()
-            recent = c.execute(
-                "SELECT ended_at - started_at, started_at - ready_at, outcome FROM runs "
-                "WHERE ended_at > ? AND ended_at <= ?" + only + " ORDER BY ended_at DESC LIMIT ?",
-                (now - 3_600_000, now, *only_args, sample),
-            ).fetchall()
+            recent = self._latest_runs(c, now - 3_600_000, now, only, only_args, sample)
             self._with_after(c, stuck + buried + aging)
         return {
             "now": now, "counts": counts, "paused": paused, "paused_until": paused_until, "paused_types": paused_types,

@@ -14,6 +14,7 @@ and COMMIT ourselves, so a SELECT is never left outside the transaction it belon
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import stat
@@ -32,7 +33,8 @@ from jobctl.engines.transfer import SQLiteTransfer
 from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput
 
 _TEXT = partial(str, encoding="utf-8", errors="surrogateescape")
-WAL_WARN_BYTES = 64 * 1024 * 1024  # doctor: a WAL this big means something holds back checkpoints
+WAL_WARN_BYTES = 64 * 1024 * 1024
+FILE_HISTORY_EVERY = 300  # rows of history_log (about 100 jobs a worker ran) filed into events and runs at once  # doctor: a WAL this big means something holds back checkpoints
 
 # RETURNING (the one-statement claim) came in SQLite 3.35; Debian 11 and Ubuntu 20.04 ship 3.31-3.34.
 MIN_SQLITE = (3, 35, 0)
@@ -136,6 +138,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         self.clock = clock  # seconds since the epoch, for tests; None: this host's clock
         self._data_version: int | None = None
         self._claims = {}
+        self._columns: dict[str, list[str]] = {}  # column names of a claim's rows, by its SQL text
 
     def now(self) -> int:
         """This host's clock in ms: on SQLite every process of the database shares one host."""
@@ -329,7 +332,95 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         return f" INDEXED BY {name}"
 
     def _admission_now(self, c, now: int) -> int:
+        self._file_history(c)  # the runs a rate window counts, all in `runs` (and its index)
         return now  # BEGIN IMMEDIATE already makes every claim take its turn
+
+    def _claimed_rows(self, c, sql: str, params: list, token: str) -> list:
+        """The claim's row, read as plain values with strict UTF-8 (a sqlite3.Row and the lenient
+        text decoder cost a tenth of a claim). A row whose text is not UTF-8 (damaged) fails to
+        decode after the UPDATE took it: it is read again, under the claim's token, the lenient way."""
+        cur = c.cursor()
+        cur.row_factory = None
+        c.text_factory = str
+        try:
+            found = cur.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as e:
+            if "decode" not in str(e):
+                raise
+            found = None
+        finally:
+            c.text_factory = _TEXT
+        if found is None:
+            return c.execute("SELECT * FROM jobs WHERE status = 'running' AND token = ?", (token,)).fetchall()
+        if not found:
+            return found
+        names = self._columns.get(sql)
+        if names is None:
+            names = self._columns[sql] = [d[0] for d in cur.description]
+        return [dict(zip(names, row)) for row in found]
+
+    # -- history written ahead (schema v8: history_log) ----------------------------------------
+
+    def _event(self, c, job_id: int, now: int, from_status, to_status: str, actor: str, message=None, details=None,
+               *, new_job: bool = False):
+        if new_job:  # a job's first event: nothing of its history can be waiting to be filed
+            super()._event(c, job_id, now, from_status, to_status, actor, message, details)
+            return
+        self._ahead(c, c.execute(
+            "INSERT INTO history_log (job_id, at, from_status, to_status, actor, message, details) VALUES (?,?,?,?,?,?,?)",
+            (job_id, now, from_status, to_status, actor, message,
+             json.dumps(details, ensure_ascii=False) if details else None)))
+
+    def _run_ended(self, c, job, now: int, outcome: str) -> None:
+        self._ahead(c, c.execute(
+            "INSERT INTO history_log (job_id, at, queue, type, worker, ready_at, started_at, outcome) "
+            "VALUES (?,?,?,?,?,?,?,?)", (job.id, now, job.queue, job.type, job.worker, job.run_at, job.claimed_at, outcome)))
+
+    def _ahead(self, c, cur) -> None:
+        """After a row went into history_log: file the batch once it is full. Filing empties the
+        table, so the next row's id starts again at 1 and the id tells how full it is."""
+        if cur.lastrowid >= FILE_HISTORY_EVERY:
+            self._file_history(c)
+
+    def _file_history(self, c) -> None:
+        """Move what history_log holds into events and runs, in the order it was written."""
+        c.execute("INSERT INTO events (job_id, at, from_status, to_status, actor, message, details) "
+                  "SELECT job_id, at, from_status, to_status, actor, message, details FROM history_log "
+                  "WHERE outcome IS NULL ORDER BY id")
+        c.execute("INSERT INTO runs (job_id, queue, type, worker, ready_at, started_at, ended_at, outcome) "
+                  "SELECT job_id, queue, type, worker, ready_at, started_at, at, outcome FROM history_log "
+                  "WHERE outcome IS NOT NULL ORDER BY id")
+        c.execute("DELETE FROM history_log")
+
+    def _event_rows(self, c, job_id: int) -> list:
+        return c.execute(
+            "SELECT job_id, at, from_status, to_status, actor, message, details FROM ("
+            "SELECT 0 AS ahead, id, job_id, at, from_status, to_status, actor, message, details FROM events WHERE job_id = ? "
+            "UNION ALL SELECT 1, id, job_id, at, from_status, to_status, actor, message, details FROM history_log "
+            "WHERE job_id = ? AND outcome IS NULL) AS h ORDER BY ahead, id", (job_id, job_id)).fetchall()
+
+    def _run_end(self, c, job_id: int, started_at: int):
+        ahead = c.execute("SELECT at, outcome FROM history_log WHERE job_id = ? AND started_at = ? AND outcome IS NOT NULL "
+                          "ORDER BY id DESC LIMIT 1", (job_id, started_at)).fetchone()
+        return ahead if ahead is not None else super()._run_end(c, job_id, started_at)
+
+    RUNS_READ = ("(SELECT ended_at, started_at, ready_at, outcome, queue FROM runs UNION ALL "
+                 "SELECT at, started_at, ready_at, outcome, queue FROM history_log WHERE outcome IS NOT NULL) AS runs")
+
+    def _latest_runs(self, c, since: int, until: int, only: str, only_args: list, n: int) -> list:
+        ahead = c.execute(  # (the newest runs: none of them is filed yet)
+            "SELECT at - started_at, started_at - ready_at, outcome FROM history_log WHERE outcome IS NOT NULL "
+            "AND at > ? AND at <= ?" + only + " ORDER BY id DESC LIMIT ?", (since, until, *only_args, n)).fetchall()
+        if len(ahead) >= n:
+            return ahead
+        return ahead + super()._latest_runs(c, since, until, only, only_args, n - len(ahead))
+
+    def _recent_starts(self, c, held: list, type: str, n: int, window_ms: int, now: int) -> list[int]:
+        filed = super()._recent_starts(c, held, type, n, window_ms, now)
+        ahead = [r[0] for r in c.execute(
+            "SELECT started_at FROM history_log WHERE outcome IS NOT NULL AND type = ? AND started_at > ?",
+            (type, now - window_ms))]
+        return sorted(filed + ahead, reverse=True)[:n] if ahead else filed
 
     def _lock_unique(self, c, unique_key: str) -> None:
         pass  # BEGIN IMMEDIATE already makes every enqueue take its turn

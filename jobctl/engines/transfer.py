@@ -215,6 +215,15 @@ class SQLiteTransfer(Transfer):
     """The SQLite side of the hooks: jobs is an AUTOINCREMENT table, whose high-water mark lives in
     sqlite_sequence (and stays above purged ids); the other tables take max(id) + 1 by themselves."""
 
+    @contextmanager
+    def exporting(self) -> Iterator[Snapshot]:
+        """History written ahead (history_log, schema v8) is filed into events and runs first, in
+        a short write of its own, so that the copy holds all of it (the workers are stopped)."""
+        with self._write() as (c, _now):  # type: ignore[attr-defined]
+            self._file_history(c)  # type: ignore[attr-defined]
+        with super().exporting() as snapshot:
+            yield snapshot
+
     def _transfer_id_floors(self, c) -> dict[str, int]:
         floors = super()._transfer_id_floors(c)
         row = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").fetchone()

@@ -15,7 +15,7 @@ import sqlite3
 
 import pytest
 
-from conftest import note_expired_leases
+from conftest import file_history, note_expired_leases
 from jobctl.queue import Queue
 
 from .util import jobctl, jobs, rows, run_inproc
@@ -88,6 +88,7 @@ def test_a_flipped_digit_is_buried_at_claim_and_the_next_job_is_handed_out(db):
     damaged = jobs(db)[first]
     assert damaged["status"] == "buried" and damaged["attempts"] == 0 and damaged["token"] is None
     assert damaged["error"].startswith("payload damaged: ") and damaged["finished_at"] is not None
+    file_history(db)
     history = rows(db, "SELECT from_status, to_status, message FROM events WHERE job_id = ? ORDER BY id", (first,))
     assert [(h["from_status"], h["to_status"]) for h in history] == [(None, "pending"), ("pending", "buried")]
     assert "buried instead of handed out" in history[-1]["message"]

@@ -19,7 +19,7 @@ from jobctl.errors import InvalidState, StaleToken
 from jobctl.queue import Queue
 
 from .util import connect_ro
-from conftest import Clock
+from conftest import Clock, file_history
 
 T0 = 1_800_000_000.0  # an arbitrary fixed start: runs are reproducible
 
@@ -172,6 +172,7 @@ class QueueMachine(RuleBasedStateMachine):
             return
         table = self._table()
         assert set(table) == self.enqueued, "a job was lost or appeared"
+        file_history(self.db)  # (history written ahead, filed as jobctl does it in batches)
         conn = connect_ro(self.db)
         try:
             counts = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())

@@ -8,7 +8,7 @@ import sys
 import time
 
 from jobctl.models import Job
-from jobctl.untrusted import safe
+from jobctl.untrusted import mask_text, safe
 
 
 class Log:
@@ -23,6 +23,7 @@ class Log:
         self._second = -1
         self._prefix = ""
         self._held: list[str] | None = None
+        self._shown: dict[str, str] = {}  # type and queue names as a line shows them (safe()), by name
 
     def _timestamp(self, now: float) -> str:
         """'2026-11-29T21:03:04.123Z' (the text of to_rfc3339), the seconds formatted once a second."""
@@ -48,17 +49,24 @@ class Log:
         else:
             line = f"{ts} {self.worker_id} {event}"
             if job is not None:
-                line += (f" job {job.id} {safe(job.type)} ({safe(job.queue)}, "
+                line += (f" job {job.id} {self._name(job.type)} ({self._name(job.queue)}, "
                          f"run {job.attempts}/{job.max_attempts})")
             if message:
                 line += ": " + safe(self._mask(message))
         self.write(line + "\n")
 
-    def _mask(self, text):
-        if not self.secret_keys or not isinstance(text, str):
-            return text
-        from jobctl.untrusted import mask_text
+    def _name(self, name: str) -> str:
+        """safe(name), worked out once per name (a worker logs the same few types and queues)."""
+        shown = self._shown.get(name)
+        if shown is None:
+            shown = safe(name)
+            if len(self._shown) < 256:
+                self._shown[name] = shown
+        return shown
 
+    def _mask(self, text):
+        if not self.secret_keys or not isinstance(text, str) or ("=" not in text and ":" not in text):
+            return text  # (mask_text changes only key=value and key: value pairs)
         return mask_text(text, self.secret_keys)
 
     def hold(self) -> None:

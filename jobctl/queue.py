@@ -397,8 +397,10 @@ class Queue:
                            output=None) -> tuple[Job, Job | None]:
         """complete, then claim the next job, in one transaction (the worker's fast path):
         (the completed job, the next job or None)."""
-        done, claimed = self.complete_many_and_claim([(job_id, token, result, output)], claim=1, actor=actor,
-                                                     worker=worker, queues=queues, types=types, lease=lease)
+        decide = _time_free(_with_output(self._complete_change(token, result, actor), output))
+        done, claimed = self.engine.update_jobs_and_claim([(validate_job_id(job_id), decide)],
+                                                          [self._claim_request(worker, queues, types, lease)],
+                                                          actor or operator_name())
         return done[0], (claimed[0] if claimed else None)
 
     def complete_many_and_claim(self, completions: list[tuple], *, claim: int = 0,

@@ -389,7 +389,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         names = self._columns.get(sql)
         if names is None:
             names = self._columns[sql] = [d[0] for d in cur.description]
-        return [dict(zip(names, row)) for row in found]
+        return [dict(zip(names, found[0]))] if len(found) == 1 else [dict(zip(names, row)) for row in found]
 
     # -- history written ahead (schema v8: history_log) ----------------------------------------
 

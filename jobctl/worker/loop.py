@@ -201,7 +201,10 @@ class Worker:
                 wait = self.next_deadline(self.clock()) - self.clock()
                 if self.sup.unregistered:
                     # A first short wait: a handler that is over by then needs no orphan record.
-                    self._wait(wake_r, min(wait, REGISTER_AFTER))
+                    # Its pipes are not watched during it (their end-of-file would wake the loop
+                    # once more, just before the SIGCHLD): the most a handler that fills one
+                    # within it waits is those 2 ms.
+                    self._wait(wake_r, min(wait, REGISTER_AFTER), output=False)
                     self.sup.register()
                     continue
                 self._wait(wake_r, wait)
@@ -284,8 +287,9 @@ class Worker:
         os.close(r)
         os.close(w)
 
-    def _wait(self, wake_r, timeout: float) -> None:
-        """Sleep until a signal (a handler's exit), or `timeout`; meanwhile read the handlers' output."""
+    def _wait(self, wake_r, timeout: float, *, output: bool = True) -> None:
+        """Sleep until a signal (a handler's exit), or `timeout`; meanwhile read the handlers' output
+        (unless `output` is false)."""
         timeout = max(0.0, min(timeout, 60.0))
         if wake_r is None:
             self._pump()
@@ -293,7 +297,7 @@ class Worker:
             return
         end = time.monotonic() + timeout
         while True:
-            pipes = self.sup.fds()
+            pipes = self.sup.fds() if output else {}
             if not pipes and timeout <= 0:
                 break
             try:

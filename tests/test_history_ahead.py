@@ -152,3 +152,41 @@ def test_a_v7_file_gets_the_table_and_keeps_its_history(tmp_path):
         job = q.claim(worker="w")
         q.complete(job.id, token=job.token, actor="w")
         assert [e.to_status for e in q.events(second)] == ["pending", "running", "completed"]
+
+
+# -- claims skip the pause look-ups while no pause exists (SQLiteEngine._pauses_possible) -------
+
+
+def test_a_pause_made_by_another_process_holds_the_next_claim(tmp_path):
+    """A claim that found no pause at all picks without looking at pauses, until anyone else
+    commits: a pause made meanwhile by another connection is seen at the next claim."""
+    db = tmp_path / "jobs.db"
+    with Queue.open(db, create=True) as q, Queue.open(db) as admin:
+        for i in range(4):
+            q.enqueue("t", {"i": i}, queue="mail" if i % 2 else "default")
+        seen: list[str] = []
+        q.engine.conn.set_trace_callback(seen.append)
+        assert q.claim(worker="w") is not None
+        assert q.claim(worker="w") is not None
+        claims = [s for s in seen if s.startswith("UPDATE jobs SET status = 'running'")]
+        assert claims and not any("paused_types" in s for s in claims), claims  # no pause: none looked up
+        admin.pause("default")
+        admin.pause("mail", type="t")
+        assert q.claim(worker="w") is None  # both held: the pause of another connection is seen at once
+        assert "paused_types" in [s for s in seen if s.startswith("UPDATE jobs SET status = 'running'")][-1]
+        admin.resume("mail")
+        job = q.claim(worker="w")
+        assert job is not None and job.queue == "mail"
+
+
+def test_a_pause_made_through_the_same_connection_holds_the_next_claim(tmp_path):
+    with Queue.open(tmp_path / "jobs.db", create=True) as q:
+        for i in range(3):
+            q.enqueue("t", {"i": i})
+        assert q.claim(worker="w") is not None
+        q.pause("default", for_="1h")
+        assert q.claim(worker="w") is None
+        q.resume("default")
+        assert q.claim(worker="w") is not None
+        q.pause("default", type="t")
+        assert q.claim(worker="w") is None

@@ -68,12 +68,14 @@ def completes_alone(job: Job, change: Change) -> bool:
 
 
 @lru_cache(maxsize=64)
-def _pick_sql(indexed: str, by_queue: bool, types: int, skip_locked: str) -> str:
-    """The claim's pick: the best ready job of one queue (or of any) and of these types (or any)."""
+def _pick_sql(indexed: str, by_queue: bool, types: int, skip_locked: str, paused: bool = True) -> str:
+    """The claim's pick: the best ready job of one queue (or of any) and of these types (or any);
+    with `paused`, one that no pause holds (false: the engine knows there is no pause at all)."""
     queue_filter = " AND queue = ?" if by_queue else ""
     type_filter = f" AND type IN ({','.join('?' * types)})" if types else ""
     return (f"SELECT id FROM jobs{indexed} WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?"
-            f"{queue_filter}{type_filter}{NOT_PAUSED} ORDER BY priority DESC, run_at, id LIMIT 1{skip_locked}")
+            f"{queue_filter}{type_filter}{NOT_PAUSED if paused else ''} ORDER BY priority DESC, run_at, id "
+            f"LIMIT 1{skip_locked}")
 
 
 @lru_cache(maxsize=64)
@@ -184,6 +186,12 @@ class SQLEngine:
             (job_id, now, from_status, to_status, actor, message,
              json.dumps(details, ensure_ascii=False) if details else None),
         )
+
+    def _pauses_possible(self, c) -> bool:
+        """Inside a claim's transaction: whether a pause may hold jobs back, so that the pick must
+        check every candidate against the pauses (NOT_PAUSED). True here; an engine that can tell
+        cheaply that no pause exists at all says False."""
+        return True
 
     def _claimed_rows(self, c, sql: str, params: list, token: str) -> list:
         """The rows (each a mapping of column to value) that the claim's UPDATE ... RETURNING *
@@ -309,13 +317,16 @@ class SQLEngine:
             return self._claim_admitted(c, request, now)
         types = request.types or []
         queues: list[str | None] = [*request.queues] if request.queues else [None]
+        paused: bool | None = None
         for queue in queues:
             # Pin the partial index that matches the claim order, so the planner never falls back
             # to sorting every pending row (its choice on a fresh file without statistics).
             index = self._indexed("jobs_ready_by_queue" if queue is not None else "jobs_ready")
-            pick = _pick_sql(index, queue is not None, len(types), self.SKIP_LOCKED)
-            job = self._take(c, request, now, pick, [now, queue, *types, now, now] if queue is not None
-                             else [now, *types, now, now])
+            if paused is None:
+                paused = self._pauses_possible(c)
+            pick = _pick_sql(index, queue is not None, len(types), self.SKIP_LOCKED, paused)
+            params = [now, queue, *types] if queue is not None else [now, *types]
+            job = self._take(c, request, now, pick, [*params, now, now] if paused else params)
             if job is not None:
                 return job
         return None

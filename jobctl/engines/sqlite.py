@@ -179,6 +179,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         self._data_version: int | None = None
         self._claims = {}
         self._columns: dict[str, list[str]] = {}  # column names of a claim's rows, by its SQL text
+        self._no_pauses_at: int | None = None  # the data_version at which no pause existed (_pauses_possible)
 
     def now(self) -> int:
         """This host's clock in ms: on SQLite every process of the database shares one host."""
@@ -366,6 +367,27 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
     def _admission_now(self, c, now: int) -> int:
         self._file_history(c)  # the runs a rate window counts, all in `runs` (and its index)
         return now  # BEGIN IMMEDIATE already makes every claim take its turn
+
+    def _pauses_possible(self, c) -> bool:
+        """False when no pause exists at all, as seen by an earlier claim of this connection that
+        nobody else has committed since (PRAGMA data_version: no I/O; this connection's own pauses
+        forget what was seen, set_paused). The pick then skips its look-ups of the pauses."""
+        version = c.execute("PRAGMA data_version").fetchone()[0]
+        if version == self._no_pauses_at:
+            return False
+        if c.execute("SELECT EXISTS (SELECT 1 FROM queues WHERE paused = 1) OR EXISTS (SELECT 1 FROM paused_types)"
+                     ).fetchone()[0]:
+            self._no_pauses_at = None
+            return True
+        self._no_pauses_at = version
+        return False
+
+    def set_paused(self, queue: str, paused: bool, *, type: str | None = None, until: int | None = None) -> None:
+        self._forget_pauses()  # (a commit of this connection leaves data_version as it was)
+        super().set_paused(queue, paused, type=type, until=until)
+
+    def _forget_pauses(self) -> None:
+        self._no_pauses_at = None
 
     def _claimed_rows(self, c, sql: str, params: list, token: str) -> list:
         """The claim's row, read as plain values with strict UTF-8 (a sqlite3.Row and the lenient

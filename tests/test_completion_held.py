@@ -13,7 +13,7 @@ import sqlite3
 
 import pytest
 
-from conftest import file_history
+from conftest import count_rows, file_history
 from jobctl.errors import StaleToken
 from jobctl.queue import Queue
 
@@ -89,31 +89,43 @@ def test_a_completion_alone_of_a_held_job_reads_no_row(sq):
     assert sq.get(a.id).status == "completed"
 
 
-def test_a_completion_keeps_the_runs_output(sq):
+@pytest.fixture(params=["sqlite", "postgres"])
+def either(request, tmp_path):
+    """A queue on each engine: the completion without a read is SQLite's, the one statement
+    PostgreSQL's (test_postgres_onestatement.py); both keep what the general path keeps."""
+    db = tmp_path / "jobs.db" if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    queue = Queue.open(db, create=True)
+    yield queue
+    queue.close()
+
+
+def test_a_completion_keeps_the_runs_output(either):
     from jobctl.engines.base import RunOutput
 
-    sq.enqueue("t", {})
-    sq.enqueue("t", {})
-    a = sq.claim(worker="w")
-    sq.complete_and_claim(a.id, token=a.token, worker="w", output=RunOutput(b"first\x00bytes", b"last", 3))
-    log = sq.engine.run_output(a.id)
+    either.enqueue("t", {})
+    either.enqueue("t", {})
+    a = either.claim(worker="w")
+    either.complete_and_claim(a.id, token=a.token, worker="w", output=RunOutput(b"first\x00bytes", b"last", 3))
+    log = either.engine.run_output(a.id)
     assert log is not None and bytes(log.head) == b"first\x00bytes" and bytes(log.tail) == b"last" and log.dropped == 3
     assert log.ended_at is not None
 
 
-def test_a_cancellation_requested_meanwhile_is_decided_on_the_row_as_it_is(sq):
-    """The row no longer holds the claim as it was seen (cancel_requested): the guarded UPDATE
-    changes nothing, the general path completes it from cancel_requested, as it always did."""
-    db = sq.engine.path
-    sq.enqueue("t", {})
-    second = sq.enqueue("t", {})
-    a = sq.claim(worker="w")
+def test_a_cancellation_requested_meanwhile_is_decided_on_the_row_as_it_is(either):
+    """The row no longer holds the claim as it was seen (cancel_requested): the guarded UPDATE (the
+    one statement on PostgreSQL) changes nothing, and the general path completes it from
+    cancel_requested, as it always did, writing its run once."""
+    db = either.engine.url
+    either.enqueue("t", {})
+    second = either.enqueue("t", {})
+    a = either.claim(worker="w")
     with Queue.open(db) as other:
         assert other.cancel(a.id).status == "cancel_requested"
-    done, nxt = sq.complete_and_claim(a.id, token=a.token, worker="w")
+    done, nxt = either.complete_and_claim(a.id, token=a.token, worker="w")
     assert done.status == "completed" and nxt is not None and nxt.id == second.id
-    assert [h[:2] for h in history(db, a.id)][-2:] == [("running", "cancel_requested"), ("cancel_requested", "completed")]
-    assert table(db, "SELECT count(*) FROM runs WHERE job_id = ?", (a.id,)) == [(1,)]
+    assert [(e.from_status, e.to_status) for e in either.events(a.id)][-2:] == [
+        ("running", "cancel_requested"), ("cancel_requested", "completed")]
+    assert count_rows(db, "runs") == 1
 
 
 def test_a_stale_claim_is_refused_and_claims_nothing(sq):

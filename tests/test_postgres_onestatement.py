@@ -119,32 +119,6 @@ def test_the_one_statement_path_writes_what_the_general_path_writes(pq, pg_url):
     assert counted == states
 
 
-def test_a_completion_keeps_the_runs_output(pq, pg_url):
-    from jobctl.engines.base import RunOutput
-
-    pq.enqueue("t", {})
-    pq.enqueue("t", {})
-    a = pq.claim(worker="w")
-    pq.complete_and_claim(a.id, token=a.token, worker="w", output=RunOutput(b"first\x00bytes", b"last", 3))
-    log = pq.engine.run_output(a.id)
-    assert log is not None and bytes(log.head) == b"first\x00bytes" and bytes(log.tail) == b"last" and log.dropped == 3
-    assert log.ended_at is not None
-
-
-def test_a_cancellation_requested_meanwhile_is_decided_on_the_row_as_it_is(pq, pg_url):
-    """The row no longer holds the claim as it was seen (cancel_requested): the one statement
-    writes nothing, the general path completes it from cancel_requested, as it always did."""
-    pq.enqueue("t", {})
-    second = pq.enqueue("t", {})
-    a = pq.claim(worker="w")
-    with Queue.open(pg_url) as other:
-        assert other.cancel(a.id).status == "cancel_requested"
-    done, nxt = pq.complete_and_claim(a.id, token=a.token, worker="w")
-    assert done.status == "completed" and nxt is not None and nxt.id == second.id
-    assert [h[:2] for h in history(pg_url, a.id)][-2:] == [("running", "cancel_requested"),
-                                                           ("cancel_requested", "completed")]
-
-
 def test_a_stale_claim_is_refused_and_claims_nothing(pq, pg_url):
     """The lease was recovered and the job claimed again by another worker: the old token's
     completion is refused (exit 3), and nothing else happens in that step, the claim included."""

@@ -187,17 +187,6 @@ class SQLEngine:
              json.dumps(details, ensure_ascii=False) if details else None),
         )
 
-    def _pauses_possible(self, c) -> bool:
-        """Inside a claim's transaction: whether a pause may hold jobs back, so that the pick must
-        check every candidate against the pauses (NOT_PAUSED). True here; an engine that can tell
-        cheaply that no pause exists at all says False."""
-        return True
-
-    def _claimed_rows(self, c, sql: str, params: list, token: str) -> list:
-        """The rows (each a mapping of column to value) that the claim's UPDATE ... RETURNING *
-        (`sql`) returns: the job it took, under `token`, or none."""
-        return c.execute(sql, params).fetchall()  # fetch before COMMIT: an unfinished RETURNING cursor blocks it
-
     def _run_ended(self, c, job: Job, now: int, outcome: str) -> None:
         """Record a run of `job` (its claim, as the row held it) that ended now with `outcome`."""
         c.execute(INSERT_RUN, (job.id, job.queue, job.type, job.worker, job.run_at, job.claimed_at, now, outcome))
@@ -354,6 +343,17 @@ class SQLEngine:
                 "SELECT after_id FROM job_deps WHERE job_id = ? ORDER BY after_id", (job.id,))]
         self._event(c, job.id, now, "pending", "running", request.worker, f"run {job.attempts} of {job.max_attempts}")
         return job
+
+    def _pauses_possible(self, c) -> bool:
+        """Inside a claim's transaction: whether a pause may hold jobs back, so that the pick must
+        check every candidate against the pauses (NOT_PAUSED). True here; an engine that can tell
+        cheaply that no pause exists at all says False."""
+        return True
+
+    def _claimed_rows(self, c, sql: str, params: list, token: str) -> list:
+        """The rows (each a mapping of column to value) that the claim's UPDATE ... RETURNING *
+        (`sql`) returns: the job it took, under `token`, or none."""
+        return c.execute(sql, params).fetchall()  # fetch before COMMIT: an unfinished RETURNING cursor blocks it
 
     # -- admission control -------------------------------------------------------------------
 

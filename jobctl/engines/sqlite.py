@@ -33,8 +33,8 @@ from jobctl.engines.transfer import SQLiteTransfer
 from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput
 
 _TEXT = partial(str, encoding="utf-8", errors="surrogateescape")
-WAL_WARN_BYTES = 64 * 1024 * 1024
-FILE_HISTORY_EVERY = 300  # rows of history_log (about 100 jobs a worker ran) filed into events and runs at once  # doctor: a WAL this big means something holds back checkpoints
+WAL_WARN_BYTES = 64 * 1024 * 1024  # doctor: a WAL this big means something holds back checkpoints
+FILE_HISTORY_EVERY = 300  # rows of history_log (about 100 jobs a worker ran) filed into events and runs at once
 
 # RETURNING (the one-statement claim) came in SQLite 3.35; Debian 11 and Ubuntu 20.04 ship 3.31-3.34.
 MIN_SQLITE = (3, 35, 0)
@@ -177,7 +177,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         self.busy_timeout = busy_timeout
         self.clock = clock  # seconds since the epoch, for tests; None: this host's clock
         self._data_version: int | None = None
-        self._claims = {}
+        self._claims: dict = {}
         self._columns: dict[str, list[str]] = {}  # column names of a claim's rows, by its SQL text
         self._no_pauses_at: int | None = None  # the data_version at which no pause existed (_pauses_possible)
 
@@ -405,7 +405,8 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         finally:
             c.text_factory = _TEXT
         if found is None:
-            return c.execute("SELECT * FROM jobs WHERE status = 'running' AND token = ?", (token,)).fetchall()
+            return c.execute("SELECT * FROM jobs WHERE status IN ('running', 'cancel_requested') AND token = ?",
+                             (token,)).fetchall()  # (the held jobs' partial index: few rows)
         if not found:
             return found
         names = self._columns.get(sql)

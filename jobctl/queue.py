@@ -389,16 +389,16 @@ class Queue:
     def complete(self, job_id: int, *, token: str | None = None, result=None, actor: str | None = None,
                  output=None) -> Job:
         """output (every report of a running job takes it): the run's output, stored with the change."""
-        decide = _time_free(_with_output(self._complete_change(token, result, actor), output))
-        return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
+        return self.engine.update_job(validate_job_id(job_id), self._completion(token, result, actor, output),
+                                      actor or operator_name())
 
     def complete_and_claim(self, job_id: int, *, token: str | None = None, result=None, actor: str | None = None,
                            worker: str | None = None, queues=None, types=None, lease=None,
                            output=None) -> tuple[Job, Job | None]:
         """complete, then claim the next job, in one transaction (the worker's fast path):
         (the completed job, the next job or None)."""
-        decide = _time_free(_with_output(self._complete_change(token, result, actor), output))
-        done, claimed = self.engine.update_jobs_and_claim([(validate_job_id(job_id), decide)],
+        done, claimed = self.engine.update_jobs_and_claim([(validate_job_id(job_id),
+                                                            self._completion(token, result, actor, output))],
                                                           [self._claim_request(worker, queues, types, lease)],
                                                           actor or operator_name())
         return done[0], (claimed[0] if claimed else None)
@@ -408,11 +408,14 @@ class Queue:
                                 lease=None) -> tuple[list[Job], list[Job]]:
         """Complete each (job id, token, result[, output]) and claim up to `claim` next jobs, each with
         its own token, in one transaction (one commit): ([completed jobs], [claimed jobs])."""
-        updates = [(validate_job_id(c[0]), _time_free(_with_output(self._complete_change(c[1], c[2], actor),
-                                                                   c[3] if len(c) > 3 else None)))
+        updates = [(validate_job_id(c[0]), self._completion(c[1], c[2], actor, c[3] if len(c) > 3 else None))
                    for c in completions]
         requests = [self._claim_request(worker, queues, types, lease) for _ in range(claim)]
         return self.engine.update_jobs_and_claim(updates, requests, actor or operator_name())
+
+    def _completion(self, token: str | None, result, actor: str | None, output):
+        """The decide of a completion by the claim's holder, with its output, marked time_free."""
+        return _time_free(_with_output(self._complete_change(token, result, actor), output))
 
     def _complete_change(self, token: str | None, result, actor: str | None):
         result_text = None

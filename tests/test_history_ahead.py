@@ -192,3 +192,20 @@ def test_a_pause_made_through_the_same_connection_holds_the_next_claim(tmp_path)
         assert q.claim(worker="w") is not None
         q.pause("default", type="t")
         assert q.claim(worker="w") is None
+
+
+def test_pauses_copied_in_by_migrate_hold_the_next_claim_of_that_engine(tmp_path):
+    """migrate's import writes pauses through the target's own connection (its data_version does
+    not move): what that engine had seen of the pauses is forgotten."""
+    from jobctl.engines.transfer import copy_database
+
+    with Queue.open(tmp_path / "old.db", create=True) as old:
+        old.enqueue("t", {})
+        old.pause("default")
+        with Queue.open(tmp_path / "new.db", create=True) as new:
+            assert new.claim(worker="w") is None  # an empty file: no pause seen
+            copy_database(old.engine, new.engine)
+            assert new.get(1).status == "pending"
+            assert new.claim(worker="w") is None  # the copied pause holds it
+            new.resume("default")
+            assert new.claim(worker="w") is not None

@@ -52,6 +52,11 @@ NOT_PAUSED = (" AND queue NOT IN (SELECT name FROM queues WHERE paused = 1 AND (
               " AND (p.until IS NULL OR p.until > ?))")
 
 
+def details_text(details: dict | None) -> str | None:
+    """An event's details as stored: JSON text, or NULL for none."""
+    return json.dumps(details, ensure_ascii=False) if details else None
+
+
 INSERT_RUN = ("INSERT INTO runs (job_id, queue, type, worker, ready_at, started_at, ended_at, outcome) "
               "VALUES (?,?,?,?,?,?,?,?)")
 
@@ -183,8 +188,7 @@ class SQLEngine:
         """Record a transition in the job's history (new_job: the first event of a job just inserted)."""
         c.execute(
             "INSERT INTO events (job_id, at, from_status, to_status, actor, message, details) VALUES (?,?,?,?,?,?,?)",
-            (job_id, now, from_status, to_status, actor, message,
-             json.dumps(details, ensure_ascii=False) if details else None),
+            (job_id, now, from_status, to_status, actor, message, details_text(details)),
         )
 
     def _run_ended(self, c, job: Job, now: int, outcome: str) -> None:

@@ -14,7 +14,6 @@ and COMMIT ourselves, so a SELECT is never left outside the transaction it belon
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import stat
@@ -28,7 +27,7 @@ from urllib.parse import quote
 from jobctl.engines import files
 from jobctl.engines.base import Check, NewJob
 from jobctl.engines.schema import APPLICATION_ID, SCHEMA_VERSION  # sqlite-utils loads only on migrate
-from jobctl.engines.sql import SQLEngine
+from jobctl.engines.sql import SQLEngine, details_text
 from jobctl.engines.transfer import SQLiteTransfer
 from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput
 
@@ -382,12 +381,19 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         self._no_pauses_at = version
         return False
 
+    # A commit of this connection leaves its data_version as it was: what writes pauses through it
+    # forgets what was seen of them.
     def set_paused(self, queue: str, paused: bool, *, type: str | None = None, until: int | None = None) -> None:
-        self._forget_pauses()  # (a commit of this connection leaves data_version as it was)
+        self._no_pauses_at = None
         super().set_paused(queue, paused, type=type, until=until)
 
-    def _forget_pauses(self) -> None:
-        self._no_pauses_at = None
+    @contextmanager
+    def importing(self):
+        try:
+            with super().importing() as importer:  # (migrate --to: queues and pauses arrive too)
+                yield importer
+        finally:
+            self._no_pauses_at = None
 
     def _claimed_rows(self, c, sql: str, params: list, token: str) -> list:
         """The claim's row, read as plain values with strict UTF-8 (a sqlite3.Row and the lenient
@@ -423,8 +429,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
             return
         self._ahead(c, c.execute(
             "INSERT INTO history_log (job_id, at, from_status, to_status, actor, message, details) VALUES (?,?,?,?,?,?,?)",
-            (job_id, now, from_status, to_status, actor, message,
-             json.dumps(details, ensure_ascii=False) if details else None)))
+            (job_id, now, from_status, to_status, actor, message, details_text(details))))
 
     def _run_ended(self, c, job, now: int, outcome: str) -> None:
         self._ahead(c, c.execute(

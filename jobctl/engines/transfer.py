@@ -230,16 +230,6 @@ class SQLiteTransfer(Transfer):
         floors["jobs"] = max(floors["jobs"], row[0] if row else 0)
         return floors
 
-    @contextmanager
-    def importing(self) -> Iterator["Importer"]:
-        self._forget_pauses()  # (pauses arrive through this connection: SQLiteEngine._pauses_possible)
-        with super().importing() as importer:
-            yield importer
-        self._forget_pauses()
-
-    def _forget_pauses(self) -> None:
-        """Forget what was seen of the pauses (SQLiteEngine)."""
-
     def _transfer_set_id_floors(self, c, floors: dict[str, int]) -> None:
         # Inserting explicit ids already moved the sequence up to the largest one; the source's
         # high-water mark may be higher still (its newest jobs were purged).

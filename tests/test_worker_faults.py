@@ -336,7 +336,8 @@ def test_a_handler_inherits_only_stdin_stdout_and_stderr(tmp_path, cli, db):
         [types.t]
         command = {json.dumps([PY, handler])}
     """)
-    job_id = int(cli("enqueue", "t").stdout)
+    # several jobs: the pipes of all but the first are made while the one before runs
+    job_ids = [int(cli("enqueue", "t").stdout) for _ in range(3)]
     leak = os.open(os.devnull, os.O_RDONLY)  # an inheritable descriptor the worker is started with
     os.set_inheritable(leak, True)
     try:
@@ -345,7 +346,7 @@ def test_a_handler_inherits_only_stdin_stdout_and_stderr(tmp_path, cli, db):
     finally:
         os.close(leak)
     assert proc.returncode == 0, proc.stderr
-    assert show(db, job_id)["result"] == {"fds": []}
+    assert [show(db, job_id)["result"] for job_id in job_ids] == [{"fds": []}] * 3
 
 
 def test_output_of_a_process_that_outlives_its_run_never_lands_in_a_later_run(tmp_path, cli, db):

@@ -546,3 +546,54 @@ def test_output_pipes_start_small_and_grow_for_a_handler_that_fills_one(q):
     assert not sup.running
     assert loud.grown and not quiet.grown
     assert loud.output.stdout.total == 3 * FULL_PIPE and quiet.output.stdout.total == 10
+
+
+def _open_fds() -> set[int]:
+    found = set()
+    for fd in range(1024):  # (not a listing of /proc/self/fd: it would count its own descriptor)
+        try:
+            os.fstat(fd)
+            found.add(fd)
+        except OSError:
+            pass
+    return found
+
+
+def test_the_next_handlers_pipes_are_made_while_one_runs_and_never_leak(q):
+    """prepare() makes the next start's pipes off the path from one handler's exit to the next
+    one's start; start() takes them (a payload too big for a pipe goes through a scratch file
+    instead), a failed start closes them, and close() closes what was never used."""
+    from jobctl.worker import Supervisor
+    from jobctl.worker.supervisor import SpawnError
+
+    launcher = FakeLauncher()
+    sup = Supervisor(launcher, time.monotonic, kill_grace=1.0)
+    before = _open_fds()
+    sup.prepare()
+    spare = _open_fds() - before
+    assert len(spare) == 6
+    sup.prepare()  # one set at a time
+    assert _open_fds() - before == spare
+    q.enqueue("t", {"n": 1})
+    r = sup.start(q.claim(worker="w"), ["handler"], {}, 60.0)
+    assert {r.out, r.err} < spare and launcher.procs[-1].stdin == b'{"n":1}'
+    r.close()
+    assert _open_fds() == before
+
+    sup.prepare()
+    q.enqueue("t", {"big": "x" * 10_000})
+    r = sup.start(q.claim(worker="w"), ["handler"], {}, 60.0)
+    assert launcher.procs[-1].stdin == json.dumps({"big": "x" * 10_000}, separators=(",", ":")).encode()
+    r.close()
+    assert _open_fds() == before
+
+    sup.prepare()
+    launcher.fail = OSError(errno.EMFILE, "Too many open files")
+    q.enqueue("t", {"n": 3})
+    with pytest.raises(SpawnError):
+        sup.start(q.claim(worker="w"), ["handler"], {}, 60.0)
+    assert _open_fds() == before
+
+    sup.prepare()
+    sup.close()
+    assert _open_fds() == before

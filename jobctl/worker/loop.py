@@ -198,6 +198,8 @@ class Worker:
                         release()
                 if done:
                     break
+                if self.sup.running and not self.stopping:
+                    self.sup.prepare()  # the next start's pipes, while this one's handler runs
                 wait = self.next_deadline(self.clock()) - self.clock()
                 if self.sup.unregistered:
                     # A first short wait: a handler that is over by then needs no orphan record.

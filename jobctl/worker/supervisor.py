@@ -104,17 +104,24 @@ def _scratch_fd() -> int:
     return fd
 
 
-def _stdin_fd(data: bytes) -> int:
-    """The handler's stdin holding `data`: a pipe already filled and closed when the payload fits
-    in one pipe page (any pipe holds that much, so the write never blocks), else a temporary file."""
+def _stdin_fd(data: bytes, pipe: tuple[int, int] | None = None) -> int:
+    """The handler's stdin holding `data`: a pipe (`pipe`, made beforehand, or a new one) already
+    filled and closed when the payload fits in one pipe page (any pipe holds that much, so the
+    write never blocks), else a temporary file. `pipe` is this function's to close."""
     if len(data) <= 4096:
-        r, w = os.pipe()
+        r, w = pipe if pipe is not None else os.pipe()
         try:
             if data:
                 os.write(w, data)
+        except OSError:
+            os.close(r)
+            raise
         finally:
             os.close(w)
         return r
+    if pipe is not None:
+        for end in pipe:
+            os.close(end)
     fd = _scratch_fd()
     try:
         os.write(fd, data)
@@ -347,6 +354,7 @@ class Supervisor:
         self.log = log
         self.running: list[Running] = []
         self.unregistered: list[Running] = []  # started, not yet in the orphan registry
+        self._spare: tuple[int, ...] | None = None  # the next handler's pipes, made beforehand (prepare)
 
     # -- starting ------------------------------------------------------------------------------
 
@@ -358,11 +366,16 @@ class Supervisor:
         readers: list[int] = []
         stdin = -1
         try:
-            for _ in range(2):
-                rd, w = _output_pipe()
-                writers.append(w)
-                readers.append(rd)
-            stdin = _stdin_fd(job.payload.encode("utf-8"))  # exactly as stored; never on a command line
+            payload = job.payload.encode("utf-8")  # exactly as stored; never on a command line
+            spare, self._spare = self._spare, None
+            if spare is not None:
+                readers, writers = [spare[0], spare[2]], [spare[1], spare[3]]
+            else:
+                for _ in range(2):
+                    rd, w = _output_pipe()
+                    writers.append(w)
+                    readers.append(rd)
+            stdin = _stdin_fd(payload, (spare[4], spare[5]) if spare is not None else None)
             self._stop_orphans(job)
             before = handlers.boot_ticks()
             # a launcher of tests' fakes need not know of memory limits
@@ -388,6 +401,23 @@ class Supervisor:
             self.unregistered.append(r)
         return r
 
+    def prepare(self) -> None:
+        """Make the next handler's pipes now, while handlers run, rather than between one
+        handler's exit and the next one's start (the worker's critical path). Close-on-exec like
+        any: no handler inherits them."""
+        if self._spare is not None:
+            return
+        made: list[int] = []
+        try:
+            for _ in range(2):
+                made.extend(_output_pipe())
+            made.extend(os.pipe())
+        except OSError:  # out of descriptors: start() makes them (and says so) when it needs them
+            for fd in made:
+                os.close(fd)
+            return
+        self._spare = tuple(made)
+
     def register(self) -> None:
         """Record the handlers started since the last call that are still running in the orphan
         registry. The loop calls it after a first, short wait: a handler that is already over
@@ -410,6 +440,9 @@ class Supervisor:
     def close(self) -> None:
         for r in self.running:
             r.close()
+        spare, self._spare = self._spare, None
+        for fd in spare or ():
+            os.close(fd)
 
     def _stop_orphans(self, job: Job) -> None:
         """Before running a job: stop what an earlier run of it left running on this host (its

@@ -656,7 +656,9 @@ class SQLEngine:
         """Inside a write transaction: write the completion decided on `job` as this engine claimed
         it, where the row still holds that claim (same id, running, same token, nobody waiting on
         it); None, with nothing written, where it does not (the caller decides on the row as it is)."""
-        fields = {k: v for k, v in change.fields.items() if k not in ("status", "updated_at", "finished_at")}
+        fields = change.fields
+        if "status" in fields or "updated_at" in fields or "finished_at" in fields:  # (the statement's own)
+            fields = {k: v for k, v in fields.items() if k not in ("status", "updated_at", "finished_at")}
         self._claims.pop(job.id, None)
         values = fields.values()
         sql = _completion_sql(tuple(fields), tuple(v is None for v in values))

@@ -18,6 +18,7 @@ import os
 import select
 import signal
 import time
+from functools import partial
 from typing import Callable
 
 from jobctl import handlers
@@ -160,7 +161,7 @@ class Worker:
         if options.config_path:
             env["JOBCTL_CONFIG"] = os.path.abspath(options.config_path)
         self.env = env
-        self._plans: dict[str, tuple[list[str], int, int, int | None]] = {}  # by type (_plan)
+        self._plans: dict[str, tuple[list[str], Callable[[], RunOutputBuffer], int | None]] = {}  # by type (_plan)
         self.claim_options = dict(worker=options.worker_id, queues=options.queues, types=self.types,
                                   lease=options.lease)
         self.max_time_at: float | None = None
@@ -370,25 +371,25 @@ class Worker:
         plan = self._plans.get(job.type)
         if plan is None:
             plan = self._plans[job.type] = self._plan(job.type)
-        command, head, tail, memory_limit = plan
+        command, new_output, memory_limit = plan
         env = {**self.env, "JOBCTL_JOB_ID": str(job.id), "JOBCTL_JOB_TYPE": job.type, "JOBCTL_QUEUE": job.queue,
                "JOBCTL_ATTEMPT": str(job.attempts), "JOBCTL_MAX_ATTEMPTS": str(job.max_attempts),
                "JOBCTL_TOKEN": job.token or ""}
-        output = RunOutputBuffer(head, tail, self.settings.max_payload_bytes + 4096, STDERR_TAIL_BYTES)
         try:
-            return self.sup.start(job, command, env, self.heartbeat_every, output, memory_limit=memory_limit)
+            return self.sup.start(job, command, env, self.heartbeat_every, new_output, memory_limit=memory_limit)
         except SpawnError as e:
             self._spawn_failed(job, e)
             return None
 
-    def _plan(self, type: str) -> tuple[list[str], int, int, int | None]:
-        """How a type's handlers are started: (command, log head, log tail, memory limit); the
-        settings do not change while the worker runs, so each type's is worked out once."""
+    def _plan(self, type: str) -> tuple[list[str], Callable[[], RunOutputBuffer], int | None]:
+        """How a type's handlers are started: (command, what makes a run's output buffer, memory
+        limit); the settings do not change while the worker runs, so each type's is worked out once."""
         tc = self.settings.types.get(type)
         assert tc is not None and tc.command, "only types with a command are claimed"
         head = tc.log_head if tc.log_head is not None else self.settings.log_head
         tail = tc.log_tail if tc.log_tail is not None else self.settings.log_tail
-        return list(tc.command), head, tail, self.settings.memory_limit_of(type)
+        new_output = partial(RunOutputBuffer, head, tail, self.settings.max_payload_bytes + 4096, STDERR_TAIL_BYTES)
+        return list(tc.command), new_output, self.settings.memory_limit_of(type)
 
     def _spawn_failed(self, job: Job, e: SpawnError) -> None:
         """The worker could not start the handler: the job is not to blame. Release it (the run

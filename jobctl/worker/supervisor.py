@@ -359,9 +359,10 @@ class Supervisor:
     # -- starting ------------------------------------------------------------------------------
 
     def start(self, job: Job, command: list[str], env: dict, heartbeat_every: float,
-              output: RunOutputBuffer | None = None, memory_limit: int | None = None) -> Running:
-        """Start a handler for a claimed job; SpawnError when it cannot be started. `output`: what
-        to keep of its output (by default, only the ends of stdout and stderr)."""
+              new_output: Callable[[], RunOutputBuffer] | None = None, memory_limit: int | None = None) -> Running:
+        """Start a handler for a claimed job; SpawnError when it cannot be started. `new_output`
+        makes what keeps its output (by default, only the ends of stdout and stderr), once the
+        handler runs: nothing reads its pipes before."""
         writers: list[int] = []
         readers: list[int] = []
         stdin = -1
@@ -394,7 +395,7 @@ class Supervisor:
             os.close(fd)
         now = self.clock()
         r = Running(job, proc, readers[0], readers[1], now, now + job.timeout_ms / 1000, now + heartbeat_every,
-                    output=output if output is not None else RunOutputBuffer(0, 0, 1024 * 1024 + 4096, STDERR_KEEP))
+                    output=new_output() if new_output is not None else RunOutputBuffer(0, 0, 1024 * 1024 + 4096, STDERR_KEEP))
         self.running.append(r)
         r.spawn_ticks = (before, handlers.boot_ticks())
         if self.registry is not None:

@@ -34,6 +34,8 @@ from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput
 _TEXT = partial(str, encoding="utf-8", errors="surrogateescape")
 WAL_WARN_BYTES = 64 * 1024 * 1024  # doctor: a WAL this big means something holds back checkpoints
 FILE_HISTORY_EVERY = 300  # rows of history_log (about 100 jobs a worker ran) filed into events and runs at once
+_EVENT_AHEAD = "INSERT INTO history_log (job_id, at, from_status, to_status, actor, message, details) VALUES "
+_EVENT_AHEAD_SQL = {False: _EVENT_AHEAD + "(?,?,?,?,?,?,?)", True: _EVENT_AHEAD + "(?,?,?,?,?,?,NULL)"}  # by "no details"
 
 # RETURNING (the one-statement claim) came in SQLite 3.35; Debian 11 and Ubuntu 20.04 ship 3.31-3.34.
 MIN_SQLITE = (3, 35, 0)
@@ -427,14 +429,10 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         if new_job:  # a job's first event: nothing of its history can be waiting to be filed
             super()._event(c, job_id, now, from_status, to_status, actor, message, details)
             return
-        if details is None:  # (most events: NULL in the text binds faster than a None parameter)
-            self._ahead(c, c.execute(
-                "INSERT INTO history_log (job_id, at, from_status, to_status, actor, message, details) "
-                "VALUES (?,?,?,?,?,?,NULL)", (job_id, now, from_status, to_status, actor, message)))
-            return
-        self._ahead(c, c.execute(
-            "INSERT INTO history_log (job_id, at, from_status, to_status, actor, message, details) VALUES (?,?,?,?,?,?,?)",
-            (job_id, now, from_status, to_status, actor, message, details_text(details))))
+        # Most events have no details: NULL in the text binds faster than a None parameter.
+        params: tuple = (job_id, now, from_status, to_status, actor, message)
+        self._ahead(c, c.execute(_EVENT_AHEAD_SQL[details is None],
+                                 params if details is None else (*params, details_text(details))))
 
     def _run_ended(self, c, job, now: int, outcome: str) -> None:
         self._ahead(c, c.execute(

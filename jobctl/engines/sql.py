@@ -573,10 +573,7 @@ class SQLEngine:
         completion = self._completion_alone(job_id, decide)
         if completion is not None:
             with self._write() as (c, now):
-                done = self._complete_held(c, *completion, now, actor)
-                if done is not None:
-                    return done
-                return self._decide_and_apply(c, job_id, self._job_row(c, job_id), decide, now, actor)
+                return self._complete_held_or_decide(c, job_id, decide, completion, now, actor)
         return self._update_job(job_id, decide, actor)
 
     def _update_job(self, job_id: int, decide: Decide, actor: str) -> Job:
@@ -595,10 +592,7 @@ class SQLEngine:
         if completion is None:
             return self._update_jobs_and_claim(updates, requests, actor)
         with self._write() as (c, now):
-            done = self._complete_held(c, *completion, now, actor)
-            if done is None:
-                job_id, decide = updates[0]
-                done = self._decide_and_apply(c, job_id, self._job_row(c, job_id), decide, now, actor)
+            done = self._complete_held_or_decide(c, *updates[0], completion, now, actor)
             claimed = self._claims_in(c, requests, now)
         for job in claimed:
             self._holding(job)
@@ -670,6 +664,15 @@ class SQLEngine:
             self._store_output(c, job, change, now)
         self._event(c, job.id, now, "running", "completed", change.actor or actor, change.message)
         return job.updated({**fields, "status": "completed", "updated_at": now, "finished_at": now})
+
+    def _complete_held_or_decide(self, c, job_id: int, decide: Decide, completion: tuple[Job, Change], now: int,
+                                 actor: str) -> Job:
+        """Inside a write transaction: the completion decided on the job as claimed, where the row
+        still holds that claim; else `decide` on the row as it is (the general path)."""
+        done = self._complete_held(c, *completion, now, actor)
+        if done is not None:
+            return done
+        return self._decide_and_apply(c, job_id, self._job_row(c, job_id), decide, now, actor)
 
     def _job_row(self, c, job_id: int):
         """Inside a write transaction: job `job_id`'s row, locked until the end of it where rows

@@ -48,6 +48,21 @@ def _output_pipe() -> tuple[int, int]:
     return r, w
 
 
+def _handler_pipes() -> tuple[int, ...]:
+    """A handler's three pipes: (stdout read, stdout write, stderr read, stderr write, stdin read,
+    stdin write); none of them left open when one cannot be made."""
+    made: list[int] = []
+    try:
+        made.extend(_output_pipe())
+        made.extend(_output_pipe())
+        made.extend(os.pipe())
+    except OSError:
+        for fd in made:
+            os.close(fd)
+        raise
+    return tuple(made)
+
+
 def _grow(fd: int) -> None:
     """Make the pipe of `fd` hold PIPE_SIZE: a handler that writes fast waits less on the worker."""
     try:
@@ -368,15 +383,9 @@ class Supervisor:
         stdin = -1
         try:
             payload = job.payload.encode("utf-8")  # exactly as stored; never on a command line
-            spare, self._spare = self._spare, None
-            if spare is not None:
-                readers, writers = [spare[0], spare[2]], [spare[1], spare[3]]
-            else:
-                for _ in range(2):
-                    rd, w = _output_pipe()
-                    writers.append(w)
-                    readers.append(rd)
-            stdin = _stdin_fd(payload, (spare[4], spare[5]) if spare is not None else None)
+            pipes, self._spare = self._spare or _handler_pipes(), None
+            readers, writers = [pipes[0], pipes[2]], [pipes[1], pipes[3]]
+            stdin = _stdin_fd(payload, (pipes[4], pipes[5]))
             self._stop_orphans(job)
             before = handlers.boot_ticks()
             # a launcher of tests' fakes need not know of memory limits
@@ -406,18 +415,11 @@ class Supervisor:
         """Make the next handler's pipes now, while handlers run, rather than between one
         handler's exit and the next one's start (the worker's critical path). Close-on-exec like
         any: no handler inherits them."""
-        if self._spare is not None:
-            return
-        made: list[int] = []
-        try:
-            for _ in range(2):
-                made.extend(_output_pipe())
-            made.extend(os.pipe())
-        except OSError:  # out of descriptors: start() makes them (and says so) when it needs them
-            for fd in made:
-                os.close(fd)
-            return
-        self._spare = tuple(made)
+        if self._spare is None:
+            try:
+                self._spare = _handler_pipes()
+            except OSError:  # out of descriptors: start() makes them (and says so) when it needs them
+                pass
 
     def register(self) -> None:
         """Record the handlers started since the last call that are still running in the orphan

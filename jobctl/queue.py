@@ -403,6 +403,17 @@ class Queue:
                                                           actor or operator_name())
         return done[0], (claimed[0] if claimed else None)
 
+    def prepare_complete_and_claim(self, job: Job, *, actor: str | None = None, worker: str | None = None,
+                                   queues=None, types=None, lease=None) -> Callable[[], tuple[list[Job], list[Job]]]:
+        """complete_and_claim(job.id, token=job.token, actor=..., ...) of a run that ends with no
+        result and no output, with all that does not depend on the moment worked out now: a worker
+        prepares it while the handler runs and calls it once the handler exited, so that only the
+        transaction is left between one handler's exit and the next start. The call returns
+        ([the completed job], [the next job] or [])."""
+        return self.engine.prepare_update_and_claim(validate_job_id(job.id), self._completion(job.token, None, actor, None),
+                                                    self._claim_request(worker, queues, types, lease),
+                                                    actor or operator_name())
+
     def complete_many_and_claim(self, completions: list[tuple], *, claim: int = 0,
                                 actor: str | None = None, worker: str | None = None, queues=None, types=None,
                                 lease=None) -> tuple[list[Job], list[Job]]:

@@ -317,6 +317,46 @@ def test_update_jobs_and_claim_is_one_step(engine, clock):
     assert statuses(engine) == before
 
 
+def test_a_prepared_update_and_claim_writes_nothing_until_called(engine, clock):
+    """prepare_update_and_claim: what a worker prepares while a handler runs. Nothing is written
+    until the call; the call is update_jobs_and_claim at that moment: stamped then, decided on the
+    row as it is then when the row no longer holds the claim, refused then as a whole."""
+    engine.insert_jobs([new() for _ in range(4)], "a")
+    held = engine.claim(req())
+    seen = []
+
+    def complete(job, now):
+        seen.append(job.status)
+        return Change("completed", {"token": None}, message="completed", run="completed")
+
+    complete.time_free = True  # (as Queue marks a completion: the engine may decide it ahead)
+    step = engine.prepare_update_and_claim(held.id, complete, req(), "w")
+    assert statuses(engine) == {1: "running", 2: "pending", 3: "pending", 4: "pending"}
+    at(clock, NOW + 7)
+    done, claimed = step()
+    assert [(j.id, j.status, j.finished_at) for j in done] == [(1, "completed", NOW + 7)]
+    assert [(j.id, j.status, j.claimed_at) for j in claimed] == [(2, "running", NOW + 7)]
+    assert engine.events(1)[-1].to_status == "completed"
+
+    # the row changed between the prepare and the call: decided on the row as it is then
+    step = engine.prepare_update_and_claim(2, complete, req(), "w")
+    engine.update_job(2, lambda job, now: Change("cancel_requested", {}), "op")
+    seen.clear()
+    done, claimed = step()
+    assert seen[-1] == "cancel_requested" and done[0].status == "completed" and claimed[0].id == 3
+
+    # a refusal at the call changes nothing and claims nothing
+    def refuse(job, now):
+        raise InvalidState("no")
+
+    refuse.time_free = True
+    step = engine.prepare_update_and_claim(3, refuse, req(), "w")
+    before = statuses(engine)
+    with pytest.raises(InvalidState):
+        step()
+    assert statuses(engine) == before
+
+
 # -- update_expired, update_buried --------------------------------------------------------------
 
 

@@ -79,6 +79,20 @@ def test_the_workers_step_is_one_round_trip_once_warm(pq, pg_url):
     assert done.status == "completed" and nxt is not None and nxt.status == "running"
 
 
+def test_a_step_prepared_while_the_handler_ran_is_the_same_one_round_trip(pq):
+    for i in range(4):
+        pq.enqueue("t", {"i": i})
+    job = pq.claim(worker="w")
+    for _ in range(2):  # warm: the statement's first use, then its PREPARE
+        job = pq.complete_and_claim(job.id, token=job.token, worker="w")[1]
+    step = pq.prepare_complete_and_claim(job, actor="w", worker="w")
+    raw = counting(pq)
+    assert raw.sent == []  # nothing sent until it is called
+    done, claimed = step()
+    assert len(raw.sent) == 1 and raw.sent[0].startswith(b"EXECUTE"), raw.sent
+    assert done[0].status == "completed" and claimed[0].status == "running"
+
+
 def test_a_claim_alone_is_one_round_trip(pq):
     pq.enqueue("t", {})
     raw = counting(pq)

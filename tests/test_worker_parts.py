@@ -597,3 +597,69 @@ def test_the_next_handlers_pipes_are_made_while_one_runs_and_never_leak(q):
     sup.prepare()
     sup.close()
     assert _open_fds() == before
+
+
+# -- the step prepared while a handler runs -----------------------------------------------------
+
+
+def test_a_silent_run_is_completed_by_the_step_prepared_while_it_ran(make):
+    """The loop prepares each running handler's completion and the next claim (_prepare_steps);
+    a run that exits 0 and prints nothing is written by that step, with the same rows as the
+    general path, and a run that prints a result goes the general way (its result is stored)."""
+    w, q, clock, launcher, lines = make()
+    general = []
+    q.complete_and_claim = lambda *a, _orig=q.complete_and_claim, **kw: general.append(a) or _orig(*a, **kw)
+    a, b, c = (q.enqueue("t", {"n": n}).id for n in range(3))
+    w.step()
+    w._prepare_steps()
+    [r] = w.sup.running
+    assert r.next_step is not None and job_row(q, b).status == "pending"  # prepared, nothing written
+    launcher.procs[0].exit(0)
+    clock.advance(1.0)
+    w.step()
+    assert general == [] and job_row(q, a).status == "completed" and job_row(q, b).status == "running"
+    assert [(e.from_status, e.to_status, e.actor) for e in q.events(a)][-2:] == \
+        [("pending", "running", "w1"), ("running", "completed", "w1")]
+    assert [e["job"] for e in lines.events("done")] == [a] and [e["job"] for e in lines.events("start")] == [a, b]
+
+    w._prepare_steps()
+    launcher.stdout = b'{"sent": 2}\n'  # (the next spawn writes it: job c's handler prints a result)
+    launcher.procs[1].exit(0)
+    w.step()
+    w._prepare_steps()
+    launcher.procs[2].exit(0)
+    w.step()
+    assert len(general) == 1 and json.loads(job_row(q, c).result) == {"sent": 2}
+    assert [job_row(q, i).status for i in (a, b, c)] == ["completed"] * 3
+
+
+def test_a_prepared_step_finds_the_claim_taken_over_and_logs_it_lost(make):
+    w, q, clock, launcher, lines = make(stop_when_empty=True)
+    a = q.enqueue("t").id
+    w.step()
+    w._prepare_steps()  # decided on the job as claimed...
+    first = job_row(q, a)
+    q.release(a, token=first.token)  # ...which another worker holds by the time it exits
+    assert q.claim(worker="w2").token != first.token
+    b = q.enqueue("t").id
+    launcher.procs[0].exit(0)
+    assert w.step() is False
+    assert [r["job"] for r in lines.events("lost")] == [a] and lines.events("done") == []
+    assert job_row(q, a).worker == "w2" and job_row(q, b).status == "running"
+
+
+def test_a_prepared_step_is_taken_once_a_busy_database_retries_the_general_way(make, tmp_path):
+    w, q, clock, launcher, lines = make()
+    job_id = q.enqueue("t").id
+    w.step()
+    w._prepare_steps()
+    locker = sqlite3.connect(tmp_path / "q.db", isolation_level=None)
+    locker.execute("BEGIN IMMEDIATE")
+    launcher.procs[0].exit(0)
+    w.step()
+    assert w.unrecorded and w.unrecorded[0].run.next_step is None
+    locker.execute("ROLLBACK")
+    locker.close()
+    clock.advance(10.0)
+    w.step()
+    assert not w.unrecorded and job_row(q, job_id).status == "completed"

@@ -249,6 +249,14 @@ class Engine(Protocol):
         that finds nothing), in one transaction: a worker finishing jobs and taking the next ones
         pays for one commit. If any decide refuses, nothing changes and nothing is claimed."""
 
+    def prepare_update_and_claim(self, job_id: int, decide: Decide, request: ClaimRequest,
+                                 actor: str) -> Callable[[], tuple[list[Job], list[Job]]]:
+        """update_jobs_and_claim([(job_id, decide)], [request], actor), to be called later: the
+        worker prepares it while a handler runs, and calls what this returns when the handler
+        exited. Touches no database now; whatever can be worked out ahead (a time_free decide on
+        the job as this engine claimed it) is, and the call does the rest, with the same result
+        as update_jobs_and_claim at that moment."""
+
     def update_expired(self, decide: Decide, actor: str, *, silent_for_ms: int | None = None,
                        dry_run: bool = False) -> list[tuple[Job, Change]]:
         """Call decide on every running or cancel_requested job whose lease expired (or, with

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 from contextlib import contextmanager
+from functools import partial
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import psycopg2
@@ -1008,13 +1009,26 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                               actor: str) -> tuple[list[Job], list[Job]]:
         if len(updates) <= 1 and len(requests) <= 1 and (updates or requests):
             completion = self._completion_in_one(*updates[0]) if updates else None
-            request = requests[0] if requests else None
-            if ((completion is not None or not updates) and self.clock is None
-                    and (request is None or pg_onestatement.claims_alone(request))):
-                written = self._one_statement(completion, request, actor)
-                if written is not None:
-                    done, claimed = written
-                    return ([done] if done is not None else []), ([claimed] if claimed is not None else [])
+            return self._in_one_statement_or_not(updates, completion, requests, actor)
+        return self._update_jobs_and_claim(updates, requests, actor)
+
+    def prepare_update_and_claim(self, job_id: int, decide: Decide, request: ClaimRequest,
+                                 actor: str) -> Callable[[], tuple[list[Job], list[Job]]]:
+        updates = [(job_id, decide)]
+        return partial(self._in_one_statement_or_not, updates, self._completion_in_one(job_id, decide), [request],
+                       actor)
+
+    def _in_one_statement_or_not(self, updates: list[tuple[int, Decide]], completion: tuple[Job, Change] | None,
+                                 requests: list[ClaimRequest], actor: str) -> tuple[list[Job], list[Job]]:
+        """At most one update (with its completion alone, if it has one) and one claim: in one
+        statement where it can be, else by the general path."""
+        request = requests[0] if requests else None
+        if ((completion is not None or not updates) and self.clock is None
+                and (request is None or pg_onestatement.claims_alone(request))):
+            written = self._one_statement(completion, request, actor)
+            if written is not None:
+                done, claimed = written
+                return ([done] if done is not None else []), ([claimed] if claimed is not None else [])
         return self._update_jobs_and_claim(updates, requests, actor)
 
     def _completion_in_one(self, job_id: int, decide: Decide) -> tuple[Job, Change] | None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob, RunLog
 from jobctl.errors import InvalidState, JobctlError, NoSuchJob
@@ -588,11 +588,26 @@ class SQLEngine:
                               actor: str) -> tuple[list[Job], list[Job]]:
         """Every update, then up to len(requests) claims, in one transaction: a worker finishing
         jobs and taking the next ones pays for one commit (one fsync). All or nothing."""
-        completion = self._completion_alone(*updates[0]) if len(updates) == 1 else None
-        if completion is None:
+        if len(updates) != 1:
             return self._update_jobs_and_claim(updates, requests, actor)
+        job_id, decide = updates[0]
+        return self._update_one_and_claim(job_id, decide, self._completion_alone(job_id, decide), requests, actor)
+
+    def prepare_update_and_claim(self, job_id: int, decide: Decide, request: ClaimRequest,
+                                 actor: str) -> Callable[[], tuple[list[Job], list[Job]]]:
+        # The completion alone is decided now, on the job as claimed (it reads no clock), so that
+        # only the transaction is left for the moment the handler exits.
+        return partial(self._update_one_and_claim, job_id, decide, self._completion_alone(job_id, decide),
+                       [request], actor)
+
+    def _update_one_and_claim(self, job_id: int, decide: Decide, completion: tuple[Job, Change] | None,
+                              requests: list[ClaimRequest], actor: str) -> tuple[list[Job], list[Job]]:
+        """update_jobs_and_claim of one update, with its completion alone (_completion_alone) if it
+        has one: written where the row still holds the claim, else decided on the row as it is."""
+        if completion is None:
+            return self._update_jobs_and_claim([(job_id, decide)], requests, actor)
         with self._write() as (c, now):
-            done = self._complete_held_or_decide(c, *updates[0], completion, now, actor)
+            done = self._complete_held_or_decide(c, job_id, decide, completion, now, actor)
             claimed = self._claims_in(c, requests, now)
         for job in claimed:
             self._holding(job)

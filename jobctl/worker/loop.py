@@ -201,6 +201,7 @@ class Worker:
                     break
                 if self.sup.running and not self.stopping:
                     self.sup.prepare()  # the next start's pipes, while this one's handler runs
+                    self._prepare_steps()
                 wait = self.next_deadline(self.clock()) - self.clock()
                 if self.sup.unregistered:
                     # A first short wait: a handler that is over by then needs no orphan record.
@@ -522,9 +523,20 @@ class Worker:
             self._claimed_none(now)
         return True
 
+    def _prepare_steps(self) -> None:
+        """While handlers run: for each, the completion and the next claim worked out ahead (the
+        step taken when it exits with no result and no output), so that only the transaction is
+        left between its exit and the next start."""
+        for r in self.sup.running:
+            if r.next_step is None and r.stop_reason is None:
+                r.next_step = self.q.prepare_complete_and_claim(r.job, actor=self.rec.worker_id, **self.claim_options)
+
     def _record(self, o: Outcome) -> None:
         claim = o.kind == "complete" and self._may_claim()
-        written, nxt = self.rec.record(o, self.claim_options if claim else None)
+        step, o.run.next_step = o.run.next_step, None  # (taken once: a retry goes the general way)
+        if not (claim and o.result is None and o.output is None):
+            step = None
+        written, nxt = self.rec.record(o, self.claim_options if claim else None, step)
         if not written:
             return
         if o.kind == "complete" and not o.lost:  # (a refused completion was logged as lost, and claimed nothing)

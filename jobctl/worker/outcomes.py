@@ -173,16 +173,21 @@ class Recorder:
     def log_done(self, o: Outcome) -> None:
         self.log("done", f"in {format_duration(o.duration)}", o.run.job, duration=round(o.duration, 3))
 
-    def record(self, o: Outcome, claim_options: dict | None = None) -> tuple[bool, Job | None]:
+    def record(self, o: Outcome, claim_options: dict | None = None,
+               step: Callable[[], tuple[list[Job], list[Job]]] | None = None) -> tuple[bool, Job | None]:
         """Write one outcome; for a completion with claim_options, also claim the next job in the
-        same transaction. Returns (written, the next job or None). Not written: kept for a retry.
-        Refused because the claim is no longer ours: written, with o.lost set (logged here). The
-        caller logs a completion (log_done) once it has started the next job."""
+        same transaction (by `step`, when the caller prepared it: Queue.prepare_complete_and_claim).
+        Returns (written, the next job or None). Not written: kept for a retry. Refused because
+        the claim is no longer ours: written, with o.lost set (logged here). The caller logs a
+        completion (log_done) once it has started the next job."""
         job, token, actor = o.run.job, o.run.job.token, self.worker_id
         nxt = None
         try:
             if o.kind == "complete":
-                if claim_options is not None:
+                if step is not None:
+                    _, claimed = self.db(step)
+                    nxt = claimed[0] if claimed else None
+                elif claim_options is not None:
                     _, nxt = self.db(self.q.complete_and_claim, job.id, token=token, result=o.result,
                                      actor=actor, output=o.output, **claim_options)
                 else:

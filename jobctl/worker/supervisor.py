@@ -287,7 +287,7 @@ class Running(Record):
     """One handler process and the claim it works for."""
 
     __slots__ = ("job", "proc", "out", "err", "started", "deadline", "next_heartbeat", "stop_reason", "kill_at",
-                 "killed", "spawn_ticks", "registered", "output", "grown")
+                 "killed", "spawn_ticks", "registered", "output", "grown", "next_step")
 
     def __init__(self, job: Job, proc: Proc,
                  out: int,  # read end of its stdout pipe (-1 once at its end)
@@ -312,6 +312,7 @@ class Running(Record):
         self.registered = registered
         self.output = output
         self.grown = False  # its pipes were made bigger (_grow)
+        self.next_step: Callable[[], tuple] | None = None  # its completion and the next claim, prepared (the loop's)
 
     def fds(self) -> list[int]:
         return [fd for fd in (self.out, self.err) if fd >= 0]

@@ -146,6 +146,25 @@ def test_missing_command_is_a_config_error_and_the_job_is_not_charged(tmp_path, 
 # -- 2. payload and environment -------------------------------------------------------------
 
 
+def test_a_handler_starts_with_default_signals_but_those_the_worker_was_started_ignoring(tmp_path, cli, db):
+    # The worker catches SIGTERM, SIGINT, SIGHUP and SIGCHLD, and Python ignores SIGPIPE: none of
+    # that reaches a handler. A signal the worker itself was started with ignored stays ignored,
+    # as across any exec. (The handler, a shell, reads its own status. glibc's posix_spawn leaves
+    # its two internal signals, 32 and 33, ignored: not ours to judge.)
+    probe = script(tmp_path, "probe.sh", """
+        ign=$(sed -n 's/^SigIgn:[[:space:]]*//p' /proc/$$/status)
+        blk=$(sed -n 's/^SigBlk:[[:space:]]*//p' /proc/$$/status)
+        printf '{"ignored": "%s", "blocked": "%s"}\\n' "$ign" "$blk"
+    """)
+    write_config(tmp_path, f"[types.probe]\ncommand = {toml_argv('sh', probe)}\n")
+    job = int(cli("enqueue", "probe").stdout)
+    r = run_cli("work", "--max-jobs", 1, db=db, preexec_fn=lambda: signal.signal(signal.SIGUSR1, signal.SIG_IGN))
+    assert r.exit_code == 0, r.output
+    seen = show(db, job)["result"]
+    assert int(seen["ignored"], 16) & ~(0b11 << 31) == 1 << (signal.SIGUSR1 - 1), seen
+    assert int(seen["blocked"], 16) == 0, seen
+
+
 def test_payload_arrives_byte_exact_and_is_never_executed(tmp_path, cli, db):
     handler = script(tmp_path, "capture.py", """
         import json, os, sys

@@ -663,3 +663,18 @@ def test_a_prepared_step_is_taken_once_a_busy_database_retries_the_general_way(m
     clock.advance(10.0)
     w.step()
     assert not w.unrecorded and job_row(q, job_id).status == "completed"
+
+
+def test_handlers_get_every_signal_at_its_default_but_those_the_worker_ignores():
+    """Named one by one to posix_spawn, so that glibc resets each with one call in the child (the
+    real handler's view of it is tested in test_worker.py)."""
+    from jobctl.worker.supervisor import _signals_to_default
+
+    old = signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    try:
+        to_default = _signals_to_default()
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+    assert signal.SIGUSR2 not in to_default  # ignored by the worker: ignored by its handlers
+    assert {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGRTMAX} <= set(to_default)
+    assert not {signal.SIGKILL, signal.SIGSTOP} & set(to_default)

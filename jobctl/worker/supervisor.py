@@ -164,7 +164,7 @@ def close_inherited_fds() -> None:
 
 def _signals_to_default() -> tuple[int, ...]:
     """The signals a handler starts with at their default action: every one, but those the worker
-    was started with ignored (nohup's SIGHUP stays ignored, as across any exec); SIGPIPE and
+    was started with ignored and left so (they stay ignored, as across any exec); SIGPIPE and
     SIGXFSZ, which Python ignores for itself, are reset too. Naming them all also spares time:
     glibc's posix_spawn then resets each with one call in the child instead of looking at it
     first (62 system calls before the exec instead of 120, while the worker waits on it)."""

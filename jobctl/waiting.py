@@ -111,14 +111,17 @@ def _seconds(timeout) -> str:
     return format_duration(timeout)
 
 
-def outcome_error(jobs: list[Job], stuck: dict[int, str] | None = None) -> InvalidState | None:
+def outcome_error(jobs: list[Job], stuck: dict[int, str] | None = None, secret_keys=()) -> InvalidState | None:
     """Exit 4 when any job ended buried or cancelled, or can never run: one line naming them (a
-    buried job's error; why a blocked one can never run)."""
+    buried job's error, its secrets masked as in every human view; why a blocked one can never run)."""
     stuck = stuck or {}
     bad = [j for j in jobs if j.status != "completed" and j.id not in stuck]
     if not bad and not stuck:
         return None
-    parts = [f"job {j.id} ended {j.status}" + (f" ({_short(j.error)})" if j.error else "") for j in bad]
+    from jobctl.untrusted import mask_text
+
+    parts = [f"job {j.id} ended {j.status}" + (f" ({_short(mask_text(j.error, secret_keys))})" if j.error else "")
+             for j in bad]
     if bad:
         parts[-1] += f"; see `jobctl show {bad[0].id}`"
     return InvalidState("; ".join([*parts, *stuck.values()]))

@@ -37,7 +37,7 @@ def wait_and_print(q, job_ids: list[int], timeout: float | None, *, results: boo
             emit_json(job.to_dict()["result"])
         elif placeholders:
             emit("null")
-    error = outcome_error(jobs, stuck)
+    error = outcome_error(jobs, stuck, q.settings.secret_keys)
     if error is not None:
         raise error
 

@@ -8,7 +8,7 @@ import sys
 import time
 
 from jobctl.models import Job
-from jobctl.untrusted import mask_text, safe
+from jobctl.untrusted import mask_text, may_hold_secret, safe
 
 
 class Log:
@@ -65,8 +65,8 @@ class Log:
         return shown
 
     def _mask(self, text):
-        if not self.secret_keys or not isinstance(text, str) or ("=" not in text and ":" not in text):
-            return text  # (mask_text changes only key=value and key: value pairs)
+        if not self.secret_keys or not isinstance(text, str) or not may_hold_secret(text):
+            return text  # (mask_text changes only key=value pairs, --key value options and URLs)
         return mask_text(text, self.secret_keys)
 
     def hold(self) -> None:

@@ -65,6 +65,33 @@ def password_span(db: str) -> tuple[int, int] | None:
     return colon + 1, at
 
 
+def without_password(db: str) -> tuple[str, str | None]:
+    """The URL with its password taken out (user:PASSWORD@, and password= parameters), and that
+    password as libpq reads it (percent-decoded; a password= parameter wins), or None when it has
+    none. A handler gets the first in JOBCTL_DB and the second in a private file (worker/passfile)."""
+    from urllib.parse import unquote
+
+    if _URL_HEAD.match(db) is None:
+        return db, None  # a file path: a ? in it is a character of its name
+    password = None
+    span = password_span(db)
+    if span is not None:
+        password = unquote(db[span[0]:span[1]])
+        user_start = _URL_HEAD.match(db).end()  # type: ignore[union-attr]  (password_span found one)
+        # user:PW@host -> user@host; :PW@host -> host
+        db = db[:span[0] - 1] + db[span[1]:] if span[0] - 1 > user_start else db[:user_start] + db[span[1] + 1:]
+    if "?" in db:
+        base, _, query = db.partition("?")
+        kept = []
+        for pair in query.split("&"):
+            if pair.partition("=")[0] == "password":
+                password = unquote(pair.partition("=")[2])
+            else:
+                kept.append(pair)
+        db = base + ("?" + "&".join(kept) if kept else "")
+    return db, password or None
+
+
 SEARCH_PATH_OPTION = re.compile(r"(?:^|\s)-c\s*search_path\s*=\s*(\S*)")
 
 

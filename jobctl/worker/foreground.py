@@ -17,6 +17,7 @@ import time
 
 from jobctl import engines, handlers
 from jobctl.errors import CannotRun, HandlerTimedOut
+from jobctl.worker.passfile import HandlerDb
 from jobctl.worker.supervisor import COMMAND_ERRORS, PosixLauncher, _stdin_fd, close_inherited_fds
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
@@ -50,7 +51,8 @@ def run_foreground(settings, type: str, payload_text: str | bytes | None, *, db:
     check_commands(settings, [type])
     tc = settings.type_config(type)
     command = list(tc.command)
-    env = handler_env(settings, type, job.queue, job.max_attempts, db, config_path)
+    handler_db = HandlerDb(db)  # the URL without its password, as a worker gives it (worker/passfile)
+    env = handler_env(settings, type, job.queue, job.max_attempts, handler_db.url, config_path)
     memory_limit = settings.memory_limit_of(type)  # applied by the launcher, as the worker's does
     launcher = launcher or PosixLauncher()
     kill_grace = settings.worker.kill_grace
@@ -88,6 +90,7 @@ def run_foreground(settings, type: str, payload_text: str | bytes | None, *, db:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        handler_db.close()
     if timed_out:
         from jobctl.durations import format_duration
 

@@ -29,6 +29,7 @@ from jobctl.models import Job, Record
 from jobctl.worker.log import Log
 from jobctl.worker.outcomes import Outcome, Recorder, Retry
 from jobctl.worker.output import RunOutputBuffer
+from jobctl.worker.passfile import HandlerDb
 from jobctl.worker.supervisor import PosixLauncher, Running, SpawnError, Supervisor, close_inherited_fds
 
 STDERR_TAIL_BYTES = 4096
@@ -157,7 +158,8 @@ class Worker:
         self.spawn_delay = 0.0
         self.heartbeat_every = max(min(options.lease / 3, HEARTBEAT_MAX_INTERVAL), 0.05)
         env = dict(os.environ)
-        env["JOBCTL_DB"] = queue.engine.url
+        self.handler_db = HandlerDb(queue.engine.url)  # the URL without its password (worker/passfile)
+        env["JOBCTL_DB"] = self.handler_db.url
         if options.config_path:
             env["JOBCTL_CONFIG"] = os.path.abspath(options.config_path)
         self.env = env
@@ -218,6 +220,7 @@ class Worker:
         finally:
             self._abandon()
             self.sup.close()
+            self.handler_db.close()
             self._restore_signals(saved)
         self.log("stopped", f"{self.claimed} job(s) started")
         return self.exit_code

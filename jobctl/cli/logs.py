@@ -11,6 +11,7 @@ import typer
 from jobctl.cli.app import app, emit_json, state
 
 FOLLOW_POLL = 0.5  # the worker stores output every few seconds; a look twice a second is enough
+LOST_CHECK = 2.0  # seconds between asks whether a running job's worker is lost (a dry run of recover)
 ENDS = {"completed": "completed the job", "failed": "failed", "cancelled": "was cancelled",
         "released": "was released by its worker (it does not count)", "lost": "lost its worker"}
 
@@ -49,7 +50,7 @@ def logs(
     Kept: the first 64KiB and the last 1MiB of each run (log_head and log_tail in the config), with
     a marker line where bytes were dropped; a run that printed nothing keeps no entry. A job with
     no output kept yet prints nothing (a note on stderr, exit 0). With --follow: exit 0 when the run completed the job, 4 when it ended otherwise
-    (failed, cancelled, released, lost).
+    (failed, cancelled, released, lost), or when its worker is gone (the lease expired; `jobctl recover`).
 
     Example: jobctl logs 42 --follow
     """
@@ -93,14 +94,36 @@ def _write_lines(text: str, patterns, reveal: bool) -> None:
         sys.stdout.flush()
 
 
+def _lost_worker(q, job) -> None:
+    """Raise (exit 4) when the job is held by a worker that is gone: its lease has expired, as
+    `jobctl recover` judges it (a dry run of it), so no run will end until someone recovers the job."""
+    from jobctl.errors import DatabaseBusy, InvalidState
+
+    if job.status not in ("running", "cancel_requested"):
+        return
+    try:
+        found = next((j for j, _ in q.recover(dry_run=True) if j.id == job.id), None)
+    except DatabaseBusy:
+        return  # ask again at the next look
+    if found is not None:
+        from jobctl.durations import to_rfc3339
+
+        raise InvalidState(f"the worker of job {job.id} ({found.worker}) was lost: its lease expired at "
+                           f"{to_rfc3339(found.lease_expires_at)}; run `jobctl recover` to requeue the job "
+                           "(or bury it when no runs are left)")
+
+
 def _follow(q, job_id: int, run: int | None, patterns, reveal: bool, as_json: bool) -> None:
-    """Print the run's output as it is stored, until the run ends; then its end decides the exit code."""
+    """Print the run's output as it is stored, until the run ends (or its worker is lost); then its
+    end decides the exit code."""
     from jobctl import runlog
+    from jobctl.errors import JobctlError
 
     printed = 0
     pending = b""  # an unfinished last line: printed once it ends (so masking sees whole lines)
     at_line_start = True
     want = run
+    lost_check_at = time.monotonic()  # a worker lost long ago is told at once
     while True:
         log = q.run_output(job_id, want)
         job = q.get(job_id)
@@ -108,6 +131,9 @@ def _follow(q, job_id: int, run: int | None, patterns, reveal: bool, as_json: bo
             if run is None and job.status in ("completed", "cancelled", "buried"):
                 sys.stderr.write(f"job {job_id} ended ({job.status}) with no output kept\n")
                 return
+            if time.monotonic() >= lost_check_at:
+                lost_check_at = time.monotonic() + LOST_CHECK
+                _lost_worker(q, job)
             time.sleep(FOLLOW_POLL)
             continue
         if want is None:
@@ -128,4 +154,14 @@ def _follow(q, job_id: int, run: int | None, patterns, reveal: bool, as_json: bo
             if error is not None:
                 raise error
             return
+        if time.monotonic() >= lost_check_at:
+            lost_check_at = time.monotonic() + LOST_CHECK
+            try:
+                _lost_worker(q, job)
+            except JobctlError:
+                if not as_json and pending:  # the last line the handler printed, unfinished
+                    _write_lines(pending.decode("utf-8", errors="replace"), patterns, reveal)
+                if as_json:
+                    emit_json(_json(log, job_id))
+                raise
         time.sleep(FOLLOW_POLL)

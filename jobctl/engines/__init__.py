@@ -71,15 +71,15 @@ def without_password(db: str) -> tuple[str, str | None]:
     none. A handler gets the first in JOBCTL_DB and the second in a private file (worker/passfile)."""
     from urllib.parse import unquote
 
-    if _URL_HEAD.match(db) is None:
+    head = _URL_HEAD.match(db)
+    if head is None:
         return db, None  # a file path: a ? in it is a character of its name
     password = None
     span = password_span(db)
     if span is not None:
         password = unquote(db[span[0]:span[1]])
-        user_start = _URL_HEAD.match(db).end()  # type: ignore[union-attr]  (password_span found one)
         # user:PW@host -> user@host; :PW@host -> host
-        db = db[:span[0] - 1] + db[span[1]:] if span[0] - 1 > user_start else db[:user_start] + db[span[1] + 1:]
+        db = db[:span[0] - 1] + db[span[1]:] if span[0] - 1 > head.end() else db[:head.end()] + db[span[1] + 1:]
     if "?" in db:
         base, _, query = db.partition("?")
         kept = []

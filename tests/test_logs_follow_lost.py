@@ -101,3 +101,33 @@ def test_follow_of_a_renewed_claim_goes_on_and_ends_once_renewals_stop(tmp_path,
         if follow.poll() is None:
             follow.kill()
             follow.wait()
+
+
+@pytest.mark.slow
+def test_a_user_who_may_only_read_is_told_the_worker_was_lost_too(pg_base, pg_url, pg_schema):
+    # A monitoring role with USAGE and SELECT may read `logs`: asking whether the worker is lost
+    # must not need a row lock (UPDATE rights), or its --follow would fail with permission denied.
+    import secrets as random_names
+    from urllib.parse import urlsplit, urlunsplit
+
+    from conftest import pg_admin
+
+    job = int(run_cli("enqueue", "t", db=pg_url).stdout)
+    assert run_cli("claim", "--lease", "1s", db=pg_url).exit_code == 0
+    role = f"jt_role_{random_names.token_hex(4)}"
+    conn = pg_admin(pg_base)
+    cur = conn.cursor()
+    cur.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'")
+    try:
+        cur.execute(f"GRANT USAGE ON SCHEMA {pg_schema} TO {role}")
+        cur.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {pg_schema} TO {role}")
+        parts = urlsplit(pg_url)
+        url = urlunsplit(parts._replace(netloc=f"{role}:pw@{parts.netloc.rpartition('@')[2]}"))
+        r = run_cli("logs", job, "--follow", db=url, timeout=30)
+        assert r.exit_code == 4 and "was lost" in r.one_error_line(), r.output
+        r = run_cli("recover", "--dry-run", db=url)  # the dry run itself, read-only too
+        assert r.exit_code == 0, r.output
+    finally:
+        cur.execute(f"DROP OWNED BY {role}")
+        cur.execute(f"DROP ROLE {role}")
+        conn.close()

@@ -810,7 +810,9 @@ class SQLEngine:
         with self._write(rollback=dry_run) as (c, now):
             done = []
             sql, params = select(now)
-            rows = c.execute(sql + self.ROW_LOCK, params).fetchall()
+            # A dry run writes nothing, so it locks nothing: a user who may only read can ask it
+            # (`logs --follow` asks a dry recover whether a job's worker is lost).
+            rows = c.execute(sql + ("" if dry_run else self.ROW_LOCK), params).fetchall()
             for n, row in enumerate(rows, 1):
                 # A damaged row is left as it is (doctor names it): it must not stop the others.
                 if row_damage(row) is None:

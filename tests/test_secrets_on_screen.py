@@ -130,3 +130,14 @@ def test_a_handlers_url_password_is_masked_in_the_worker_log_logs_and_show(tmp_p
     assert "postgres://app:pw-out@db/x --password pw-opt" in logs
     exact = subprocess.run([*base, "logs", str(job_id), "--json"], capture_output=True, text=True).stdout
     assert "pw-out" in exact and "pw-opt" in exact
+
+
+def test_the_worker_log_masks_a_urls_password_whatever_the_keys():
+    import io
+
+    from jobctl.worker.log import Log
+
+    for keys in (None, [], KEYS):
+        out = io.StringIO()
+        Log("w1", stream=out, secret_keys=keys)("failed", "cannot reach postgres://app:pw-1@db/x")
+        assert "pw-1" not in out.getvalue() and "postgres://app:***@db/x" in out.getvalue(), out.getvalue()

@@ -65,9 +65,9 @@ class Log:
         return shown
 
     def _mask(self, text):
-        if not self.secret_keys or not isinstance(text, str) or not may_hold_secret(text):
+        if not isinstance(text, str) or not may_hold_secret(text):
             return text  # (mask_text changes only key=value pairs, --key value options and URLs)
-        return mask_text(text, self.secret_keys)
+        return mask_text(text, self.secret_keys or ())  # a URL's password is masked whatever the keys
 
     def hold(self) -> None:
         """Keep the lines of one round of the work loop, to write them in one go (release)."""

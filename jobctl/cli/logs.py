@@ -108,9 +108,10 @@ def _lost_worker(q, job) -> None:
     if found is not None:
         from jobctl.durations import to_rfc3339
 
+        what = ("finish its cancellation" if found.status == "cancel_requested"
+                else "requeue the job (or bury it when no runs are left)")
         raise InvalidState(f"the worker of job {job.id} ({found.worker}) was lost: its lease expired at "
-                           f"{to_rfc3339(found.lease_expires_at)}; run `jobctl recover` to requeue the job "
-                           "(or bury it when no runs are left)")
+                           f"{to_rfc3339(found.lease_expires_at)}; run `jobctl recover` to {what}")
 
 
 def _follow(q, job_id: int, run: int | None, patterns, reveal: bool, as_json: bool) -> None:

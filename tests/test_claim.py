@@ -187,9 +187,12 @@ def test_wait_returns_a_job_enqueued_meanwhile(cli, db):
 
 
 def test_wait_runs_out(cli):
+    """It waits the whole time it was given (not a claim that gave up at once), then exits 5."""
     cli("init")
+    start = time.monotonic()
     r = cli("claim", "--wait", "300ms")
     assert r.exit_code == 5 and r.stdout == "" and "300ms" in r.stderr
+    assert time.monotonic() - start >= 0.3
 
 
 def test_wait_for_a_delayed_job(cli):

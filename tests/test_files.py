@@ -340,6 +340,16 @@ def test_filesystem_type(path, fstype):
     assert filesystem_type(path, MOUNTS) == fstype
 
 
+def test_filesystem_type_is_the_longest_prefix_not_the_last_line():
+    """/proc/mounts lists a mount inside another after it as a rule, but not always (a remount, a
+    bind mount made later): with the deeper mount first, the last match would be the wrong one."""
+    mounts = "/dev/sdb1 /mnt/nfs/local-inside ext4 rw 0 0\nserver:/export /mnt/nfs nfs4 rw 0 0\n"
+    assert filesystem_type("/mnt/nfs/local-inside/q", mounts) == "ext4"
+    assert filesystem_type("/mnt/nfs/q", mounts) == "nfs4"
+    # the same mount point mounted twice: the later one is what the path is on
+    assert filesystem_type("/mnt/x/q", "/dev/a /mnt/x ext4 rw 0 0\nserver:/e /mnt/x nfs rw 0 0\n") == "nfs"
+
+
 def test_network_filesystems_are_known():
     for fstype in ("nfs", "nfs4", "cifs", "smb3", "fuse.sshfs", "9p"):
         assert fstype in NETWORK_FS

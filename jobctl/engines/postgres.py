@@ -106,6 +106,11 @@ class Target:
             # libpq would read a piece of it as the host, port or database, and quote it in its error
             raise InvalidInput(f"invalid database URL {display(url)!r}: percent-encode the password's special "
                                "characters (@ as %40, / as %2F, % as %25)")
+        part = _undecodable_part(url)
+        if part is not None:  # the driver would raise UnicodeDecodeError on it
+            raise InvalidInput(f"invalid database URL {display(url)!r}: its {part} is not UTF-8 text once "
+                               "percent-decoded (a %XX that is not part of a UTF-8 character); fix it in --db / "
+                               "JOBCTL_DB (or the config's db)")
         try:
             params = psycopg2.extensions.parse_dsn(url)
         except psycopg2.Error as e:
@@ -189,6 +194,30 @@ def _secrets(url: str) -> list[str]:
     found += re.findall(r"[?&]password=([^&]*)", url, flags=re.I)
     found += [unquote(s) for s in found]
     return sorted({s for s in found if s}, key=len, reverse=True)
+
+
+def _undecodable_part(url: str) -> str | None:
+    """The part of a URL (user, password, host, database, or a parameter such as options) whose
+    percent-decoded bytes are not UTF-8, or None. The password is found as display() hides it."""
+    parts = urlsplit(url)
+    span = password_span(url)
+    netloc = parts.netloc
+    if span is not None:  # (a password with a raw @ or /: refused before this, but never shown)
+        pieces = [("password", url[span[0]:span[1]]), ("user", url[len(parts.scheme) + 3:span[0] - 1]),
+                  ("host", url[span[1] + 1:].split("/", 1)[0].split("?", 1)[0])]
+    else:
+        user, _, host = netloc.rpartition("@")
+        pieces = [("user", user), ("host", host)]
+    pieces.append(("database", parts.path[1:]))
+    for item in parts.query.split("&"):
+        key, _, value = item.partition("=")
+        pieces += [("parameter name", key), (f"{unquote(key, errors='replace')} parameter", value)]
+    for name, text in pieces:
+        try:
+            unquote(text.replace("+", " ") if "parameter" in name else text, errors="strict")
+        except UnicodeDecodeError:
+            return name
+    return None
 
 
 # libpq's refusals of a URL's values (before any connection), and the server's refusals of its options

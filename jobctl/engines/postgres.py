@@ -40,11 +40,12 @@ import psycopg2
 import psycopg2.errors
 import psycopg2.extensions
 
+from jobctl import payloads
 from jobctl.config import DEFAULT_PG_SCHEMA, PG_SCHEMA_NAME
 from jobctl.engines import SEARCH_PATH_OPTION, display, password_span, pg_onestatement, pg_schema
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob
 from jobctl.engines.pg_schema import SCHEMA_VERSION
-from jobctl.engines.sql import SQLEngine
+from jobctl.engines.sql import SQLEngine, schema_check
 from jobctl.engines.transfer import PostgresTransfer
 from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, JobctlError)
 from jobctl.models import Job, row_damage
@@ -556,6 +557,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
     ROW_LOCK = " FOR UPDATE"
     PARENTS_LOCK = " FOR NO KEY UPDATE"  # (they are updated: dep_flags)
     ID_AMONG = "id = ANY(ARRAY({}))"
+    STORES_NUL = False  # text cannot hold NUL: a payload or result with one is refused (_refuse_nul)
 
     def __init__(self, target: Target, raw, clock: Callable[[], float] | None = None):
         self.target = target
@@ -974,6 +976,8 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         """Jobs without keys or `after`, with their enqueue events: ids drawn from the sequence
         first (one round trip), then one multi-row INSERT per page, whose enqueue events are
         inserted by the same statement."""
+        for j in jobs:
+            _refuse_nul(j)
         ids: list[int | None] = [None]
         template = "(DEFAULT,?,?,?,?,?,'pending',?,?,?,?,?,?,?,?,?,?,?)"
         if len(jobs) > 1:  # (one job: `jobctl enqueue`, the job and its event in one round trip)
@@ -1004,6 +1008,10 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         if len(done) != len(jobs):
             raise RuntimeError("a bulk insert returned fewer jobs than it was given")
         return [(i, True) for i in done]
+
+    def _insert_one(self, c, j: NewJob, now: int, actor: str, message: str = "enqueued") -> tuple[int, bool]:
+        _refuse_nul(j)
+        return super()._insert_one(c, j, now, actor, message)
 
     def insert_jobs(self, jobs: list[NewJob], actor: str, *,
                     on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
@@ -1230,15 +1238,18 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         with self._read() as c:
             server = c.execute("SELECT current_setting('server_version')").fetchone()[0]
             version = c.execute("SELECT version FROM schema_version").fetchone()[0]
+            present = {r[0] for r in c.execute(pg_schema.LAYOUT, (t.schema,) * 5)}
             old = c.execute(
                 "SELECT count(*), COALESCE(max(extract(epoch from clock_timestamp() - xact_start)), 0)::bigint "
                 "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
                 "AND xact_start < clock_timestamp() - make_interval(secs => ?)", (LONG_TRANSACTION_S,)).fetchone()
             tables = c.execute("SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables "
                                "WHERE schemaname = ? AND relname = 'jobs'", (t.schema,)).fetchone()
+        schema_ok = schema_check(version, SCHEMA_VERSION, pg_schema.expected_layout(), present,
+                                 f"restore the schema {t.schema} from a backup (pg_dump)")
         checks = [
             Check("connection", True, f"PostgreSQL {server}, schema {t.schema}"),
-            Check("schema", version == SCHEMA_VERSION, f"v{version}"),
+            schema_ok,
             Check("long transactions", old[0] == 0, "none open over 5 minutes" if old[0] == 0 else
                   f"{old[0]} transaction(s) open for up to {old[1]}s hold back vacuum (dead rows pile up); see "
                   "pg_stat_activity and end them"),
@@ -1247,7 +1258,15 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         bloated = dead > DEAD_ROWS_WARN and dead > live
         checks.append(Check("dead rows", not bloated, f"{dead} dead, {live} live rows in jobs" + (
             f"; vacuum is falling behind: VACUUM {t.schema}.jobs, and look for long transactions" if bloated else "")))
-        return checks + self._job_checks("enqueue their work again")
+        return checks + self._job_checks("enqueue their work again", schema_ok)
+
+
+def _refuse_nul(j: NewJob) -> None:
+    """A payload holding NUL is refused (exit 2, naming the batch line), never stored changed: every
+    job an enqueue inserts passes here, in the transaction, which then keeps nothing."""
+    if payloads.holds_nul(j.payload):
+        raise InvalidInput((f"{j.source}: " if j.source else "") + "invalid payload: " + payloads.NUL_REFUSED
+                           + "; nothing was enqueued")
 
 
 def _literal(c: Connection, value) -> str:

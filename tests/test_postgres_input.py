@@ -31,3 +31,72 @@ def test_a_url_part_that_is_not_utf8_once_decoded_is_exit_2_naming_the_part(url,
     r = run_inproc("--db", "/nonexistent/x.db", "migrate", "--to", url)
     assert r.exit_code in (2, 8), r.output  # (the source is checked first; never a traceback)
     r.one_error_line()
+
+
+# -- NUL (\u0000) in a payload or result: refused on PostgreSQL, never changed ---------------------
+
+NUL = '{"note":"a\\u0000b"}'  # JSON text with an escaped NUL
+
+
+def jobs_in(url) -> list[dict]:
+    r = run_inproc("list", "--json", db=url)
+    assert r.exit_code == 0, r.output
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+def test_a_nul_in_a_payload_is_refused_on_postgresql_at_every_enqueue(pg_url):
+    assert run_inproc("init", db=pg_url).exit_code == 0
+    r = run_inproc("enqueue", "t", NUL, db=pg_url)
+    line = r.one_error_line()
+    assert r.exit_code == 2 and r.stdout == "", r.output
+    assert "invalid payload: it holds a NUL character (\\u0000)" in line and "nothing was enqueued" in line, line
+    r = run_inproc("enqueue", "t", '{"k\\u0000":1}', db=pg_url)  # in a key too
+    assert r.exit_code == 2, r.output
+    lines = '{"type":"t","payload":{"a":1}}\n{"type":"t","payload":' + NUL + '}\n{"type":"t"}\n'
+    for option in ("--batch", "--chain"):
+        r = run_inproc("enqueue", option, "-", input=lines, db=pg_url)
+        line = r.one_error_line()
+        assert r.exit_code == 2 and r.stdout == "", r.output
+        assert "line 2: invalid payload: it holds a NUL character" in line, line
+    many = "".join('{"type":"t","payload":{"n":%d}}\n' % n for n in range(50)) + '{"type":"t","payload":' + NUL + '}\n'
+    r = run_inproc("enqueue", "--batch", "-", input=many, db=pg_url)  # the bulk path, after 50 good lines
+    assert r.exit_code == 2 and "line 51: invalid payload" in r.one_error_line(), r.output
+    assert jobs_in(pg_url) == []  # nothing of any of them was kept
+    # Text that only looks like it (an escaped backslash, then u0000) is no NUL, and is kept as it is.
+    r = run_inproc("enqueue", "t", '{"path":"C:\\\\u0000"}', db=pg_url)
+    assert r.exit_code == 0, r.output
+    assert jobs_in(pg_url)[0]["payload"] == {"path": "C:\\u0000"}
+
+
+def test_a_nul_in_a_payload_is_kept_unchanged_on_sqlite(tmp_path):
+    db = tmp_path / "q.db"
+    r = run_inproc("enqueue", "t", NUL, db=db)
+    assert r.exit_code == 0, r.output
+    assert jobs_in(db)[0]["payload"] == {"note": "a\x00b"}
+
+
+def test_complete_with_a_nul_in_its_result_is_refused_and_the_job_stays_running(pg_url):
+    assert run_inproc("enqueue", "t", db=pg_url).exit_code == 0
+    job = json.loads(run_inproc("claim", db=pg_url).stdout)
+    r = run_inproc("complete", job["id"], "--token", job["token"], "--result", NUL, db=pg_url)
+    line = r.one_error_line()
+    assert r.exit_code == 2, r.output
+    assert "invalid result: it holds a NUL character (\\u0000)" in line and "nothing changed" in line, line
+    assert jobs_in(pg_url)[0]["status"] == "running"
+    r = run_inproc("complete", job["id"], "--token", job["token"], "--result", '{"ok":true}', db=pg_url)
+    assert r.exit_code == 0, r.output
+    assert jobs_in(pg_url)[0]["result"] == {"ok": True}
+
+
+def test_a_handler_result_with_a_nul_completes_the_job_without_it_on_postgresql(pg_url, tmp_path):
+    # The run succeeded (its side effects are done): running it again would do them twice. As for a
+    # result too large to keep, the job completes with no result, and the worker's log says why.
+    config = tmp_path / "jobctl.toml"
+    config.write_text('[types.t]\ncommand = ["sh", "-c", "printf \'%s\\\\n\' \'{\\"r\\":\\"x\\\\u0000y\\"}\'"]\n')
+    config.chmod(0o600)
+    assert run_inproc("--config", config, "enqueue", "t", db=pg_url).exit_code == 0
+    r = run_cli("--config", config, "work", "--stop-when-empty", db=pg_url)
+    assert r.exit_code == 0, r.output
+    job = jobs_in(pg_url)[0]
+    assert job["status"] == "completed" and job["result"] is None, job
+    assert "result" in r.stderr and "not stored: it holds a NUL character" in r.stderr, r.stderr

@@ -100,3 +100,102 @@ def test_a_handler_result_with_a_nul_completes_the_job_without_it_on_postgresql(
     job = jobs_in(pg_url)[0]
     assert job["status"] == "completed" and job["result"] is None, job
     assert "result" in r.stderr and "not stored: it holds a NUL character" in r.stderr, r.stderr
+
+
+# -- the rights a user needs: a role with exactly those ------------------------------------------
+
+def rights(schema: str, role: str) -> list[str]:
+    """The grants the README and docs/operations.md list, as the schema's owner runs them."""
+    return [f"GRANT USAGE ON SCHEMA {schema} TO {role}",
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}",
+            f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}"]
+
+
+@pytest.fixture
+def role(pg_base):
+    """A login role with no rights of its own (dropped afterwards, with every grant it received)."""
+    name = f"jt_role_{secrets.token_hex(4)}"
+    conn = pg_admin(pg_base)
+    conn.cursor().execute(f"CREATE ROLE {name} LOGIN PASSWORD 'pw'")
+    try:
+        yield name
+    finally:
+        cur = conn.cursor()
+        cur.execute(f"DROP OWNED BY {name}")
+        cur.execute(f"DROP ROLE {name}")
+        conn.close()
+
+
+def as_role(url: str, role: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"{role}:pw@{parts.netloc.rpartition('@')[2]}"))
+
+
+def test_the_documented_rights_are_enough_for_every_command_of_a_queue_user(pg_base, pg_url, pg_schema, role,
+                                                                             tmp_path):
+    # With the rights the README listed, enqueue --batch and migrate failed on the id sequence.
+    from conftest import with_schema
+
+    readme = open(__file__.rsplit("/tests/", 1)[0] + "/README.md").read()
+    for grant in rights("jobctl", "app"):
+        assert grant.replace("GRANT ", "").split(" TO ")[0] in " ".join(readme.split()), grant
+    assert run_inproc("init", db=pg_url).exit_code == 0  # by the schema's owner
+    target_schema = f"{pg_schema}_to"
+    target = with_schema(pg_base, target_schema)
+    try:
+        assert run_inproc("init", db=target).exit_code == 0
+        for schema in (pg_schema, target_schema):
+            for sql in rights(schema, role):
+                pg_sql(pg_base, sql)
+        url = as_role(pg_url, role)
+        assert run_inproc("enqueue", "t", '{"n":1}', db=url).stdout.strip() == "1"
+        r = run_inproc("enqueue", "--batch", "-", input='{"type":"t"}\n{"type":"t"}\n{"type":"u"}\n', db=url)
+        assert r.exit_code == 0 and r.stdout.split() == ["2", "3", "4"], r.output
+        r = run_inproc("enqueue", "--chain", "-", input='{"type":"t"}\n{"type":"t"}\n', db=url)
+        assert r.exit_code == 0, r.output
+        claimed = json.loads(run_inproc("claim", "--type", "t", db=url).stdout)
+        r = run_inproc("complete", claimed["id"], "--token", claimed["token"], "--result", '{"ok":1}', db=url)
+        assert r.exit_code == 0, r.output
+        claimed = json.loads(run_inproc("claim", "--type", "t", db=url).stdout)
+        r = run_inproc("fail", claimed["id"], "--token", claimed["token"], "--error", "no", db=url)
+        assert r.exit_code == 0, r.output
+        config = tmp_path / "jobctl.toml"
+        config.write_text('[types.u]\ncommand = ["true"]\n')
+        config.chmod(0o600)
+        r = run_cli("--config", config, "work", "--type", "u", "--stop-when-empty", db=url)
+        assert r.exit_code == 0 and "permission" not in r.stderr, r.output
+        for args in (["stats"], ["stats", "--json"], ["list"], ["show", "1"], ["recover"], ["purge"]):
+            r = run_inproc(*args, db=url)
+            assert r.exit_code == 0, (args, r.output)
+        # migrate into that role's database: from a SQLite file, and from this schema
+        source = tmp_path / "old.db"
+        assert run_inproc("enqueue", "t", db=source).exit_code == 0
+        r = run_inproc("migrate", "--to", as_role(target, role), db=source)
+        assert r.exit_code == 0, r.output
+        r = run_inproc("enqueue", "--batch", "-", input='{"type":"t"}\n{"type":"t"}\n', db=as_role(target, role))
+        assert r.exit_code == 0 and r.stdout.split() == ["2", "3"], r.output  # the sequence moved on
+        back = tmp_path / "back.db"
+        r = run_inproc("migrate", "--to", back, db=as_role(target, role))
+        assert r.exit_code == 0, r.output
+    finally:
+        pg_sql(pg_base, f'DROP SCHEMA IF EXISTS "{target_schema}" CASCADE')
+
+
+def test_a_permission_denied_names_the_right_that_is_missing_not_those_given(pg_base, pg_url, pg_schema, role):
+    # The hint always repeated the schema and table grants, even when only the sequence's was missing.
+    assert run_inproc("init", db=pg_url).exit_code == 0
+    usage, tables, sequences = rights(pg_schema, role)
+    pg_sql(pg_base, usage)
+    pg_sql(pg_base, tables)
+    url = as_role(pg_url, role)
+    r = run_inproc("enqueue", "--batch", "-", input='{"type":"t"}\n{"type":"t"}\n', db=url)
+    line = r.one_error_line()
+    assert r.exit_code == 8, r.output
+    assert "sequence" in line and sequences in line, line
+    assert tables not in line and usage + ";" not in line, line
+    pg_sql(pg_base, f"REVOKE INSERT ON ALL TABLES IN SCHEMA {pg_schema} FROM {role}")
+    r = run_inproc("enqueue", "t", db=url)
+    line = r.one_error_line()
+    assert r.exit_code == 8 and "table" in line and tables in line and sequences not in line, line

@@ -627,7 +627,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                                        (t.schema,)).fetchone()
         if usable is not None and not usable[0]:
             raise PermissionDenied(f"permission denied in {t.location}: the user {self._user} may not use the schema "
-                                   f"{t.schema} (it exists); {self._grant_hint()}")
+                                   f"{t.schema} (it exists); {self._grant_hint('schema')}")
         return None
 
     @property
@@ -636,12 +636,17 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         user = self.conn.raw.info.user
         return user if re.fullmatch(r"[a-z_][a-z0-9_]*", user) else '"' + user.replace('"', '""') + '"'
 
-    def _grant_hint(self) -> str:
-        """What the schema's owner runs so that this user may work in it (the rights every jobctl
-        command needs; the read commands need only USAGE and SELECT)."""
+    def _grant_hint(self, kind: str | None = None) -> str:
+        """What the schema's owner runs so that this user may work in it: the grant of the kind of
+        object the server named (schema, table, sequence), else all three, the rights every jobctl
+        command needs (README; the read commands need only USAGE and SELECT)."""
         s, u = self.target.schema, self._user
-        return (f"as the schema's owner, run: GRANT USAGE ON SCHEMA {s} TO {u}; GRANT SELECT, INSERT, "
-                f"UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {u}")
+        grants = {"schema": f"GRANT USAGE ON SCHEMA {s} TO {u}",
+                  "table": f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {u}",
+                  "sequence": f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {s} TO {u}"}
+        if kind in grants:
+            return f"as the schema's owner, run: {grants[kind]}"
+        return "as the schema's owner, run: " + "; ".join(grants.values())
 
     def _migrate(self) -> None:
         """Create or migrate the schema in one transaction, under the schema's advisory lock:
@@ -803,7 +808,9 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
             return PermissionDenied(f"permission denied in {t.location} ({_first_line(e)}); only the owner of the "
                                     f"schema {t.schema} may change its tables: run `jobctl init` as that user first")
         if code == "42501":
-            return PermissionDenied(f"permission denied in {t.location} ({_first_line(e)}); {self._grant_hint()}")
+            m = re.search(r"permission denied for (schema|table|relation|sequence)\b", _first_line(e))
+            kind = None if m is None else "table" if m.group(1) == "relation" else m.group(1)
+            return PermissionDenied(f"permission denied in {t.location} ({_first_line(e)}); {self._grant_hint(kind)}")
         if code in ("XX001", "XX002") or code.startswith("58"):  # damaged data or index; the server's I/O failed
             return DatabaseUnusable(f"the server of {t.location} cannot read or write its data ({_first_line(e)}); "
                                     "nothing changed; see the server's log")

@@ -4,7 +4,6 @@ has exactly those (in-process via run_inproc, work as a real process)."""
 
 import json
 import secrets
-import sqlite3
 
 import pytest
 

@@ -352,7 +352,9 @@ def _pg(sql: str) -> str:
 def _clean(params):
     """PostgreSQL text cannot hold NUL characters: a text parameter that has one (a handler's
     error output, say) is stored with U+FFFD (the replacement character) in its place. Other
-    values go as they are."""
+    values go as they are. Payloads and results never reach this with a NUL: their JSON text
+    writes it as \\u0000, and a payload or result holding one is refused before (_refuse_nul,
+    Queue.stores), never changed."""
     for p in params:
         if type(p) is str and "\x00" in p:
             return [q.replace("\x00", "\ufffd") if type(q) is str else q for q in params]

@@ -240,10 +240,13 @@ def expected_layout() -> set[str]:
 
 
 # What a schema holds, in expected_layout()'s terms (the parameter, five times: the schema's name).
+# From the catalogs, not information_schema, which leaves out what the user has no right on.
 LAYOUT = (
-    "SELECT 'table ' || table_name FROM information_schema.tables WHERE table_schema = ? "
-    "UNION ALL SELECT 'column ' || table_name || '.' || column_name FROM information_schema.columns "
-    "WHERE table_schema = ? "
+    "SELECT 'table ' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = ? AND c.relkind IN ('r', 'p') "
+    "UNION ALL SELECT 'column ' || c.relname || '.' || a.attname FROM pg_attribute a "
+    "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = ? AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped "
     "UNION ALL SELECT 'index ' || indexname FROM pg_indexes WHERE schemaname = ? "
     "UNION ALL SELECT 'trigger ' || t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
     "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ? AND NOT t.tgisinternal "

@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path
 
-from jobctl.durations import parse_duration, parse_priority, validate_name
+from jobctl.durations import PRIORITY_LABELS, PRIORITY_MAX, PRIORITY_MIN, parse_duration, parse_priority, validate_name
 from jobctl.errors import ConfigError, InvalidInput
 from jobctl.models import Record
 
@@ -223,6 +223,9 @@ def parse_command(value, *, where: str) -> list[str]:
 
 
 def _int(value, where: str, lo: int, hi: int) -> int:
+    """The one check of every count in the config (max_attempts, cost_units, concurrency_limit, a
+    rate limit's starts, concurrency, ...): a TOML integer, never a string ("4"), a float (4.0) or a
+    boolean (true, which Python counts as 1); the error names the key."""
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise ConfigError(f"{where}: must be an integer from {lo} to {hi}, not {value!r}")
     return value
@@ -330,10 +333,7 @@ def _limit_option(key: str, value, where: str):
             raise ConfigError(f"{where}: {e}") from None
     if key == "concurrency_limit":
         return _int(value, where, 1, 10**9)
-    try:
-        return parse_cost(value, where)
-    except InvalidInput as e:
-        raise ConfigError(str(e)) from None
+    return _int(value, where, 1, MAX_COST_UNITS)  # cost_units
 
 
 def _enqueue_option(key: str, value, where: str):
@@ -342,6 +342,10 @@ def _enqueue_option(key: str, value, where: str):
         if key == "queue":
             return validate_name(value, "queue")
         if key == "priority":
+            if isinstance(value, str) and value.strip().lower() not in PRIORITY_LABELS:
+                # a label, or a TOML integer: a number in quotes is refused as the other counts are
+                raise InvalidInput(f"must be a label ({', '.join(PRIORITY_LABELS)}) or an integer from "
+                                   f"{PRIORITY_MIN} to {PRIORITY_MAX} without quotes, not {value!r}")
             return parse_priority(value)
         if key == "backoff":
             return parse_backoff(value, where=where)

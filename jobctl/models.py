@@ -233,11 +233,12 @@ def _columns_in_order(keys) -> itemgetter | None:
     return take
 
 # What a sound row holds, column by column (only the columns present are checked).
-_INTEGERS = ("id", "priority", "attempts", "max_attempts", "timeout_ms", "waiting_on")
+_INTEGERS = ("id", "priority", "attempts", "max_attempts", "timeout_ms", "waiting_on", "cost_units", "dep_flags")
 _TIMES = ("run_at", "created_at", "updated_at")
 _OPTIONAL_TIMES = ("claimed_at", "heartbeat_at", "lease_expires_at", "finished_at")
 _TEXTS = ("queue", "type", "backoff")
-_OPTIONAL_TEXTS = ("idempotency_key", "worker", "token", "error", "on_buried", "on_completed", "on_cancelled")
+_OPTIONAL_TEXTS = ("idempotency_key", "worker", "token", "error", "on_buried", "on_completed", "on_cancelled",
+                   "concurrency_group", "unique_key")
 _MAX_MS = 253402300799999  # 9999-12-31T23:59:59.999Z: the last time RFC 3339 can write
 _BACKOFF_NAMES = ("exponential", "linear", "fixed")
 _TIME_CHECKS = tuple((k, k not in _TIMES, "milliseconds" if k == "lease_ms" else "a time")

@@ -99,6 +99,21 @@ def compact(value: object, *, what: str = "payload", max_bytes: int | None = Non
     return text
 
 
+# Why a payload or result holding NUL is refused on PostgreSQL (an engine whose STORES_NUL is False).
+NUL_REFUSED = ("it holds a NUL character (\\u0000), which a PostgreSQL database cannot store; remove it, or "
+               "encode the data that holds it (base64, say)")
+
+
+def holds_nul(text: str) -> bool:
+    """Whether stored (compact) JSON text holds a NUL character, which PostgreSQL cannot store in a
+    payload or result: JSON writes it \\u0000; an escaped backslash followed by u0000 is not one."""
+    if "\\u0000" not in text:  # (nearly every text: one substring search)
+        return "\x00" in text
+    import re
+
+    return re.search(r"(?<!\\)(?:\\\\)*\\u0000", text) is not None
+
+
 def canonical_hash(value: object) -> str:
     """Payloads are "the same" when their canonical forms (keys sorted, compact) are equal."""
     canon = _CANONICAL.encode(value)

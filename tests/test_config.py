@@ -128,3 +128,41 @@ def test_worker_table_sets_work_defaults(tmp_path, db):
     assert all(json.loads(line)["worker"] for line in r.stderr.splitlines())
     r = run_inproc("work", "--stop-when-empty", "--log-format", "human", db=db)
     assert r.exit_code == 0 and not r.stderr.startswith("{"), r.output
+
+
+@pytest.mark.parametrize("body, key", [
+    ('[types.x]\ncommand = ["true"]\ncost_units = "2"\n', "types.x.cost_units"),
+    ('[types.x]\ncommand = ["true"]\ncost_units = 2.0\n', "types.x.cost_units"),
+    ('[types.x]\ncommand = ["true"]\ncost_units = true\n', "types.x.cost_units"),
+    ('[types.x]\ncommand = ["true"]\nconcurrency_limit = "4"\n', "types.x.concurrency_limit"),
+    ('[types.x]\ncommand = ["true"]\nconcurrency_limit = true\n', "types.x.concurrency_limit"),
+    ('[types.x]\ncommand = ["true"]\nrate_limit = ["10", "60s"]\n', "types.x.rate_limit[0]"),
+    ('[types.x]\ncommand = ["true"]\nrate_limit = [10.0, "60s"]\n', "types.x.rate_limit[0]"),
+    ('[types.x]\ncommand = ["true"]\nmax_attempts = "3"\n', "types.x.max_attempts"),
+    ('[types.x]\ncommand = ["true"]\nbury_exit_codes = ["65"]\n', "types.x.bury_exit_codes"),
+    ('[types.x]\ncommand = ["true"]\npriority = "5"\n', "types.x.priority"),
+    ('[defaults]\nmax_attempts = true\n', "defaults.max_attempts"),
+    ('[defaults]\npriority = "20"\n', "defaults.priority"),
+    ('[defaults]\npriority = 2.5\n', "defaults.priority"),
+    ('[worker]\nconcurrency = "4"\n', "worker.concurrency"),
+    ('[worker]\nconcurrency = 4.0\n', "worker.concurrency"),
+    ('max_payload_bytes = "1000"\n', "max_payload_bytes"),
+])
+def test_a_count_in_the_config_must_be_an_integer_not_a_string_float_or_boolean(tmp_path, body, key):
+    # cost_units = "2" was accepted while concurrency_limit = "4" was refused: one rule for every count.
+    path = tmp_path / "counts.toml"
+    path.write_text(body)
+    r = run_inproc("--config", path, "config", "show")
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith(f"jobctl: error: config file {path}: {key}") and "integer" in r.stderr, r.stderr
+    assert len(r.stderr.splitlines()) == 1
+
+
+def test_counts_and_priority_labels_written_as_toml_integers_and_labels_are_taken(tmp_path):
+    path = tmp_path / "ok.toml"
+    path.write_text('[defaults]\npriority = "high"\nmax_attempts = 4\n[types.x]\ncommand = ["true"]\n'
+                    'cost_units = 2\nconcurrency_limit = 4\nrate_limit = [10, "60s"]\npriority = -5\n')
+    r = run_inproc("--config", path, "config", "show")
+    assert r.exit_code == 0, r.output
+    shown = tomllib.loads(r.stdout)
+    assert shown["types"]["x"]["cost_units"] == 2 and shown["types"]["x"]["concurrency_limit"] == 4, r.stdout

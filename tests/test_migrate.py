@@ -281,7 +281,8 @@ def test_a_damaged_row_stops_the_copy_with_one_clear_line(files):
         conn.execute("UPDATE jobs SET error = CAST(x'6f6b20ff' AS TEXT) WHERE id = ?", (ids["buried"],))
     r = run_inproc("migrate", "--to", target, db=source)
     assert r.exit_code == 8, r.output
-    assert "holds damaged text in its jobs (not UTF-8)" in r.one_error_line()
+    line = r.one_error_line()
+    assert f"holds a damaged job {ids['buried']} (error holds" in line and "jobctl doctor" in line, line
     assert job_ids(target) == []
 
 

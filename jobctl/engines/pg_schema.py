@@ -198,3 +198,57 @@ def migrate(cursor, from_version: int) -> None:
         for statement in MIGRATIONS[version]():
             cursor.execute(statement)
     cursor.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION,))
+
+
+def expected_layout() -> set[str]:
+    """The tables, columns, indexes, triggers and functions SCHEMA_VERSION promises, as
+    `table T`, `column T.C`, `index I`, `trigger G`, `function F`: read from the statements that
+    migrate() runs on an empty schema (no second list to keep in step with them)."""
+    import re
+
+    statements: list[str] = []
+
+    class Recorder:
+        def execute(self, sql: str, params=None) -> None:
+            statements.append(sql)
+
+    migrate(Recorder(), 0)
+    found: set[str] = set()
+    for sql in statements:
+        sql = " ".join(sql.split())
+        if m := re.match(r"CREATE TABLE (\w+) \((.*)\)$", sql):
+            table, depth, item, items = m.group(1), 0, "", []
+            for ch in m.group(2) + ",":  # the column list, split at its top-level commas
+                depth += (ch == "(") - (ch == ")")
+                if ch == "," and depth == 0:
+                    items.append(item.split())
+                    item = ""
+                else:
+                    item += ch
+            found.add(f"table {table}")
+            found.update(f"column {table}.{words[0]}" for words in items
+                         if words and words[0].upper() not in ("PRIMARY", "UNIQUE", "CONSTRAINT", "FOREIGN", "CHECK"))
+        elif m := re.match(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", sql):
+            found.add(f"column {m.group(1)}.{m.group(2)}")
+        elif m := re.match(r"CREATE (?:UNIQUE )?INDEX (\w+) ON", sql):
+            found.add(f"index {m.group(1)}")
+        elif m := re.match(r"DROP INDEX (\w+)", sql):
+            found.discard(f"index {m.group(1)}")
+        elif m := re.match(r"CREATE (TRIGGER|FUNCTION) (\w+)", sql):
+            found.add(f"{m.group(1).lower()} {m.group(2)}")
+    return found
+
+
+# What a schema holds, in expected_layout()'s terms (the parameter, five times: the schema's name).
+# From the catalogs, not information_schema, which leaves out what the user has no right on.
+LAYOUT = (
+    "SELECT 'table ' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = ? AND c.relkind IN ('r', 'p') "
+    "UNION ALL SELECT 'column ' || c.relname || '.' || a.attname FROM pg_attribute a "
+    "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = ? AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped "
+    "UNION ALL SELECT 'index ' || indexname FROM pg_indexes WHERE schemaname = ? "
+    "UNION ALL SELECT 'trigger ' || t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ? AND NOT t.tgisinternal "
+    "UNION ALL SELECT 'function ' || p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+    "WHERE n.nspname = ?")

@@ -40,11 +40,12 @@ import psycopg2
 import psycopg2.errors
 import psycopg2.extensions
 
+from jobctl import payloads
 from jobctl.config import DEFAULT_PG_SCHEMA, PG_SCHEMA_NAME
 from jobctl.engines import SEARCH_PATH_OPTION, display, password_span, pg_onestatement, pg_schema
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob
 from jobctl.engines.pg_schema import SCHEMA_VERSION
-from jobctl.engines.sql import SQLEngine
+from jobctl.engines.sql import SQLEngine, schema_check
 from jobctl.engines.transfer import PostgresTransfer
 from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, JobctlError)
 from jobctl.models import Job, row_damage
@@ -106,6 +107,11 @@ class Target:
             # libpq would read a piece of it as the host, port or database, and quote it in its error
             raise InvalidInput(f"invalid database URL {display(url)!r}: percent-encode the password's special "
                                "characters (@ as %40, / as %2F, % as %25)")
+        part = _undecodable_part(url)
+        if part is not None:  # the driver would raise UnicodeDecodeError on it
+            raise InvalidInput(f"invalid database URL {display(url)!r}: its {part} is not UTF-8 text once "
+                               "percent-decoded (a %XX that is not part of a UTF-8 character); fix it in --db / "
+                               "JOBCTL_DB (or the config's db)")
         try:
             params = psycopg2.extensions.parse_dsn(url)
         except psycopg2.Error as e:
@@ -189,6 +195,30 @@ def _secrets(url: str) -> list[str]:
     found += re.findall(r"[?&]password=([^&]*)", url, flags=re.I)
     found += [unquote(s) for s in found]
     return sorted({s for s in found if s}, key=len, reverse=True)
+
+
+def _undecodable_part(url: str) -> str | None:
+    """The part of a URL (user, password, host, database, or a parameter such as options) whose
+    percent-decoded bytes are not UTF-8, or None. The password is found as display() hides it."""
+    parts = urlsplit(url)
+    span = password_span(url)
+    netloc = parts.netloc
+    if span is not None:  # (a password with a raw @ or /: refused before this, but never shown)
+        pieces = [("password", url[span[0]:span[1]]), ("user", url[len(parts.scheme) + 3:span[0] - 1]),
+                  ("host", url[span[1] + 1:].split("/", 1)[0].split("?", 1)[0])]
+    else:
+        user, _, host = netloc.rpartition("@")
+        pieces = [("user", user), ("host", host)]
+    pieces.append(("database", parts.path[1:]))
+    for item in parts.query.split("&"):
+        key, _, value = item.partition("=")
+        pieces += [("parameter name", key), (f"{unquote(key, errors='replace')} parameter", value)]
+    for name, text in pieces:
+        try:
+            unquote(text.replace("+", " ") if "parameter" in name else text, errors="strict")
+        except UnicodeDecodeError:
+            return name
+    return None
 
 
 # libpq's refusals of a URL's values (before any connection), and the server's refusals of its options
@@ -322,7 +352,9 @@ def _pg(sql: str) -> str:
 def _clean(params):
     """PostgreSQL text cannot hold NUL characters: a text parameter that has one (a handler's
     error output, say) is stored with U+FFFD (the replacement character) in its place. Other
-    values go as they are."""
+    values go as they are. Payloads and results never reach this with a NUL: their JSON text
+    writes it as \\u0000, and a payload or result holding one is refused before (_refuse_nul,
+    Queue.stores), never changed."""
     for p in params:
         if type(p) is str and "\x00" in p:
             return [q.replace("\x00", "\ufffd") if type(q) is str else q for q in params]
@@ -527,6 +559,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
     ROW_LOCK = " FOR UPDATE"
     PARENTS_LOCK = " FOR NO KEY UPDATE"  # (they are updated: dep_flags)
     ID_AMONG = "id = ANY(ARRAY({}))"
+    STORES_NUL = False  # text cannot hold NUL: a payload or result with one is refused (_refuse_nul)
 
     def __init__(self, target: Target, raw, clock: Callable[[], float] | None = None):
         self.target = target
@@ -596,7 +629,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                                        (t.schema,)).fetchone()
         if usable is not None and not usable[0]:
             raise PermissionDenied(f"permission denied in {t.location}: the user {self._user} may not use the schema "
-                                   f"{t.schema} (it exists); {self._grant_hint()}")
+                                   f"{t.schema} (it exists); {self._grant_hint('schema')}")
         return None
 
     @property
@@ -605,12 +638,17 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         user = self.conn.raw.info.user
         return user if re.fullmatch(r"[a-z_][a-z0-9_]*", user) else '"' + user.replace('"', '""') + '"'
 
-    def _grant_hint(self) -> str:
-        """What the schema's owner runs so that this user may work in it (the rights every jobctl
-        command needs; the read commands need only USAGE and SELECT)."""
+    def _grant_hint(self, kind: str | None = None) -> str:
+        """What the schema's owner runs so that this user may work in it: the grant of the kind of
+        object the server named (schema, table, sequence), else all three, the rights every jobctl
+        command needs (README; the read commands need only USAGE and SELECT)."""
         s, u = self.target.schema, self._user
-        return (f"as the schema's owner, run: GRANT USAGE ON SCHEMA {s} TO {u}; GRANT SELECT, INSERT, "
-                f"UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {u}")
+        grants = {"schema": f"GRANT USAGE ON SCHEMA {s} TO {u}",
+                  "table": f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {u}",
+                  "sequence": f"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {s} TO {u}"}
+        if kind in grants:
+            return f"as the schema's owner, run: {grants[kind]}"
+        return "as the schema's owner, run: " + "; ".join(grants.values())
 
     def _migrate(self) -> None:
         """Create or migrate the schema in one transaction, under the schema's advisory lock:
@@ -772,7 +810,9 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
             return PermissionDenied(f"permission denied in {t.location} ({_first_line(e)}); only the owner of the "
                                     f"schema {t.schema} may change its tables: run `jobctl init` as that user first")
         if code == "42501":
-            return PermissionDenied(f"permission denied in {t.location} ({_first_line(e)}); {self._grant_hint()}")
+            m = re.search(r"permission denied for (schema|table|relation|sequence)\b", _first_line(e))
+            kind = None if m is None else "table" if m.group(1) == "relation" else m.group(1)
+            return PermissionDenied(f"permission denied in {t.location} ({_first_line(e)}); {self._grant_hint(kind)}")
         if code in ("XX001", "XX002") or code.startswith("58"):  # damaged data or index; the server's I/O failed
             return DatabaseUnusable(f"the server of {t.location} cannot read or write its data ({_first_line(e)}); "
                                     "nothing changed; see the server's log")
@@ -945,6 +985,8 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         """Jobs without keys or `after`, with their enqueue events: ids drawn from the sequence
         first (one round trip), then one multi-row INSERT per page, whose enqueue events are
         inserted by the same statement."""
+        for j in jobs:
+            _refuse_nul(j)
         ids: list[int | None] = [None]
         template = "(DEFAULT,?,?,?,?,?,'pending',?,?,?,?,?,?,?,?,?,?,?)"
         if len(jobs) > 1:  # (one job: `jobctl enqueue`, the job and its event in one round trip)
@@ -975,6 +1017,10 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         if len(done) != len(jobs):
             raise RuntimeError("a bulk insert returned fewer jobs than it was given")
         return [(i, True) for i in done]
+
+    def _insert_one(self, c, j: NewJob, now: int, actor: str, message: str = "enqueued") -> tuple[int, bool]:
+        _refuse_nul(j)
+        return super()._insert_one(c, j, now, actor, message)
 
     def insert_jobs(self, jobs: list[NewJob], actor: str, *,
                     on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
@@ -1201,15 +1247,18 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         with self._read() as c:
             server = c.execute("SELECT current_setting('server_version')").fetchone()[0]
             version = c.execute("SELECT version FROM schema_version").fetchone()[0]
+            present = {r[0] for r in c.execute(pg_schema.LAYOUT, (t.schema,) * 5)}
             old = c.execute(
                 "SELECT count(*), COALESCE(max(extract(epoch from clock_timestamp() - xact_start)), 0)::bigint "
                 "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
                 "AND xact_start < clock_timestamp() - make_interval(secs => ?)", (LONG_TRANSACTION_S,)).fetchone()
             tables = c.execute("SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables "
                                "WHERE schemaname = ? AND relname = 'jobs'", (t.schema,)).fetchone()
+        schema_ok = schema_check(version, SCHEMA_VERSION, pg_schema.expected_layout(), present,
+                                 f"restore the schema {t.schema} from a backup (pg_dump)")
         checks = [
             Check("connection", True, f"PostgreSQL {server}, schema {t.schema}"),
-            Check("schema", version == SCHEMA_VERSION, f"v{version}"),
+            schema_ok,
             Check("long transactions", old[0] == 0, "none open over 5 minutes" if old[0] == 0 else
                   f"{old[0]} transaction(s) open for up to {old[1]}s hold back vacuum (dead rows pile up); see "
                   "pg_stat_activity and end them"),
@@ -1218,7 +1267,15 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         bloated = dead > DEAD_ROWS_WARN and dead > live
         checks.append(Check("dead rows", not bloated, f"{dead} dead, {live} live rows in jobs" + (
             f"; vacuum is falling behind: VACUUM {t.schema}.jobs, and look for long transactions" if bloated else "")))
-        return checks + self._job_checks("enqueue their work again")
+        return checks + self._job_checks("enqueue their work again", schema_ok)
+
+
+def _refuse_nul(j: NewJob) -> None:
+    """A payload holding NUL is refused (exit 2, naming the batch line), never stored changed: every
+    job an enqueue inserts passes here, in the transaction, which then keeps nothing."""
+    if payloads.holds_nul(j.payload):
+        raise InvalidInput((f"{j.source}: " if j.source else "") + "invalid payload: " + payloads.NUL_REFUSED
+                           + "; nothing was enqueued")
 
 
 def _literal(c: Connection, value) -> str:

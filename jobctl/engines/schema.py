@@ -248,3 +248,26 @@ def migrate(conn: sqlite3.Connection, from_version: int) -> None:
         MIGRATIONS[version](db)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+
+def layout(conn: sqlite3.Connection) -> set[str]:
+    """What a SQLite database holds, as `table T`, `column T.C`, `index I` and `trigger G` (SQLite's
+    own objects left out): compared by doctor with what expected_layout() promises."""
+    found = set()
+    for kind, name in conn.execute("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite^_%' ESCAPE '^'"):
+        found.add(f"{kind} {name}")
+        if kind == "table":
+            quoted = '"' + name.replace('"', '""') + '"'
+            found.update(f"column {name}.{row[1]}" for row in conn.execute(f"PRAGMA table_info({quoted})"))
+    return found
+
+
+def expected_layout() -> set[str]:
+    """The tables, columns, indexes and triggers SCHEMA_VERSION promises, as layout() writes them:
+    found by running the migrations themselves on an empty database in memory (no second list)."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        migrate(conn, 0)
+        return layout(conn)
+    finally:
+        conn.close()

@@ -118,6 +118,7 @@ class SQLEngine:
     MAX_SEEKS = 100  # a claim under a full limit seeks at most this many (type, group) pairs, else walks
     PARENTS_LOCK = ""  # after the SELECT of `after` parents at enqueue, which it updates (PostgreSQL: FOR NO KEY UPDATE)
 
+    STORES_NUL = True  # a payload or result may hold NUL (\u0000); PostgreSQL: refused, never changed
     PROGRESS_STEP = 1000  # jobs between two on_progress calls (all inside the one transaction)
 
     _claims: dict[int, Job]  # jobs held through this engine, as last seen (_holding); each engine makes its own
@@ -1226,10 +1227,13 @@ class SQLEngine:
         return [(r[0], r[1], "was cancelled") if r[1] is not None else (r[0], r[2], "was deleted before it completed")
                 for r in rows]
 
-    def _job_checks(self, remedy: str) -> list[Check]:
+    def _job_checks(self, remedy: str, schema: Check | None = None) -> list[Check]:
         """doctor's checks of the jobs themselves, for every SQL engine: expired leases, blocked
         jobs that can never run, and rows that cannot be decoded or whose payload does not match
-        its hash (`remedy`: what to do)."""
+        its hash (`remedy`: what to do). None of them when the schema check found a table missing:
+        they read the tables, and doctor then says what is missing rather than fail on it."""
+        if schema is not None and any(m.startswith("table ") for m in (schema.data or {}).get("schema_missing", ())):
+            return []
         expired = self.count_expired()
         never = self.never_runnable()
         stuck, examples = len(never), never[:10]
@@ -1263,6 +1267,26 @@ class SQLEngine:
         with self._read() as c:
             return {r[0]: r[1] for r in c.execute(
                 "SELECT type, count(*) FROM jobs WHERE status = 'pending' GROUP BY type")}
+
+
+_KINDS = ("table", "column", "index", "trigger", "function")
+
+
+def schema_check(version: int, expected_version: int, promised: set[str], present: set[str],
+                 remedy: str) -> Check:
+    """doctor's schema check: the version, and every table, column, index, trigger (and function)
+    that version promises (`promised`) found in the database (`present`, in the same terms: `table
+    jobs`, `column jobs.queue`, `index jobs_ready`, ...). The columns of a missing table are not
+    listed again; `doctor --json` has them as schema_missing."""
+    missing = promised - present
+    tables = {m.split(" ", 1)[1] for m in missing if m.startswith("table ")}
+    shown = sorted((m for m in missing if not (m.startswith("column ") and m[7:].split(".")[0] in tables)),
+                   key=lambda m: (_KINDS.index(m.split(" ")[0]) if m.split(" ")[0] in _KINDS else 9, m))
+    ok = version == expected_version and not shown
+    detail = f"v{version}" if not shown else (
+        f"v{version}, but {len(shown)} thing(s) it needs are missing: " + ", ".join(shown[:10])
+        + (f" and {len(shown) - 10} more" if len(shown) > 10 else "") + f"; {remedy}")
+    return Check("schema", ok, detail, data={"schema_missing": shown} if shown else None)
 
 
 def _queue_and_type(queue: str | None, type: str | None) -> tuple[str, list]:

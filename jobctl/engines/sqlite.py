@@ -27,7 +27,7 @@ from urllib.parse import quote
 from jobctl.engines import files
 from jobctl.engines.base import Check, NewJob
 from jobctl.engines.schema import APPLICATION_ID, SCHEMA_VERSION  # sqlite-utils loads only on migrate
-from jobctl.engines.sql import SQLEngine, details_text
+from jobctl.engines.sql import SQLEngine, details_text, schema_check
 from jobctl.engines.transfer import SQLiteTransfer
 from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput
 
@@ -566,9 +566,14 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
             integrity = [r[0] for r in c.execute("PRAGMA quick_check").fetchall()]
             version = c.execute("PRAGMA user_version").fetchone()[0]
             journal = c.execute("PRAGMA journal_mode").fetchone()[0]
+            from jobctl.engines import schema
+
+            present = schema.layout(c)
+        schema_ok = schema_check(version, SCHEMA_VERSION, schema.expected_layout(), present,
+                                 "restore the file from a backup")
         checks = [
             Check("integrity", integrity == ["ok"], "ok" if integrity == ["ok"] else "; ".join(integrity[:5])),
-            Check("schema", version == SCHEMA_VERSION, f"v{version}"),
+            schema_ok,
             Check("journal mode", journal == "wal", journal),
         ]
         loose = {}
@@ -587,7 +592,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
             wal = 0
         checks.append(Check("wal size", wal <= WAL_WARN_BYTES, f"{wal / 1048576:.1f} MiB" + (
             "" if wal <= WAL_WARN_BYTES else "; a long-running reader may be blocking checkpoints")))
-        return checks + self._job_checks("restore the file from a backup or enqueue their work again")
+        return checks + self._job_checks("restore the file from a backup or enqueue their work again", schema_ok)
 
     def checkpoint(self) -> tuple[int, int, int]:
         with self._errors():

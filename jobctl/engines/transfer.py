@@ -109,6 +109,17 @@ class Transfer:
                                    "migrate copies into a new or empty database only; nothing was written")
             yield Importer(self, c)
 
+    def _transfer_layout(self) -> set[str]:
+        """The tables and columns (`column T.C`, ...) of the schema this engine writes: a source
+        column outside it is refused. Engine-specific."""
+        raise NotImplementedError(f"{type(self).__name__} cannot receive a migrated database")
+
+    def _transfer_refusal(self, e: Exception) -> str | None:
+        """Why this engine refused a copied row (a driver's error about the data: a value of the
+        wrong type, a missing one, a duplicate key), in words that quote no data; None for any
+        other error."""
+        return None
+
     def _transfer_id_floors(self, c) -> dict[str, int]:
         """Per table of ID_TABLES, the highest id handed out (here: the largest id present)."""
         return {t: c.execute(f"SELECT COALESCE(MAX(id), 0) FROM {t}").fetchone()[0] for t in ID_TABLES}
@@ -144,16 +155,21 @@ class Importer:
     def __init__(self, engine: Transfer, c):
         self.engine = engine
         self.c = c
+        self.layout = engine._transfer_layout()
 
     def insert(self, table: str, columns: list[str], rows: list[tuple], source: Snapshot) -> None:
         """Insert rows with their own ids (executemany: a server engine sends multi-row INSERTs).
         The column names come from the source's tables and go into the SQL text: a name that is
-        not a plain lowercase identifier (a crafted file's) is refused, never sent."""
+        not a column of jobctl's schema (a crafted file's) is refused, never sent. Job rows are
+        checked first as doctor checks them (models.row_damage), and for what the target cannot
+        store (NUL on PostgreSQL): a copy never carries a damaged or changed job across."""
         for name in columns:
-            if not _IDENTIFIER.match(name):
+            if not _IDENTIFIER.match(name) or f"column {table}.{name}" not in self.layout:
                 raise DatabaseUnusable(
-                    f"{source.engine.location} has a column {name!r} in its {_NAMES[table]} that is not jobctl's; "
-                    "nothing was written")
+                    f"{source.engine.location} has a column {name!r} in its {_NAMES[table]} that is not jobctl's "
+                    "(a file changed by hand, or not written by jobctl); nothing was written")
+        if table == "jobs":
+            self._check_jobs(columns, rows, source)
         try:
             self.c.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
                                rows)
@@ -161,6 +177,28 @@ class Importer:
             raise DatabaseUnusable(
                 f"{source.engine.location} holds damaged text in its {_NAMES[table]} (not UTF-8), which "
                 "cannot be copied; `jobctl doctor` names damaged jobs; nothing was written") from None
+
+    def _check_jobs(self, columns: list[str], rows: list[tuple], source: Snapshot) -> None:
+        """Every job row as doctor checks it (exit 8 naming the job; never the row's data beyond
+        what doctor prints), and a payload or result the target cannot store (exit 2)."""
+        from jobctl import payloads
+        from jobctl.models import row_damage
+
+        refuse_nul = not getattr(self.engine, "STORES_NUL", True)
+        for values in rows:
+            row = dict(zip(columns, values))
+            job = row.get("id")
+            damage = row_damage(row, check_hash=True)
+            if damage is not None:
+                raise DatabaseUnusable(
+                    f"{source.engine.location} holds a damaged job {job if type(job) is int else '(id unreadable)'} "
+                    f"({damage}); `jobctl doctor` names every damaged job: delete or repair it there, or restore "
+                    "a backup, then migrate again; nothing was written")
+            if refuse_nul:
+                for field in ("payload", "result"):
+                    if isinstance(row.get(field), str) and payloads.holds_nul(row[field]):
+                        raise InvalidInput(f"job {job}: invalid {field}: {payloads.NUL_REFUSED}; nothing was "
+                                           f"written to {self.engine.location}")  # type: ignore[attr-defined]
 
     def finish(self, source: Snapshot) -> None:
         """Set the id sequences above the source's, then check every table's count and the
@@ -192,6 +230,18 @@ def copy_database(source: Transfer, target: Transfer, *,
     if source.identity == target.identity:  # type: ignore[attr-defined]
         raise InvalidInput(f"the source and the target are the same database ({source.location}); "  # type: ignore[attr-defined]
                            "give --to another database")
+    try:
+        return _copy(source, target, on_progress)
+    except Exception as e:
+        why = target._transfer_refusal(e)
+        if why is None:
+            raise
+        # (never the driver's message: it quotes the row's data)
+        raise DatabaseUnusable(f"{source.location} holds a row that {target.location} refuses ({why}: "  # type: ignore[attr-defined]
+                               "the file was changed by hand, or is damaged); nothing was written") from None
+
+
+def _copy(source: Transfer, target: Transfer, on_progress: Callable[[int, int], None] | None) -> CopyResult:
     with source.exporting() as snap, target.importing() as dest:
         total, done, pauses = sum(snap.counts.values()), 0, 0
         if on_progress is not None:
@@ -224,6 +274,17 @@ class SQLiteTransfer(Transfer):
         with super().exporting() as snapshot:
             yield snapshot
 
+    def _transfer_layout(self) -> set[str]:
+        from jobctl.engines import schema
+
+        return schema.expected_layout()
+
+    def _transfer_refusal(self, e: Exception) -> str | None:
+        import sqlite3
+
+        return "a missing value, a duplicate key or a value of the wrong type" if isinstance(
+            e, sqlite3.IntegrityError) else None
+
     def _transfer_id_floors(self, c) -> dict[str, int]:
         floors = super()._transfer_id_floors(c)
         row = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").fetchone()
@@ -241,6 +302,20 @@ class SQLiteTransfer(Transfer):
 class PostgresTransfer(Transfer):
     """The PostgreSQL side of the hooks: every id column is an identity column, whose sequence
     hands out the next id whatever rows were inserted with explicit ones."""
+
+    def _transfer_layout(self) -> set[str]:
+        from jobctl.engines import pg_schema
+
+        return pg_schema.expected_layout()
+
+    def _transfer_refusal(self, e: Exception) -> str | None:
+        import psycopg2
+
+        if isinstance(e, psycopg2.DataError):
+            return "a value of the wrong type or out of range"
+        if isinstance(e, psycopg2.IntegrityError):
+            return "a missing value or a duplicate key"
+        return None
 
     def _transfer_id_floors(self, c) -> dict[str, int]:
         floors = super()._transfer_id_floors(c)

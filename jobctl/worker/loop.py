@@ -21,7 +21,7 @@ import time
 from functools import partial
 from typing import Callable
 
-from jobctl import handlers
+from jobctl import handlers, payloads
 from jobctl.config import Settings
 from jobctl.durations import format_duration
 from jobctl.errors import CancelRequested, DatabaseUnusable, InvalidInput, InvalidState, JobctlError, NoSuchJob
@@ -471,6 +471,12 @@ class Worker:
             if rc == 0 and reason is None:
                 result, problem = handlers.result_of(out.stdout.data(), out.stdout.total, self.settings.max_payload_bytes)
                 if problem is None:
+                    if result is not None and not self.q.stores(payloads.compact(result, what="result")):
+                        # The run succeeded: as for a result too large to keep, the job completes
+                        # without it, rather than run again (a handler's side effects twice).
+                        self.log("result", f"not stored: {payloads.NUL_REFUSED.split(';')[0]}; the job "
+                                           "completes without a result", r.job)
+                        result = None
                     return Outcome(r, "complete", rc, duration, result=result)
                 return Outcome(r, "fail", rc, duration, error=problem,
                                details={"exit_code": 0, "duration": round(duration, 3)})

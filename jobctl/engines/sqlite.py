@@ -14,6 +14,7 @@ and COMMIT ourselves, so a SELECT is never left outside the transaction it belon
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import stat
@@ -55,7 +56,9 @@ def _disk_is_full(path: str) -> bool:
         st = os.statvfs(os.path.dirname(os.path.abspath(path)) or ".")
     except OSError:
         return False
-    return st.f_bavail == 0 or st.f_favail == 0
+    # An I/O error with less than 1 MiB left is the disk being full (a -shm that cannot grow by its
+    # 32 KiB, say: SQLITE_IOERR_SHMSIZE), not a failing disk.
+    return st.f_bavail * st.f_frsize < 1024 * 1024 or st.f_favail == 0
 
 
 def translate(exc: sqlite3.Error, path: str, busy_timeout: float) -> Exception:
@@ -97,6 +100,11 @@ def _create_database(path: Path) -> None:
     The schema is written to a private temporary file beside it, which is then hard-linked into
     place (link fails if the name exists). So a database file either does not exist or is a whole
     jobctl database: a crash mid-creation never leaves an empty file that looks foreign later.
+
+    The schema is written in rollback-journal mode, straight into the file, so that a full disk
+    fails the COMMIT; in WAL mode the commit only reached the -wal and the file itself was filled
+    by the checkpoint of close(), whose errors nobody sees, and a truncated file was linked into
+    place. The copy is read back whole (quick_check) before it is linked.
     """
     from jobctl.engines import schema
 
@@ -107,21 +115,29 @@ def _create_database(path: Path) -> None:
     try:
         conn = sqlite3.connect(str(tmp), isolation_level=None)
         try:
-            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
             conn.execute("BEGIN IMMEDIATE")
             schema.migrate(conn, 0)
             conn.execute("COMMIT")
+            conn.execute("PRAGMA journal_mode = WAL")  # (in the file's header: also a checked write)
+            check = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
         finally:
             conn.close()
+        if check != ["ok"] or version != schema.SCHEMA_VERSION:
+            raise DatabaseUnusable(f"the new database {path} could not be written whole ({'; '.join(check[:3])}); "
+                                   "nothing was kept; check the disk and retry")
         try:
             os.link(tmp, path)
         except FileExistsError:
             pass  # another process created it first: use theirs
-        except OSError:
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise
             if not path.exists():  # a filesystem without hard links
                 os.rename(tmp, path)
     finally:
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in ("", "-journal", "-wal", "-shm"):
             try:
                 os.unlink(f"{tmp}{suffix}")
             except FileNotFoundError:
@@ -258,6 +274,9 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
             except sqlite3.Error as e:
                 raise translate(e, str(p), busy_timeout) from e
             except OSError as e:
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DiskFull(f"the disk holding {p} is full; no database was created; free some space "
+                                   "and retry") from None
                 raise DatabaseUnusable(f"cannot create the database {p}: {e.strerror}") from None
             real = files.check_file(p)
         if create:

@@ -1,0 +1,125 @@
+"""A full disk, met on a real small filesystem (a tmpfs mounted for the test): a write that fails
+leaves no file behind, says the disk is full (exit 8, one line), and works again once there is room."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+
+import pytest
+
+from conftest import run_cli
+
+PAGE = 4096
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs at tmp_path/disk (mode 0700), unmounted afterwards; skipped where mounting is not allowed."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip() or mounted.returncode}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def free_bytes(folder) -> int:
+    st = os.statvfs(folder)
+    return st.f_bavail * st.f_frsize
+
+
+def fill(disk, leave: int) -> None:
+    """Fill the disk with disk/filler until about `leave` bytes are free (whole pages)."""
+    filler = disk / "filler"
+    filler.unlink(missing_ok=True)
+    size = max(0, (free_bytes(disk) - leave) // PAGE * PAGE)
+    with open(filler, "wb") as f:
+        f.write(b"\0" * size)
+
+
+def fresh_database_size(tmp_path) -> int:
+    path = tmp_path / "measure" / "jobs.db"
+    assert run_cli("init", db=path).exit_code == 0
+    return path.stat().st_size
+
+
+def assert_whole(db) -> None:
+    from jobctl.engines.schema import SCHEMA_VERSION
+
+    c = sqlite3.connect(f"file:{db}?immutable=1", uri=True)
+    try:
+        assert c.execute("PRAGMA quick_check").fetchall() == [("ok",)]
+        assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert c.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+    finally:
+        c.close()
+
+
+def clear(disk) -> None:
+    for p in disk.iterdir():
+        if p.name != "filler":
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def left_on(disk) -> list[str]:
+    return sorted(p.name for p in disk.iterdir() if p.name != "filler")
+
+
+CONFIG = '[types.t]\ncommand = ["true"]\n'
+CREATORS = {"init": ("init",), "enqueue": ("enqueue", "t", "{}"), "work": ("work", "--stop-when-empty")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", list(CREATORS))
+def test_creating_a_database_on_a_full_disk_leaves_nothing_and_works_once_there_is_room(tmp_path, small_disk, command):
+    (tmp_path / "jobctl.toml").write_text(CONFIG)
+    size = fresh_database_size(tmp_path)
+    db = small_disk / "jobs.db"
+    # From no room at all to room for the file but not for its write-ahead log as well (where a
+    # truncated file used to be linked into place, and every later command called it corrupt).
+    for leave in (PAGE, size // 2, size + 8 * PAGE, size * 3 // 2, size * 2):
+        fill(small_disk, leave)
+        r = run_cli(*CREATORS[command], db=db)
+        if r.exit_code == 0:
+            assert run_cli("list", db=db).exit_code == 0, (leave, r.output)
+            assert run_cli("doctor", db=db).exit_code == 0, (leave, r.output)
+            clear(small_disk)
+            continue
+        assert r.exit_code == 8, (leave, r.output)
+        line = r.one_error_line()
+        assert "disk" in line and "full" in line, (leave, line)
+        if command == "init" or not db.exists():
+            assert left_on(small_disk) == [], (leave, left_on(small_disk))
+            # a later command says there is no database (not that it is corrupt)
+            r = run_cli("list", db=db)
+            assert r.exit_code == 8 and "no database" in r.one_error_line(), (leave, r.output)
+        else:  # the database was made, whole; the job did not fit (nothing enqueued, no id printed)
+            assert left_on(small_disk) == ["jobs.db"], (leave, left_on(small_disk))
+            assert_whole(db)
+            assert r.stdout == ""
+            clear(small_disk)
+    (small_disk / "filler").unlink()
+    r = run_cli(*CREATORS[command], db=db)
+    assert r.exit_code == 0, r.output
+    assert run_cli("init", db=db).exit_code == 0
+    assert run_cli("list", db=db).exit_code == 0
+
+
+def test_a_failed_init_with_no_room_at_all_leaves_nothing_and_init_again_works(small_disk):
+    db = small_disk / "jobs.db"
+    fill(small_disk, 0)
+    r = run_cli("init", db=db)
+    assert r.exit_code == 8, r.output
+    assert "full" in r.one_error_line()
+    assert left_on(small_disk) == []
+    (small_disk / "filler").unlink()
+    assert run_cli("init", db=db).exit_code == 0
+    with sqlite3.connect(db) as c:
+        assert c.execute("PRAGMA quick_check").fetchone()[0] == "ok"

@@ -123,3 +123,76 @@ def test_a_failed_init_with_no_room_at_all_leaves_nothing_and_init_again_works(s
     assert run_cli("init", db=db).exit_code == 0
     with sqlite3.connect(db) as c:
         assert c.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+
+
+# -- backup: what is wrong is said of the destination, and nothing is left there -------------------
+
+
+def big_database(db, jobs: int = 150) -> None:
+    """A database of about 0.5 MiB (jobs with 3 KB payloads)."""
+    lines = "".join(f'{{"type": "t", "payload": {{"blob": "{os.urandom(1500).hex()}"}}}}\n' for _ in range(jobs))
+    r = run_cli("enqueue", "--batch", "-", db=db, input=lines)
+    assert r.exit_code == 0, r.output
+
+
+def test_backup_to_a_full_disk_names_that_disk_and_leaves_nothing(small_disk, db):
+    big_database(db)
+    before = db.read_bytes()
+    fill(small_disk, 64 * 1024)
+    (small_disk / "old.db").write_bytes(b"an older backup")
+    for args in (("backup", small_disk / "b.db"), ("backup", "--force", small_disk / "old.db")):
+        r = run_cli(*args, db=db)
+        assert r.exit_code == 8, r.output
+        line = r.one_error_line()
+        assert f"the disk holding {small_disk}/" in line and "full" in line and "nothing was written" in line, line
+        assert str(db) not in line, line  # the database's disk is not to blame
+        assert left_on(small_disk) == ["old.db"], left_on(small_disk)
+        assert (small_disk / "old.db").read_bytes() == b"an older backup"
+    assert db.read_bytes() == before
+    (small_disk / "filler").unlink()
+    r = run_cli("backup", small_disk / "b.db", db=db)
+    assert r.exit_code == 0, r.output
+    assert left_on(small_disk) == ["b.db", "old.db"]
+
+
+def test_backup_that_fills_the_disk_while_it_copies_leaves_no_copy_and_no_journal(small_disk, db, monkeypatch):
+    """The disk fills during the copy (the check of the free space up front is skipped): SQLite's
+    own error, said of the destination, and neither the copy nor its -journal stays."""
+    from jobctl.engines import files
+    from jobctl.errors import DiskFull
+    from jobctl.queue import Queue
+
+    big_database(db)
+    fill(small_disk, 128 * 1024)
+    monkeypatch.setattr(files, "free_bytes", lambda folder: None)
+    with Queue.open(db) as q, pytest.raises(DiskFull) as e:
+        q.backup(small_disk / "b.db")
+    assert f"the disk holding {small_disk}/b.db is full" in str(e.value), str(e.value)
+    assert left_on(small_disk) == []
+
+
+@pytest.mark.parametrize("dest", ["/proc/x.db", "/proc/self/x.db", "/sys/x.db", "/sys/kernel/x.db", "/dev/x.db"])
+def test_backup_into_proc_sys_or_dev_is_a_bad_destination(db, dest):
+    assert run_cli("init", db=db).exit_code == 0
+    r = run_cli("backup", dest, db=db)
+    assert r.exit_code == 2, r.output
+    line = r.one_error_line()
+    assert dest in line and "not a filesystem that keeps files" in line, line
+
+
+def test_backup_into_a_missing_or_read_only_folder(tmp_path, db):
+    assert run_cli("init", db=db).exit_code == 0
+    r = run_cli("backup", tmp_path / "missing" / "b.db", db=db)
+    assert r.exit_code == 2 and "does not exist" in r.one_error_line(), r.output
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(ro)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        r = run_cli("backup", ro / "b.db", db=db)
+        assert r.exit_code == 8, r.output
+        line = r.one_error_line()
+        assert f"cannot write {ro}/b.db" in line and "read-only" in line, line
+    finally:
+        subprocess.run(["umount", "-l", str(ro)], capture_output=True)

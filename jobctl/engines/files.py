@@ -436,6 +436,40 @@ def copy_target_problem(dest: str | os.PathLike, database: str) -> str | None:
     return None
 
 
+# Filesystems that do not keep files (views of the kernel): a copy written there fails or is lost.
+NOT_STORAGE_FS = {
+    "proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "pstore",
+    "bpf", "configfs", "fusectl", "mqueue", "binfmt_misc", "efivarfs", "selinuxfs", "rpc_pipefs", "nsfs",
+    "autofs", "hugetlbfs",
+}
+
+
+def copy_folder_problem(dest: str | os.PathLike) -> str | None:
+    """Why no copy can be written in the folder of `dest`, or None: the folder is missing, or it is
+    on a filesystem that does not keep files (/proc, /sys, /dev)."""
+    folder = os.path.dirname(os.path.abspath(dest))
+    if not os.path.isdir(folder):
+        return f"the folder {folder} does not exist; create it first or give another path"
+    try:
+        mounts = Path("/proc/mounts").read_text()
+    except OSError:
+        return None
+    fstype = filesystem_type(os.path.realpath(folder), mounts)
+    if fstype in NOT_STORAGE_FS:
+        return (f"{os.fspath(dest)} is on {fstype}, a view of the kernel, not a filesystem that keeps files; "
+                "write the copy to a disk")
+    return None
+
+
+def free_bytes(folder: str | os.PathLike) -> int | None:
+    """The bytes an unprivileged writer may still use on the filesystem of `folder`, or None."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 # -- sole use --------------------------------------------------------------------------------------
 
 # Where SQLite's unix VFS keeps its locks: a connection holds a read lock on the database file's

@@ -144,6 +144,31 @@ def _create_database(path: Path) -> None:
                 pass
 
 
+def _cannot_write(dest, folder: str, e: OSError) -> Exception:
+    """The error of a copy that could not be created or named at `dest` (the database is not to blame)."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFull(f"the disk holding {dest} is full; nothing was written; free some space there or "
+                        "write the backup elsewhere")
+    if e.errno == errno.ENOENT:
+        return InvalidInput(f"the folder {folder} does not exist; nothing was written; give another path")
+    reason = "its filesystem is read-only" if e.errno == errno.EROFS else (e.strerror or str(e)).lower()
+    return DatabaseUnusable(f"cannot write {dest}: {reason}; nothing was written; choose a folder you can write to")
+
+
+def _copy_error(e: sqlite3.Error, dest, *, always: bool = False) -> Exception | None:
+    """The error of writing the copy `dest`, when `e` is one (a full disk, a write that failed), else
+    None; with `always`, any error (it was met on the copy alone)."""
+    name = getattr(e, "sqlite_errorname", "") or ""
+    if name.startswith("SQLITE_FULL") or (name.startswith("SQLITE_IOERR") and _disk_is_full(str(dest))):
+        return DiskFull(f"the disk holding {dest} is full; nothing was written; free some space there or "
+                        "write the backup elsewhere")
+    if always or name in ("SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC", "SQLITE_IOERR_TRUNCATE",
+                          "SQLITE_IOERR_DIR_FSYNC", "SQLITE_READONLY", "SQLITE_CANTOPEN"):
+        return DatabaseUnusable(f"cannot write {dest} ({name or e}); nothing was written; check that disk "
+                                "or write the backup elsewhere")
+    return None
+
+
 class _WriteTransaction:
     """SQLiteEngine._write: a plain context manager, not a generator one (which costs every write,
     a worker's step included, a few microseconds more)."""
@@ -546,35 +571,59 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         """A consistent copy through SQLite's backup API, written to a 0600 file, then renamed.
         on_progress(pages copied, pages in all) is called after each step of 4096 pages.
         Refused (exit 2): a target that is not a regular file (a device such as /dev/null, a link,
-        a folder), or this database or one of its side files under any name."""
-        problem = files.copy_target_problem(dest, self.identity)
+        a folder), this database or one of its side files under any name, a missing folder, a
+        folder on a filesystem that keeps no files (/proc, /sys). A destination that cannot be
+        written (full, read-only, not allowed) exits 8 naming it. A failure leaves nothing behind."""
+        problem = files.copy_target_problem(dest, self.identity) or files.copy_folder_problem(dest)
         if problem:
             raise InvalidInput(f"{problem}; nothing was written")
+        folder = os.path.dirname(os.path.abspath(dest))
+        with self._errors():
+            needed = self.conn.execute("PRAGMA page_count").fetchone()[0] * self.conn.execute(
+                "PRAGMA page_size").fetchone()[0]
         files.clean_stale_temps(dest)  # what a killed backup to this name left
         tmp = files.temp_name(dest, "backup")
-        files.create_private_file(tmp)
         try:
+            files.create_private_file(tmp)  # (a folder that is read-only or not ours to write says so here)
+        except OSError as e:
+            raise _cannot_write(dest, folder, e) from None
+        try:
+            free = files.free_bytes(folder)
+            if free is not None and free < needed:
+                raise DiskFull(f"the disk holding {dest} is full: the copy needs {needed / 1048576:.1f} MiB and "
+                               f"{free / 1048576:.1f} MiB are free; nothing was written; free some space there or "
+                               "write the backup elsewhere")
             target = sqlite3.connect(str(tmp))
             try:
-                with self._errors():
+                try:
                     self.conn.backup(target, pages=4096, progress=None if on_progress is None else
                                      lambda _status, remaining, total: on_progress(total - remaining, total))
+                except sqlite3.Error as e:  # the database is only read: a write error is the copy's
+                    raise (_copy_error(e, dest) or self._translated(e)) from e
+                try:
                     # The backup API copies pages as they are: check the copy, so that a damaged
                     # file never yields a "backup" that someone later restores in good faith.
                     check = [r[0] for r in target.execute("PRAGMA quick_check").fetchall()]
+                    if check == ["ok"]:
+                        target.execute("PRAGMA journal_mode = DELETE")  # a self-contained single file
+                except sqlite3.Error as e:
+                    raise (_copy_error(e, dest, always=True) or e) from e
                 if check != ["ok"]:
                     raise DatabaseUnusable(
                         f"the database {self.path} is corrupt ({'; '.join(check[:3])}); no backup was written; "
                         "restore it from an earlier backup")
-                target.execute("PRAGMA journal_mode = DELETE")  # a self-contained single file
             finally:
                 target.close()
-            os.rename(tmp, dest)
-        except BaseException:
             try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+                os.rename(tmp, dest)
+            except OSError as e:
+                raise _cannot_write(dest, folder, e) from None
+        except BaseException:
+            for suffix in ("", "-journal", "-wal", "-shm"):
+                try:
+                    os.unlink(f"{tmp}{suffix}")
+                except FileNotFoundError:
+                    pass
             raise
 
     def health_checks(self) -> list[Check]:

@@ -6,21 +6,20 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import signal
 import subprocess
 
 import pytest
 
-from conftest import run_cli
+from conftest import finish, run_cli, start_worker, wait_for
 
 PAGE = 4096
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 1 MiB tmpfs at tmp_path/disk (mode 0700), unmounted afterwards; skipped where mounting is not allowed."""
-    disk = tmp_path / "disk"
+def mounted_tmpfs(disk, size: str):
+    """A tmpfs of `size` at `disk` (mode 0700), unmounted afterwards; skipped where mounting is not allowed."""
     disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(disk)],
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(disk)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip() or mounted.returncode}")
@@ -28,6 +27,18 @@ def small_disk(tmp_path):
         yield disk
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs at tmp_path/disk."""
+    yield from mounted_tmpfs(tmp_path / "disk", "1m")
+
+
+@pytest.fixture
+def disk_8m(tmp_path):
+    """An 8 MiB tmpfs at tmp_path/disk: room for a write-ahead log of some hundred jobs."""
+    yield from mounted_tmpfs(tmp_path / "disk", "8m")
 
 
 def free_bytes(folder) -> int:
@@ -196,3 +207,43 @@ def test_backup_into_a_missing_or_read_only_folder(tmp_path, db):
         assert f"cannot write {ro}/b.db" in line and "read-only" in line, line
     finally:
         subprocess.run(["umount", "-l", str(ro)], capture_output=True)
+
+
+# -- a stopping worker gives its write-ahead log's space back -------------------------------------
+
+
+def wal_size(db) -> int:
+    try:
+        return os.stat(f"{db}-wal").st_size
+    except FileNotFoundError:
+        return 0
+
+
+@pytest.mark.slow
+def test_a_worker_that_stops_truncates_the_write_ahead_log(tmp_path, disk_8m):
+    """Another process keeps the database open (a `stats --watch`, say), so SQLite's own checkpoint
+    at the last close does not happen: the worker's exit folds the log in and truncates it, and on
+    a disk that is all but full that space is what lets the queue go on."""
+    (tmp_path / "jobctl.toml").write_text(CONFIG)
+    db = disk_8m / "jobs.db"
+    r = run_cli("enqueue", "--batch", "-", db=db, input='{"type": "t"}\n' * 40)
+    assert r.exit_code == 0, r.output
+    reader = sqlite3.connect(db)
+    try:
+        assert reader.execute("SELECT count(*) FROM jobs").fetchall() == [(40,)]  # (fetched whole: no read left open)
+        worker = start_worker(tmp_path, db)
+        wait_for(lambda: reader.execute("SELECT count(*) FROM jobs WHERE status = 'completed'").fetchall() == [(40,)],
+                 timeout=60, what="the jobs to complete")
+        grown = wal_size(db)
+        assert grown > 200_000  # (no checkpoint came by itself: that takes 1,000 pages)
+        fill(disk_8m, 256 * 1024)  # the disk is all but full (room to grow the file, not the log)
+        worker.send_signal(signal.SIGTERM)
+        code, log = finish(worker)
+        assert code == 0, log
+        assert wal_size(db) == 0, (grown, log)
+        assert free_bytes(disk_8m) > grown  # the log's space went back to the disk
+        r = run_cli("enqueue", "--batch", "-", db=db, input='{"type": "t"}\n' * 40)
+        assert r.exit_code == 0, r.output
+        assert reader.execute("SELECT count(*) FROM jobs WHERE status = 'completed'").fetchall() == [(40,)]
+    finally:
+        reader.close()

@@ -657,7 +657,15 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
             "" if wal <= WAL_WARN_BYTES else "; a long-running reader may be blocking checkpoints")))
         return checks + self._job_checks("restore the file from a backup or enqueue their work again")
 
-    def checkpoint(self) -> tuple[int, int, int]:
+    def checkpoint(self, *, wait: float | None = None) -> tuple[int, int, int]:
+        """PRAGMA wal_checkpoint(TRUNCATE): (1 if readers or writers kept it from finishing, frames
+        in the log, frames folded in). `wait`: the longest wait for them (default the busy timeout)."""
         with self._errors():
-            return tuple(self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
+            if wait is None:
+                return tuple(self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
+            self.conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+            try:
+                return tuple(self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
+            finally:
+                self.conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
 

@@ -294,6 +294,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
                 raise DatabaseUnusable(
                     f"no database at {p}; check --db / JOBCTL_DB, or create it with `jobctl --db {p} init`"
                 ) from None
+            files.check_db_folder(files.resolve(p))  # (before anything is created there)
             try:
                 _create_database(Path(files.resolve(p)))
             except sqlite3.Error as e:
@@ -304,6 +305,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
                                    "and retry") from None
                 raise DatabaseUnusable(f"cannot create the database {p}: {e.strerror}") from None
             real = files.check_file(p)
+        files.check_db_folder(real)
         if create:
             files.clean_stale_temps(real)
         try:
@@ -326,10 +328,14 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
                 # journal for each statement, by default in a new temporary file: ~35 µs per
                 # inserted row, half of `enqueue --batch` (bench/run.py); in memory, a few µs.
                 conn.execute("PRAGMA temp_store = MEMORY")
+                # The first read opens the -wal and -shm: they must be the checked ones before a write.
+                conn.execute("PRAGMA application_id").fetchone()
+                files.check_open_side_files(real)
                 engine._check_schema(migrate=not read_only)
                 # WAL persists in the file; switch only when it is not set (a restored backup, say).
                 if not read_only and conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                     conn.execute("PRAGMA journal_mode = WAL")
+                    files.check_open_side_files(real)
         except BaseException:
             conn.close()
             raise

@@ -509,7 +509,8 @@ def copy_target_problem(dest: str | os.PathLike, database: str) -> str | None:
     return None
 
 
-# Filesystems that do not keep files (views of the kernel): a copy written there fails or is lost.
+# Filesystems of the kernel, not disks (/proc, /sys, /dev): a copy written there fails, or is lost
+# at the next reboot (devtmpfs).
 NOT_STORAGE_FS = {
     "proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "pstore",
     "bpf", "configfs", "fusectl", "mqueue", "binfmt_misc", "efivarfs", "selinuxfs", "rpc_pipefs", "nsfs",
@@ -519,7 +520,7 @@ NOT_STORAGE_FS = {
 
 def copy_folder_problem(dest: str | os.PathLike) -> str | None:
     """Why no copy can be written in the folder of `dest`, or None: the folder is missing, or it is
-    on a filesystem that does not keep files (/proc, /sys, /dev)."""
+    on a filesystem of the kernel that keeps no files on a disk (/proc, /sys, /dev)."""
     folder = os.path.dirname(os.path.abspath(dest))
     if not os.path.isdir(folder):
         return f"the folder {folder} does not exist; create it first or give another path"
@@ -529,7 +530,7 @@ def copy_folder_problem(dest: str | os.PathLike) -> str | None:
         return None
     fstype = filesystem_type(os.path.realpath(folder), mounts)
     if fstype in NOT_STORAGE_FS:
-        return (f"{os.fspath(dest)} is on {fstype}, a view of the kernel, not a filesystem that keeps files; "
+        return (f"{os.fspath(dest)} is on {fstype}, a filesystem of the kernel, not a disk that keeps files; "
                 "write the copy to a disk")
     return None
 

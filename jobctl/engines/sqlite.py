@@ -578,7 +578,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         on_progress(pages copied, pages in all) is called after each step of 4096 pages.
         Refused (exit 2): a target that is not a regular file (a device such as /dev/null, a link,
         a folder), this database or one of its side files under any name, a missing folder, a
-        folder on a filesystem that keeps no files (/proc, /sys). A destination that cannot be
+        folder on a filesystem of the kernel (/proc, /sys, /dev). A destination that cannot be
         written (full, read-only, not allowed) exits 8 naming it. A failure leaves nothing behind."""
         problem = files.copy_target_problem(dest, self.identity) or files.copy_folder_problem(dest)
         if problem:

@@ -234,7 +234,7 @@ class Worker:
             return
         try:
             files.checkpoint(wait=0.5)
-        except JobctlError:
+        except Exception:  # noqa: BLE001 (best effort on the way out: the next checkpoint does it)
             pass
 
     def begin(self) -> None:

@@ -39,6 +39,13 @@ def make_db(path: Path) -> Path:
     return path
 
 
+def make_db_there(path: Path) -> Path:
+    """A whole database at `path`, made elsewhere (jobctl refuses to make one in a shared folder)."""
+    made = make_db(path.parent.parent / f"made-{path.name}" / path.name)
+    os.rename(made, path)
+    return path
+
+
 def opens(path) -> None:
     SQLiteEngine.open(path).close()
 
@@ -111,20 +118,27 @@ def test_a_folder_others_may_write_without_the_sticky_bit_is_refused(tmp_path):
         os.chmod(shared, mode)
         refuses(db, "without the sticky bit", "chmod go-w")
     os.chmod(shared, 0o1777)
-    opens(db)  # like /tmp: only the owner of a name may remove or rename it
+    refuses(db, "others may create files in", "mode 1777", "mkdir -m 700")  # (the -wal race: below)
 
 
-def test_a_sticky_shared_folder_works_while_every_jobctl_file_is_yours(tmp_path):
+def test_a_sticky_shared_folder_works_on_the_way_not_as_the_database_s_own(tmp_path):
+    """/tmp/me/jobs.db is fine (only its owner may rename /tmp/me); /tmp/jobs.db is not: another user
+    could create its -wal between jobctl's check and SQLite's open (tests/test_wal_race.py)."""
     shared = tmp_path / "tmp"
     shared.mkdir()
     os.chmod(shared, 0o1777)
     db = shared / "jobs.db"
     r = run_cli("enqueue", "t", "{}", db=db)
+    assert r.exit_code == 8, r.output
+    assert "others may create files in" in r.one_error_line()
+    assert list(shared.iterdir()) == []  # nothing created
+    mine = shared / "me"
+    mine.mkdir(mode=0o700)
+    r = run_cli("enqueue", "t", "{}", db=mine / "jobs.db")
     assert r.exit_code == 0, r.output
-    assert run_cli("list", db=db).exit_code == 0
+    assert run_cli("list", db=mine / "jobs.db").exit_code == 0
     # another user who takes the name first is caught by the owner check
-    theirs = shared / "theirs.db"
-    make_db(theirs)
+    theirs = make_db_there(shared / "theirs.db")
     os.chown(theirs, NOBODY, NOBODY)
     refused(theirs, "belongs to", args=("enqueue", "t", "{}"))
 
@@ -135,7 +149,7 @@ def test_a_name_taken_first_by_another_user_in_a_sticky_folder_is_refused(tmp_pa
     os.chmod(shared, 0o1777)
     db = shared / "jobs.db"
     # the other user creates the path first (a whole jobctl database), hoping root's worker adopts it
-    make_db(db)
+    make_db_there(db)
     for f in shared.iterdir():
         os.chown(f, NOBODY, NOBODY)
     refused(db, "belongs to", args=("init",))

@@ -193,8 +193,9 @@ class FileStore(Protocol):
     def backup(self, dest: Path, *, on_progress: Callable[[int, int], None] | None = None) -> None:
         """A consistent copy of the live file at `dest` (mode 0600), safe while workers run."""
 
-    def checkpoint(self) -> tuple[int, int, int]:
-        """Fold the write-ahead log back into the file and truncate it."""
+    def checkpoint(self, *, wait: float | None = None) -> tuple[int, int, int]:
+        """Fold the write-ahead log back into the file and truncate it (waiting at most `wait`
+        seconds for other connections, default the busy timeout)."""
 
 
 class Engine(Protocol):

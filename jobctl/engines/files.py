@@ -224,6 +224,79 @@ def check_file(path: str | os.PathLike, *, wal: bool = True) -> str:
     return real
 
 
+# -- the side files SQLite opens itself --------------------------------------------------------
+#
+# SQLite creates and opens the -wal and -shm beside the database on its first read, after
+# check_file looked at them: another user who can create files in that folder (a shared sticky
+# one such as /tmp) can create a -wal of theirs in between, keep it open, and read every page
+# written to it. When jobctl runs as root SQLite even hands such an empty file to the database's
+# owner with the database's mode, so no look at the file afterwards can tell. Hence two checks:
+# the database's own folder must be closed to others (check_db_folder), and the side files the
+# connection has open must be the ones at those names, yours and private (check_open_side_files).
+
+
+def check_db_folder(real: str) -> None:
+    """The folder the database (and so its -wal and -shm) lives in: nobody else may create files in it."""
+    folder = os.path.dirname(real) or "/"
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return  # check_file said what is wrong with the way there
+    if st.st_mode & 0o022:
+        raise DatabaseUnusable(
+            f"the database {real} is in a folder others may create files in ({folder}, mode "
+            f"{stat.S_IMODE(st.st_mode):04o}), where another user could create its -wal before SQLite does "
+            f"and read the jobs; keep it in a folder of its own: `mkdir -m 700 {folder.rstrip('/')}/jobctl` "
+            "and move it there (with its -wal and -shm, when no jobctl process runs)")
+
+
+def check_open_side_files(real: str) -> None:
+    """After SQLite opened the database `real` (its first read opens the -wal and -shm of a WAL
+    database), before anything is written: every -wal and -shm this process has open must be the
+    file at that name (same device and inode, not removed), a regular file of yours (or root's),
+    no more open to others than the database. Linux only (/proc/self/fd); elsewhere the folder
+    check is what protects."""
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return
+    names = (real + "-wal", real + "-shm")
+    db_mode = None
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        removed = target.endswith(" (deleted)")
+        name = target[:-len(" (deleted)")] if removed else target
+        if name not in names:
+            continue
+        try:
+            fst = os.fstat(int(fd))
+            pst = None if removed else os.lstat(name)
+        except FileNotFoundError:
+            pst = None
+        except OSError:
+            continue  # (closed meanwhile by another thread)
+        if pst is None or (pst.st_dev, pst.st_ino) != (fst.st_dev, fst.st_ino):
+            raise DatabaseUnusable(
+                f"{name} was replaced while jobctl opened the database: someone may be trying to read or "
+                "change the jobs; nothing was written; check who else can write to "
+                f"{os.path.dirname(real) or '/'}, then retry")
+        if not stat.S_ISREG(fst.st_mode):
+            raise DatabaseUnusable(f"{name} is not a regular file; nothing was written; remove it when no jobctl "
+                                   "process runs")
+        if not trusted_owner(fst.st_uid):
+            raise DatabaseUnusable(_not_yours(name, fst, "the database's side file") + "; nothing was written")
+        if db_mode is None:
+            db_mode = os.stat(real).st_mode
+        if fst.st_mode & 0o022 or stat.S_IMODE(fst.st_mode) & 0o077 & ~db_mode:
+            raise DatabaseUnusable(
+                f"{name} (mode {stat.S_IMODE(fst.st_mode):04o}) lets group or others read or change what the "
+                f"database (mode {stat.S_IMODE(db_mode):04o}) keeps from them; nothing was written; remove it "
+                "when no jobctl process runs")
+
+
 # -- a write-ahead log that is not the database's ------------------------------------------------
 #
 # SQLite's file formats do not tie a -wal to its database: the header's salts are random and its
@@ -434,6 +507,41 @@ def copy_target_problem(dest: str | os.PathLike, database: str) -> str | None:
             what = "the database itself" if not suffix else f"the database's {suffix} file"
             return f"{dest} is {what} ({side}); write the copy elsewhere"
     return None
+
+
+# Filesystems of the kernel, not disks (/proc, /sys, /dev): a copy written there fails, or is lost
+# at the next reboot (devtmpfs).
+NOT_STORAGE_FS = {
+    "proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "pstore",
+    "bpf", "configfs", "fusectl", "mqueue", "binfmt_misc", "efivarfs", "selinuxfs", "rpc_pipefs", "nsfs",
+    "autofs", "hugetlbfs",
+}
+
+
+def copy_folder_problem(dest: str | os.PathLike) -> str | None:
+    """Why no copy can be written in the folder of `dest`, or None: the folder is missing, or it is
+    on a filesystem of the kernel that keeps no files on a disk (/proc, /sys, /dev)."""
+    folder = os.path.dirname(os.path.abspath(dest))
+    if not os.path.isdir(folder):
+        return f"the folder {folder} does not exist; create it first or give another path"
+    try:
+        mounts = Path("/proc/mounts").read_text()
+    except OSError:
+        return None
+    fstype = filesystem_type(os.path.realpath(folder), mounts)
+    if fstype in NOT_STORAGE_FS:
+        return (f"{os.fspath(dest)} is on {fstype}, a filesystem of the kernel, not a disk that keeps files; "
+                "write the copy to a disk")
+    return None
+
+
+def free_bytes(folder: str | os.PathLike) -> int | None:
+    """The bytes an unprivileged writer may still use on the filesystem of `folder`, or None."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 # -- sole use --------------------------------------------------------------------------------------

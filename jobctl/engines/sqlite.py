@@ -14,6 +14,7 @@ and COMMIT ourselves, so a SELECT is never left outside the transaction it belon
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import stat
@@ -55,7 +56,9 @@ def _disk_is_full(path: str) -> bool:
         st = os.statvfs(os.path.dirname(os.path.abspath(path)) or ".")
     except OSError:
         return False
-    return st.f_bavail == 0 or st.f_favail == 0
+    # An I/O error with less than 1 MiB left is the disk being full (a -shm that cannot grow by its
+    # 32 KiB, say: SQLITE_IOERR_SHMSIZE), not a failing disk.
+    return st.f_bavail * st.f_frsize < 1024 * 1024 or st.f_favail == 0
 
 
 def translate(exc: sqlite3.Error, path: str, busy_timeout: float) -> Exception:
@@ -97,6 +100,11 @@ def _create_database(path: Path) -> None:
     The schema is written to a private temporary file beside it, which is then hard-linked into
     place (link fails if the name exists). So a database file either does not exist or is a whole
     jobctl database: a crash mid-creation never leaves an empty file that looks foreign later.
+
+    The schema is written in rollback-journal mode, straight into the file, so that a full disk
+    fails the COMMIT; in WAL mode the commit only reached the -wal and the file itself was filled
+    by the checkpoint of close(), whose errors nobody sees, and a truncated file was linked into
+    place. The copy is read back whole (quick_check) before it is linked.
     """
     from jobctl.engines import schema
 
@@ -107,25 +115,58 @@ def _create_database(path: Path) -> None:
     try:
         conn = sqlite3.connect(str(tmp), isolation_level=None)
         try:
-            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
             conn.execute("BEGIN IMMEDIATE")
             schema.migrate(conn, 0)
             conn.execute("COMMIT")
+            conn.execute("PRAGMA journal_mode = WAL")  # (in the file's header: also a checked write)
+            check = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
         finally:
             conn.close()
+        if check != ["ok"] or version != schema.SCHEMA_VERSION:
+            raise DatabaseUnusable(f"the new database {path} could not be written whole ({'; '.join(check[:3])}); "
+                                   "nothing was kept; check the disk and retry")
         try:
             os.link(tmp, path)
         except FileExistsError:
             pass  # another process created it first: use theirs
-        except OSError:
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise
             if not path.exists():  # a filesystem without hard links
                 os.rename(tmp, path)
     finally:
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in ("", "-journal", "-wal", "-shm"):
             try:
                 os.unlink(f"{tmp}{suffix}")
             except FileNotFoundError:
                 pass
+
+
+def _cannot_write(dest, folder: str, e: OSError) -> Exception:
+    """The error of a copy that could not be created or named at `dest` (the database is not to blame)."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFull(f"the disk holding {dest} is full; nothing was written; free some space there or "
+                        "write the backup elsewhere")
+    if e.errno == errno.ENOENT:
+        return InvalidInput(f"the folder {folder} does not exist; nothing was written; give another path")
+    reason = "its filesystem is read-only" if e.errno == errno.EROFS else (e.strerror or str(e)).lower()
+    return DatabaseUnusable(f"cannot write {dest}: {reason}; nothing was written; choose a folder you can write to")
+
+
+def _copy_error(e: sqlite3.Error, dest, *, always: bool = False) -> Exception | None:
+    """The error of writing the copy `dest`, when `e` is one (a full disk, a write that failed), else
+    None; with `always`, any error (it was met on the copy alone)."""
+    name = getattr(e, "sqlite_errorname", "") or ""
+    if name.startswith("SQLITE_FULL") or (name.startswith("SQLITE_IOERR") and _disk_is_full(str(dest))):
+        return DiskFull(f"the disk holding {dest} is full; nothing was written; free some space there or "
+                        "write the backup elsewhere")
+    if always or name in ("SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC", "SQLITE_IOERR_TRUNCATE",
+                          "SQLITE_IOERR_DIR_FSYNC", "SQLITE_READONLY", "SQLITE_CANTOPEN"):
+        return DatabaseUnusable(f"cannot write {dest} ({name or e}); nothing was written; check that disk "
+                                "or write the backup elsewhere")
+    return None
 
 
 class _WriteTransaction:
@@ -253,13 +294,18 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
                 raise DatabaseUnusable(
                     f"no database at {p}; check --db / JOBCTL_DB, or create it with `jobctl --db {p} init`"
                 ) from None
+            files.check_db_folder(files.resolve(p))  # (before anything is created there)
             try:
                 _create_database(Path(files.resolve(p)))
             except sqlite3.Error as e:
                 raise translate(e, str(p), busy_timeout) from e
             except OSError as e:
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DiskFull(f"the disk holding {p} is full; no database was created; free some space "
+                                   "and retry") from None
                 raise DatabaseUnusable(f"cannot create the database {p}: {e.strerror}") from None
             real = files.check_file(p)
+        files.check_db_folder(real)
         if create:
             files.clean_stale_temps(real)
         try:
@@ -282,10 +328,14 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
                 # journal for each statement, by default in a new temporary file: ~35 µs per
                 # inserted row, half of `enqueue --batch` (bench/run.py); in memory, a few µs.
                 conn.execute("PRAGMA temp_store = MEMORY")
+                # The first read opens the -wal and -shm: they must be the checked ones before a write.
+                conn.execute("PRAGMA application_id").fetchone()
+                files.check_open_side_files(real)
                 engine._check_schema(migrate=not read_only)
                 # WAL persists in the file; switch only when it is not set (a restored backup, say).
                 if not read_only and conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                     conn.execute("PRAGMA journal_mode = WAL")
+                    files.check_open_side_files(real)
         except BaseException:
             conn.close()
             raise
@@ -527,35 +577,59 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         """A consistent copy through SQLite's backup API, written to a 0600 file, then renamed.
         on_progress(pages copied, pages in all) is called after each step of 4096 pages.
         Refused (exit 2): a target that is not a regular file (a device such as /dev/null, a link,
-        a folder), or this database or one of its side files under any name."""
-        problem = files.copy_target_problem(dest, self.identity)
+        a folder), this database or one of its side files under any name, a missing folder, a
+        folder on a filesystem of the kernel (/proc, /sys, /dev). A destination that cannot be
+        written (full, read-only, not allowed) exits 8 naming it. A failure leaves nothing behind."""
+        problem = files.copy_target_problem(dest, self.identity) or files.copy_folder_problem(dest)
         if problem:
             raise InvalidInput(f"{problem}; nothing was written")
+        folder = os.path.dirname(os.path.abspath(dest))
+        with self._errors():
+            needed = self.conn.execute("PRAGMA page_count").fetchone()[0] * self.conn.execute(
+                "PRAGMA page_size").fetchone()[0]
         files.clean_stale_temps(dest)  # what a killed backup to this name left
         tmp = files.temp_name(dest, "backup")
-        files.create_private_file(tmp)
         try:
+            files.create_private_file(tmp)  # (a folder that is read-only or not ours to write says so here)
+        except OSError as e:
+            raise _cannot_write(dest, folder, e) from None
+        try:
+            free = files.free_bytes(folder)
+            if free is not None and free < needed:
+                raise DiskFull(f"the disk holding {dest} is full: the copy needs {needed / 1048576:.1f} MiB and "
+                               f"{free / 1048576:.1f} MiB are free; nothing was written; free some space there or "
+                               "write the backup elsewhere")
             target = sqlite3.connect(str(tmp))
             try:
-                with self._errors():
+                try:
                     self.conn.backup(target, pages=4096, progress=None if on_progress is None else
                                      lambda _status, remaining, total: on_progress(total - remaining, total))
+                except sqlite3.Error as e:  # the database is only read: a write error is the copy's
+                    raise (_copy_error(e, dest) or self._translated(e)) from e
+                try:
                     # The backup API copies pages as they are: check the copy, so that a damaged
                     # file never yields a "backup" that someone later restores in good faith.
                     check = [r[0] for r in target.execute("PRAGMA quick_check").fetchall()]
+                    if check == ["ok"]:
+                        target.execute("PRAGMA journal_mode = DELETE")  # a self-contained single file
+                except sqlite3.Error as e:
+                    raise (_copy_error(e, dest, always=True) or e) from e
                 if check != ["ok"]:
                     raise DatabaseUnusable(
                         f"the database {self.path} is corrupt ({'; '.join(check[:3])}); no backup was written; "
                         "restore it from an earlier backup")
-                target.execute("PRAGMA journal_mode = DELETE")  # a self-contained single file
             finally:
                 target.close()
-            os.rename(tmp, dest)
-        except BaseException:
             try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+                os.rename(tmp, dest)
+            except OSError as e:
+                raise _cannot_write(dest, folder, e) from None
+        except BaseException:
+            for suffix in ("", "-journal", "-wal", "-shm"):
+                try:
+                    os.unlink(f"{tmp}{suffix}")
+                except FileNotFoundError:
+                    pass
             raise
 
     def health_checks(self) -> list[Check]:
@@ -594,7 +668,15 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
             "" if wal <= WAL_WARN_BYTES else "; a long-running reader may be blocking checkpoints")))
         return checks + self._job_checks("restore the file from a backup or enqueue their work again", schema_ok)
 
-    def checkpoint(self) -> tuple[int, int, int]:
+    def checkpoint(self, *, wait: float | None = None) -> tuple[int, int, int]:
+        """PRAGMA wal_checkpoint(TRUNCATE): (1 if readers or writers kept it from finishing, frames
+        in the log, frames folded in). `wait`: the longest wait for them (default the busy timeout)."""
         with self._errors():
-            return tuple(self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
+            if wait is None:
+                return tuple(self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
+            self.conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+            try:
+                return tuple(self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
+            finally:
+                self.conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
 

@@ -222,8 +222,23 @@ class Worker:
             self.sup.close()
             self.handler_db.close()
             self._restore_signals(saved)
+            self._give_back_the_log()
         self.log("stopped", f"{self.claimed} job(s) started")
         return self.exit_code
+
+    def _give_back_the_log(self) -> None:
+        """A stopping worker folds the write-ahead log into the file and truncates it, so that the
+        log's space goes back to the disk (a worker stopped on a full disk held it). SQLite does
+        this itself only when the last connection closes, and not while another process (a `stats
+        --watch`) has the file open. Readers are waited for 0.5 s at most; a checkpoint that
+        cannot finish (a busy queue, a disk too full to grow the file) is left to the next one."""
+        files = getattr(self.q.engine, "files", None)
+        if files is None:
+            return
+        try:
+            files.checkpoint(wait=0.5)
+        except Exception:  # noqa: BLE001 (best effort on the way out: the next checkpoint does it)
+            pass
 
     def begin(self) -> None:
         started = self.clock()

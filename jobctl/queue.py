@@ -161,9 +161,8 @@ class Queue:
     def _counted(self, job: Job) -> bool:
         """Whether a held job counts against a concurrency limit of this queue's config."""
         limits = self.limits
-        if job.concurrency_group is not None:
-            return job.concurrency_group in limits.groups
-        return job.type in limits.types
+        kind, name = limits.key(job.type, job.concurrency_group)
+        return name in (limits.groups if kind == "group" else limits.types)
 
     @property
     def limits(self):
@@ -260,8 +259,10 @@ class Queue:
         if isinstance(after, (str, int)):
             after = [after]
         after_ids = [validate_job_id(a) for a in after]
-        cost_units = parse_cost(cost) if cost is not None else (tc and tc.cost_units) or 1
-        group = validate_name(group, "group") if group is not None else tc and tc.concurrency_group
+        # Only what the job sets itself is stored: a group or cost left out is the type's in the
+        # config of whoever claims it (limits.Limits.resolve), not frozen from the enqueuer's.
+        cost_units = parse_cost(cost) if cost is not None else 0
+        group = validate_name(group, "group") if group is not None else None
         given = {"on_buried": on_buried, "on_completed": on_completed, "on_cancelled": on_cancelled}
         reactions: dict[str, str | None] = {}
         for name, value in given.items():

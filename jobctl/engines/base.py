@@ -349,6 +349,11 @@ class Engine(Protocol):
         """Held jobs whose lease has expired."""
     def pending_types(self) -> dict[str, int]: ...
 
+    def own_limits(self, types: list[str]) -> list[tuple[str, str | None, int, int, int]]:
+        """Unfinished jobs (pending or held) of these types that set a group or cost of their own:
+        (type, group, cost units (0: not set), how many, the first id) per distinct pair."""
+        ...
+
     def health_checks(self) -> list[Check]:
         """The engine's own checks for `doctor`: integrity, schema version, file modes, WAL size
         (SQLite); connection, vacuum, dead rows (a server engine)."""

@@ -1288,6 +1288,16 @@ class SQLEngine:
             return {r[0]: r[1] for r in c.execute(
                 "SELECT type, count(*) FROM jobs WHERE status = 'pending' GROUP BY type")}
 
+    def own_limits(self, types: list[str]) -> list[tuple[str, str | None, int, int, int]]:
+        if not types:
+            return []
+        with self._read() as c:
+            return [tuple(r) for r in c.execute(
+                "SELECT type, concurrency_group, cost_units, count(*), min(id) FROM jobs "
+                "WHERE status IN ('pending', 'running', 'cancel_requested') "
+                f"AND type IN ({','.join('?' * len(types))}) AND (concurrency_group IS NOT NULL OR cost_units <> 0) "
+                "GROUP BY type, concurrency_group, cost_units ORDER BY type, min(id)", types)]
+
 
 def _queue_and_type(queue: str | None, type: str | None) -> tuple[str, list]:
     """" AND queue = ? AND type = ?" for the ones given, and their parameters."""

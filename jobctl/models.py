@@ -87,7 +87,7 @@ class Job(Record):
                  waiting_on: int = 0,  # how many `after` jobs are not completed yet
                  expiry_seen_at: int | None = None,  # when a sweep first saw its lease expired
                  expiry_seen_hb: int | None = None,  # ... and the heartbeat it saw then
-                 cost_units: int = 0,  # what it holds of its concurrency limit while it runs (0: the type's)
+                 cost_units: int = 1,  # what it holds of its concurrency limit while it runs (0: not set, the type's)
                  concurrency_group: str | None = None,  # None: the type's, if any (limits.Limits.resolve)
                  on_buried: str | None = None,  # reaction types: a job of that type is enqueued when it
                  on_completed: str | None = None,  # becomes buried / completed / cancelled (stored at enqueue)

@@ -7,7 +7,6 @@ import sys
 import pytest
 
 from conftest import open_queues, run_cli, start_worker, finish, types_settings
-from jobctl.queue import Queue
 
 settings = types_settings
 

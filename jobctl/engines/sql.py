@@ -553,7 +553,7 @@ class SQLEngine:
                          "AND run_at <= ? AND {}" + NOT_PAUSED)
             counts: dict[tuple[str, str], int] = {}
             for t in ({*limits.rates, *limits.types} if held_ready else ()):
-                room = admission.room.get(("type", t))
+                room = admission.room.get(("type", t), 0)  # (only types with a concurrency limit use it)
                 if t in admission.shut_types:  # every ready job of a rate-shut type waits
                     sql, args = ready_sql.format(self._indexed("jobs_ready_by_type"), "type = ?"), [now, t]
                 elif t in limits.types and (room < 1 or limits.type_costs.get(t, 1) > room):

@@ -409,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
 
         psycopg2.connect(base, connect_timeout=3).close()
     except ImportError:
-        print("bench/postgres.py: psycopg2 is not installed (pip install 'jobctl[postgres]')", file=sys.stderr)
+        print("bench/postgres.py: psycopg2 is not installed (pip install '.[postgres]')", file=sys.stderr)
         return 2
     except psycopg2.OperationalError as e:
         print(f"bench/postgres.py: no PostgreSQL server at {base}: {str(e).strip()}", file=sys.stderr)

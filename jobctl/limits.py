@@ -7,6 +7,11 @@ every worker and every `claim` on the database:
   of a concurrency group, or of one type when the job has no group;
 - a job's cost units: what one held job counts against that limit (default 1).
 
+A job's group and cost are the claimer's config's for its type (type_groups, type_costs) unless
+the job set them itself (enqueue --group / --cost, the batch keys): stored, those win. A job
+stores no group (NULL) and cost 0 when it set none, so a job enqueued without the config (cron,
+another host) is limited like any other of its type.
+
 The engine reads the figures (starts in the window, units held) and asks this module which
 types and keys are shut and how much room each key has left; it then claims the best job that
 fits. Nothing here does I/O.
@@ -21,18 +26,33 @@ class Limits(Record):
     """The limits a claimer's config declares.
 
     rates: {type: (max starts, window ms)}; groups: {group: limit} (the smallest that any type of
-    the group declares); types: {type: limit} for types with a limit and no group."""
+    the group declares); types: {type: limit} for types with a limit and no group; type_groups:
+    {type: group} and type_costs: {type: cost units} of the types that declare them: what a job
+    that set neither itself counts against, and with."""
 
-    __slots__ = ("rates", "groups", "types")
+    __slots__ = ("rates", "groups", "types", "type_groups", "type_costs")
 
     def __init__(self, rates: dict[str, tuple[int, int]] | None = None, groups: dict[str, int] | None = None,
-                 types: dict[str, int] | None = None):
+                 types: dict[str, int] | None = None, type_groups: dict[str, str] | None = None,
+                 type_costs: dict[str, int] | None = None):
         self.rates = {} if rates is None else rates
         self.groups = {} if groups is None else groups
         self.types = {} if types is None else types
+        self.type_groups = {} if type_groups is None else type_groups
+        self.type_costs = {} if type_costs is None else type_costs
 
     def __bool__(self) -> bool:
         return bool(self.rates or self.groups or self.types)
+
+    def resolve(self, type: str, group: str | None, cost_units: int | None) -> tuple[str | None, int]:
+        """A job's group and cost under this config: its own where it set them (a stored group,
+        a cost from 1), else its type's (no group, cost 1 when the type names none)."""
+        return (group if group is not None else self.type_groups.get(type),
+                cost_units if cost_units else self.type_costs.get(type, 1))
+
+    def key(self, type: str, group: str | None) -> tuple[str, str]:
+        """Which concurrency limit a job of `type` with this stored group counts against."""
+        return key_of(group if group is not None else self.type_groups.get(type), type)
 
 
 def from_settings(settings) -> Limits:
@@ -40,7 +60,13 @@ def from_settings(settings) -> Limits:
     rates: dict[str, tuple[int, int]] = {}
     groups: dict[str, int] = {}
     types: dict[str, int] = {}
+    type_groups: dict[str, str] = {}
+    type_costs: dict[str, int] = {}
     for name, tc in settings.types.items():
+        if tc.concurrency_group is not None:
+            type_groups[name] = tc.concurrency_group
+        if tc.cost_units is not None and tc.cost_units != 1:
+            type_costs[name] = tc.cost_units
         if tc.rate_limit is not None:
             n, seconds = tc.rate_limit
             rates[name] = (n, int(seconds * 1000))
@@ -49,7 +75,18 @@ def from_settings(settings) -> Limits:
                 groups[tc.concurrency_group] = min(tc.concurrency_limit, groups.get(tc.concurrency_group, tc.concurrency_limit))
             else:
                 types[name] = tc.concurrency_limit
-    return Limits(rates, groups, types)
+    return Limits(rates, groups, types, type_groups, type_costs)
+
+
+def held_units(limits: Limits, held: list) -> dict[tuple[str, str], int]:
+    """The units held per concurrency key by these held rows (type, concurrency_group, cost_units),
+    each resolved under this config."""
+    units: dict[tuple[str, str], int] = {}
+    for r in held:
+        group, cost = limits.resolve(r["type"], r["concurrency_group"], r["cost_units"])
+        key = key_of(group, r["type"])
+        units[key] = units.get(key, 0) + cost
+    return units
 
 
 def key_of(group: str | None, type: str) -> tuple[str, str]:
@@ -60,15 +97,17 @@ def key_of(group: str | None, type: str) -> tuple[str, str]:
 class Admission(Record):
     """What a claim may take now: rate-shut types, and the room left under each concurrency key."""
 
-    __slots__ = ("shut_types", "room")
+    __slots__ = ("shut_types", "room", "limits")
 
-    def __init__(self, shut_types: set[str], room: dict[tuple[str, str], int]):
+    def __init__(self, shut_types: set[str], room: dict[tuple[str, str], int], limits: Limits | None = None):
         self.shut_types = shut_types
         self.room = room
+        self.limits = Limits() if limits is None else limits  # what resolves a job's group and cost
 
     def admits(self, type: str, group: str | None, cost_units: int) -> bool:
         if type in self.shut_types:
             return False
+        group, cost_units = self.limits.resolve(type, group, cost_units)
         room = self.room.get(key_of(group, type))
         return room is None or cost_units <= room
 
@@ -81,7 +120,7 @@ def admission(limits: Limits, starts: dict[str, int], held_units: dict[tuple[str
         room[("group", group)] = limit - held_units.get(("group", group), 0)
     for type, limit in limits.types.items():
         room[("type", type)] = limit - held_units.get(("type", type), 0)
-    return Admission(shut, room)
+    return Admission(shut, room, limits)
 
 
 def window_opens_at(recent_starts: list[int], n: int, window_ms: int) -> int:
@@ -98,6 +137,7 @@ def describe_hold(type: str, group: str | None, cost_units: int, limits: Limits,
     from jobctl.durations import format_duration
 
     reasons = []
+    group, cost_units = limits.resolve(type, group, cost_units)
     if type in admission.shut_types:
         n, window = limits.rates[type]
         wait = max(opens_at.get(type, now) - now, 0) / 1000

@@ -87,8 +87,8 @@ class Job(Record):
                  waiting_on: int = 0,  # how many `after` jobs are not completed yet
                  expiry_seen_at: int | None = None,  # when a sweep first saw its lease expired
                  expiry_seen_hb: int | None = None,  # ... and the heartbeat it saw then
-                 cost_units: int = 1,  # what it holds of its concurrency limit while it runs
-                 concurrency_group: str | None = None,
+                 cost_units: int = 1,  # what it holds of its concurrency limit while it runs (0: not set, the type's)
+                 concurrency_group: str | None = None,  # None: the type's, if any (limits.Limits.resolve)
                  on_buried: str | None = None,  # reaction types: a job of that type is enqueued when it
                  on_completed: str | None = None,  # becomes buried / completed / cancelled (stored at enqueue)
                  on_cancelled: str | None = None,
@@ -199,7 +199,7 @@ class Job(Record):
             "created_at": to_rfc3339(self.created_at),
             "updated_at": to_rfc3339(self.updated_at),
             "finished_at": to_rfc3339(self.finished_at),
-            "cost_units": self.cost_units,
+            "cost_units": self.cost_units or None,  # null: not set on the job, the claimer's config decides
             "concurrency_group": self.concurrency_group,
             "on_buried": self.on_buried,
             "on_completed": self.on_completed,

@@ -161,9 +161,8 @@ class Queue:
     def _counted(self, job: Job) -> bool:
         """Whether a held job counts against a concurrency limit of this queue's config."""
         limits = self.limits
-        if job.concurrency_group is not None:
-            return job.concurrency_group in limits.groups
-        return job.type in limits.types
+        kind, name = limits.key(job.type, job.concurrency_group)
+        return name in (limits.groups if kind == "group" else limits.types)
 
     @property
     def limits(self):
@@ -260,8 +259,10 @@ class Queue:
         if isinstance(after, (str, int)):
             after = [after]
         after_ids = [validate_job_id(a) for a in after]
-        cost_units = parse_cost(cost) if cost is not None else (tc and tc.cost_units) or 1
-        group = validate_name(group, "group") if group is not None else tc and tc.concurrency_group
+        # Only what the job sets itself is stored: a group or cost left out is the type's in the
+        # config of whoever claims it (limits.Limits.resolve), not frozen from the enqueuer's.
+        cost_units = parse_cost(cost) if cost is not None else 0
+        group = validate_name(group, "group") if group is not None else None
         given = {"on_buried": on_buried, "on_completed": on_completed, "on_cancelled": on_cancelled}
         reactions: dict[str, str | None] = {}
         for name, value in given.items():
@@ -741,6 +742,7 @@ class Queue:
                                 "every pending type has a command" if not orphans else
                                 "no [types.X] command for: " + ", ".join(f"{t} ({n} pending)" for t, n in sorted(orphans.items()))
                                 + " (fine if workers use --type or scripts claim them)"))
+            checks.append(self._own_limits_check())
         from jobctl.handlers import command_problems
 
         broken = command_problems(self.settings)
@@ -748,6 +750,31 @@ class Queue:
                             "every command can be run" if not broken else
                             "; ".join(f"type {t}: {p}" for t, p in broken.items()) + " (workers refuse to start)"))
         return checks
+
+    def _own_limits_check(self):
+        """Unfinished jobs of a limited type whose own group or cost (set at enqueue, or frozen from
+        the enqueuer's config by an older jobctl) differs from what the config gives the
+        type: theirs wins, so the limit counts them otherwise than the config says."""
+        from jobctl.engines.base import Check
+
+        limits = self.limits
+        keys = {t: limits.key(t, None) for t in self.settings.types}
+        limited = sorted(t for t, (kind, name) in keys.items() if name in (limits.groups if kind == "group" else limits.types))
+        found = []
+        for type, group, cost, n, first in self.engine.own_limits(limited):
+            config_group, config_cost = limits.resolve(type, None, 0)
+            differs = []
+            if group is not None and group != config_group:
+                differs.append(f"group {group} (config: {config_group or 'none'})")
+            if cost and cost != config_cost:
+                differs.append(f"cost {cost} (config: {config_cost})")
+            if differs:
+                more = f" and {n - 1} more" if n > 1 else ""
+                found.append(f"job {first}{more} of type {type}: {', '.join(differs)}")
+        return Check("limits", not found,
+                     "every unfinished job of a limited type counts as its type's config says" if not found else
+                     "; ".join(found) + " (set on the job, so it wins over the config; if that is not meant, "
+                     "cancel and enqueue it again without --group/--cost)")
 
     def backup(self, dest, *, on_progress: Callable[[int, int], None] | None = None) -> None:
         """A consistent copy of a file database; a server database has its own tools (exit 2)."""

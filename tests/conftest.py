@@ -62,7 +62,7 @@ def _pg_server() -> tuple[str | None, str | None]:
         try:
             import psycopg2
         except ImportError:
-            _pg_state["why"] = "the psycopg2 driver is not installed (pip install 'jobctl[postgres]')"
+            _pg_state["why"] = "the psycopg2 driver is not installed (pip install '.[postgres]')"
         else:
             from jobctl.engines import display
 

@@ -39,7 +39,7 @@ def test_global_option_after_the_command_says_where_to_put_it(tmp_path):
     assert r.one_error_line() == ("jobctl: error: --db is a global option: put it before the command: "
                                   "jobctl '--db=a b.db' config show")
     r = run_cli("list", "--frobnicate")  # other unknown options: as before
-    assert "No such option: --frobnicate" in r.one_error_line() and r.exit_code == 2
+    assert "no such option --frobnicate" in r.one_error_line() and r.exit_code == 2
 
 
 # -- 6. list says when it stops at the limit; --limit 0 is all ---------------------------------------

@@ -48,14 +48,16 @@ def test_concurrency_groups_take_the_smallest_limit_and_count_cost_units(make):
     clock = Clock(T0)
     s = settings(render=dict(concurrency_group="gpu", concurrency_limit=4, cost_units=2),
                  thumb=dict(concurrency_group="gpu", concurrency_limit=3), free={})
-    assert from_settings(s) == Limits({}, {"gpu": 3}, {})
+    assert from_settings(s) == Limits({}, {"gpu": 3}, {}, {"render": "gpu", "thumb": "gpu"}, {"render": 2})
     q = make(s, clock)
     r1 = q.enqueue("render").id
     q.enqueue("render")
     t1 = q.enqueue("thumb").id
     q.enqueue("thumb")
     q.enqueue("free")
-    assert q.get(r1).cost_units == 2 and q.get(r1).concurrency_group == "gpu"
+    # not set on the job: the claimer's config decides (stored as "not set", null in its JSON)
+    assert (q.get(r1).cost_units, q.get(r1).concurrency_group) == (0, None)
+    assert q.get(r1).to_dict()["cost_units"] is None
     a = q.claim(worker="w")  # render: 2 of 3
     b = q.claim(worker="w")  # render needs 2, 1 left: skipped; thumb fits: 3 of 3
     c = q.claim(worker="w")  # the group is full: only "free"

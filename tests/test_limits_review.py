@@ -127,7 +127,8 @@ def _claimer(db, seconds, out):
                 continue
             time.sleep(random.random() * 0.01)
             f = q.complete(j.id, token=j.token)
-            done.append((j.type, j.cost_units, j.claimed_at, f.finished_at))
+            done.append((j.type, q.limits.resolve(j.type, j.concurrency_group, j.cost_units)[1], j.claimed_at,
+                         f.finished_at))
     finally:
         q.close()
     return done

@@ -293,6 +293,17 @@ def test_a_missing_source_is_not_created(files):
     assert not source.exists() and not target.exists()
 
 
+def test_one_job_is_one_job_and_a_missing_postgresql_database_is_not_created(files, pg_base):
+    source, target = files
+    assert run_cli("--db", source, "enqueue", "t").exit_code == 0
+    r = run_inproc("migrate", "--to", target, db=source)
+    assert r.exit_code == 0 and r.stdout.startswith("copied 1 job (1 event, 0 runs, 0 logs, 0 pauses) from "), r.output
+    # a server database is not created: it must exist (jobctl creates its schema in it)
+    missing = pg_base.rsplit("/", 1)[0] + "/jobctl_no_such_database"
+    r = run_inproc("migrate", "--to", missing, db=source)
+    assert r.exit_code == 8 and 'database "jobctl_no_such_database" does not exist' in r.one_error_line()
+
+
 def test_a_worker_runs_the_jobs_on_the_target(pair, tmp_path):
     source, target = pair
     ids = build_source(source)["ids"]

@@ -67,7 +67,7 @@ CASES = {
     "2-bad-json": (2, _new, ["enqueue", "t", "{bad"], None, "not JSON"),
     "2-bad-stdin": (2, _new, ["enqueue", "t", "--payload-file", "-"], '{"x": NaN}', "NaN"),
     "2-unknown-option": (2, _new, ["enqueue", "--bogus"], None, "--help"),
-    "2-unknown-command": (2, _new, ["enqueu", "t"], None, "No such command"),
+    "2-unknown-command": (2, _new, ["enqueu", "t"], None, "no such command"),
     "3-no-such-job": (3, _new, ["show", "99"], None, "99"),
     "4-wrong-state": (4, _pending, ["complete", "1"], None, "pending"),
     "5-nothing-to-claim": (5, _new, ["claim"], None, None),

@@ -23,7 +23,7 @@ def test_run_builds_only_the_command_it_runs_and_restores_the_others(db, capsys)
 
 def test_unknown_and_misplaced_commands_keep_their_errors(db, capsys):
     assert run(["--db", str(db), "enqueu", "t"]) == 2
-    assert "No such command 'enqueu'" in capsys.readouterr().err
+    assert "no such command 'enqueu'" in capsys.readouterr().err
     assert run(["--db", str(db), "enqueue", "--bogus"]) == 2
     assert "jobctl enqueue --help" in capsys.readouterr().err
 

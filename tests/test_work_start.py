@@ -64,8 +64,8 @@ def test_a_plain_work_does_not_load_typer_and_runs_the_jobs(tmp_path, db):
     (["--queue", "bad name"], 2, "jobctl: error: invalid queue"),
     (["--type", "other"], 2, "jobctl: error: no command for type other"),
     # typer's own checks, reached because the fast reading leaves these to it
-    (["--concurrency", "0"], 2, "jobctl: error: Invalid value for '--concurrency' / '-c'"),
-    (["--bogus"], 2, "jobctl: error: No such option: --bogus"),
+    (["--concurrency", "0"], 2, "jobctl: error: invalid --concurrency 0: must be a whole number from 1 to 1024"),
+    (["--bogus"], 2, "jobctl: error: no such option --bogus"),
 ])
 def test_errors_are_one_line_with_the_same_exit_code_either_way(tmp_path, db, args, code, message):
     cfg = write_config(tmp_path)

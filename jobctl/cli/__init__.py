@@ -86,6 +86,60 @@ def _global_option_hint(e, argv: list[str]) -> str | None:
             f"{' '.join(shlex.quote(a) for a in fixed)}")
 
 
+def _usage_error(e) -> str:
+    """A usage error of the command line in jobctl's words, ending with where to read more:
+    `no such command 'enqeue'; did you mean 'enqueue'? See `jobctl --help``, `missing argument ID;
+    see `jobctl show --help``, `invalid --limit 'abc': must be a whole number from 0 to 1,000,000`."""
+    import re
+
+    from typer._click.exceptions import BadParameter, MissingParameter, NoSuchOption
+    from typer._click.types import FloatParamType, IntParamType
+
+    param = getattr(e, "param", None)
+    name = None
+    if param is not None:
+        name = max(param.opts, key=len) if param.param_type_name == "option" else param.human_readable_name
+    if isinstance(e, NoSuchOption):
+        text = f"no such option {e.option_name}"
+        if e.possibilities:
+            text += f"; did you mean {' or '.join(sorted(e.possibilities))}?"
+    elif isinstance(e, MissingParameter) and param is not None:
+        text = f"missing {param.param_type_name} {name}"
+    elif isinstance(e, BadParameter) and param is not None:
+        text = f"invalid {name}: {_sentences(e.message)}"
+        m = re.fullmatch(r"(.+?) is not (?:a valid .+|in the range .+)\.?", " ".join(e.message.split()))
+        if m and isinstance(param.type, (IntParamType, FloatParamType)):
+            from jobctl.cli.app import readable_number
+
+            whole = isinstance(param.type, IntParamType)
+            low, high = getattr(param.type, "min", None), getattr(param.type, "max", None)
+            span = (f" from {readable_number(low)} to {readable_number(high)}" if low is not None and high is not None else
+                    f" of at least {readable_number(low)}" if low is not None else
+                    f" of at most {readable_number(high)}" if high is not None else "")
+            text = f"invalid {name} {m.group(1)}: must be {'a whole number' if whole else 'a number'}{span}"
+    else:
+        message = " ".join(e.format_message().split())
+        m = re.fullmatch(r"Got unexpected extra argument\(s\) \((.*)\)", message)
+        text = f"unexpected extra argument(s): {m.group(1)}" if m else _sentences(message)
+    if e.ctx is None:
+        return text
+    see = f"`{e.ctx.command_path} --help`"
+    return f"{text} See {see}" if text.endswith("?") else f"{text}; see {see}"
+
+
+def _sentences(message: str) -> str:
+    """click's sentences as one jobctl phrase: `No such command 'x'. Did you mean 'y'?` becomes
+    `no such command 'x'; did you mean 'y'?`."""
+    import re
+
+    parts = [p for p in re.split(r"(?<=[.?])\s+", " ".join(message.split())) if p]
+    out = []
+    for part in parts:
+        part = part[:-1] if part.endswith(".") else part
+        out.append(part[:1].lower() + part[1:] if part[1:2].islower() or part[1:2] == " " else part)
+    return "; ".join(out)
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (no sys.exit), for main() and tests alike."""
     from typer import Abort, Exit
@@ -123,11 +177,9 @@ def run(argv: list[str] | None = None) -> int:
         hint = _global_option_hint(e, sys.argv[1:] if argv is None else list(argv))
         if hint:
             return _fail(hint, 2)
-        return _fail(" ".join(e.format_message().split()) +
-                     (f"; see `{e.ctx.command_path} --help`" if e.ctx is not None else ""), 2)
+        return _fail(_usage_error(e), 2)
     except UsageError as e:
-        hint = f"; see `{e.ctx.command_path} --help`" if e.ctx is not None else ""
-        return _fail(" ".join(e.format_message().split()) + hint, 2)
+        return _fail(_usage_error(e), 2)
     except ClickException as e:
         return _fail(" ".join(e.format_message().split()), e.exit_code)
     except Abort:

@@ -261,7 +261,8 @@ def migrate(
     """Copy every job, with its history, runs, logs and pauses, into another database (SQLite or PostgreSQL).
 
     The current database (--db) is read from one consistent snapshot and left unchanged; the target
-    is created if needed and written in one transaction, so it receives everything or nothing, and
+    (a SQLite file is created if needed; a PostgreSQL database must exist, jobctl creates its
+    schema) is written in one transaction, so it receives everything or nothing, and
     the counts of every table are checked before that transaction commits. A target that already
     holds jobs (or any other jobctl data) is refused (exit 2). Ids are kept; new jobs on the target
     get higher ones. Stop the workers first: a job running meanwhile is copied as running, and its
@@ -298,8 +299,11 @@ def migrate(
                    "logs": c["job_logs"], "pauses": done.pauses, "queues": c["queues"],
                    "paused_types": c["paused_types"], "running": done.running, "from": source_at, "to": target_at})
     else:
-        emit(f"copied {c['jobs']} jobs ({c['events']} events, {c['runs']} runs, {c['job_logs']} logs, "
-             f"{done.pauses} pauses) from {source_at} to {target_at}")
+        def n(count: int, what: str) -> str:
+            return f"{count} {what}" if count == 1 else f"{count} {what}s"
+
+        emit(f"copied {n(c['jobs'], 'job')} ({n(c['events'], 'event')}, {n(c['runs'], 'run')}, "
+             f"{n(c['job_logs'], 'log')}, {n(done.pauses, 'pause')}) from {source_at} to {target_at}")
     if done.running:
         were = "job was" if done.running == 1 else "jobs were"
         sys.stderr.write(f"jobctl: warning: {done.running} {were} running; their workers still report to the old "

@@ -155,9 +155,15 @@ def _open_postgres(url: str, settings, *, create: bool, read_only: bool, busy_ti
     except ImportError as e:
         if not (e.name or "").startswith("psycopg2"):
             raise
+        import shlex
+        import sys
+
+        # The command that works for the Python that runs jobctl, wherever it was installed from
+        # (the distribution is jobctl-queue: `jobctl` on the package index is another project).
         raise DatabaseUnusable(
             f"cannot open {display(url)}: PostgreSQL support is not installed; install it with "
-            "pip install 'jobctl[postgres]'"
+            f"{shlex.quote(sys.executable)} -m pip install 'psycopg2-binary>=2.9.9' "
+            "(or pip install '.[postgres]' in jobctl's checkout)"
         ) from None
     return PostgresEngine.open(url, settings, create=create, read_only=read_only, busy_timeout=busy_timeout,
                                clock=clock)

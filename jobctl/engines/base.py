@@ -48,7 +48,8 @@ class NewJob(Record):
                  idempotency_key: str | None = None, unique: bool = False,
                  after: list[int] | None = None,  # None: a new empty list
                  source: str | None = None,  # where it came from, for errors ("line 7" of a batch)
-                 cost_units: int = 1, concurrency_group: str | None = None,
+                 cost_units: int = 0,  # 0 and None: not set, the claimer's config decides (limits.Limits.resolve)
+                 concurrency_group: str | None = None,
                  on_buried: str | None = None, on_completed: str | None = None, on_cancelled: str | None = None,
                  after_previous: bool = False):  # also wait for the job before it in the same insert (a chain)
         self.queue = queue
@@ -348,6 +349,11 @@ class Engine(Protocol):
     def count_expired(self) -> int:
         """Held jobs whose lease has expired."""
     def pending_types(self) -> dict[str, int]: ...
+
+    def own_limits(self, types: list[str]) -> list[tuple[str, str | None, int, int, int]]:
+        """Unfinished jobs (pending or held) of these types that set a group or cost of their own:
+        (type, group, cost units (0: not set), how many, the first id) per distinct pair."""
+        ...
 
     def health_checks(self) -> list[Check]:
         """The engine's own checks for `doctor`: integrity, schema version, file modes, WAL size

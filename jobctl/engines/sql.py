@@ -392,10 +392,7 @@ class SQLEngine:
     def _admission(self, c, limits, types, now: int, held: list):
         from jobctl import limits as policy
 
-        units: dict[tuple[str, str], int] = {}
-        for r in held:
-            key = policy.key_of(r["concurrency_group"], r["type"])
-            units[key] = units.get(key, 0) + r["cost_units"]
+        units = policy.held_units(limits, held)
         rates = [(t, n, window) for t, (n, window) in limits.rates.items() if types is None or t in types]
         starts: dict[str, int] = {}
         if rates:
@@ -416,12 +413,33 @@ class SQLEngine:
         """SQL that leaves out jobs whose concurrency key has no room for their cost."""
         sql, params = "", []
         for (kind, name), room in admission.room.items():
-            if kind == "group":  # NULL_EQ, not "=": NOT (NULL AND ...) would leave out group-less jobs too
-                sql += f" AND NOT (concurrency_group {self.NULL_EQ} ? AND cost_units > ?)"
-            else:
-                sql += " AND NOT (concurrency_group IS NULL AND type = ? AND cost_units > ?)"
-            params += [name, room]
+            over, over_params = self._over_key(kind, name, room, admission.limits)
+            sql += f" AND NOT {over}"
+            params += over_params
         return sql, params
+
+    def _over_key(self, kind: str, name: str, room: int, limits) -> tuple[str, list]:
+        """SQL true for a job that counts against the concurrency key (kind, name) and costs more
+        than `room`. A job that set no group (NULL) counts against its type's group in `limits`,
+        and one that set no cost (0) holds its type's cost: constants per type, so a few terms."""
+        over, over_params = self._over_sql(room, limits)
+        if kind == "type":
+            return f"(concurrency_group IS NULL AND type = ? AND {over})", [name, *over_params]
+        members = [t for t, g in limits.type_groups.items() if g == name]
+        if not members:  # NULL_EQ, not "=": NOT (NULL AND ...) would leave out group-less jobs too
+            return f"(concurrency_group {self.NULL_EQ} ? AND {over})", [name, *over_params]
+        return (f"((concurrency_group {self.NULL_EQ} ? OR (concurrency_group IS NULL AND type IN "
+                f"({','.join('?' * len(members))}))) AND {over})", [name, *members, *over_params])
+
+    @staticmethod
+    def _over_sql(room: int, limits) -> tuple[str, list]:
+        """SQL true for a job whose cost (its own, else its type's in `limits`) exceeds `room`."""
+        if room < 1:  # no room: every cost is over it (a cost of its own is at least 1)
+            return "(cost_units > ? OR cost_units = 0)", [room]
+        costly = [t for t, cost in limits.type_costs.items() if cost > room]
+        if not costly:
+            return "cost_units > ?", [room]
+        return f"(cost_units > ? OR (cost_units = 0 AND type IN ({','.join('?' * len(costly))})))", [room, *costly]
 
     def _claim_admitted(self, c, request: ClaimRequest, now: int) -> Job | None:
         """The claim under limits: the best ready job that the limits admit, counted now, in this
@@ -519,7 +537,7 @@ class SQLEngine:
                            for i in range(len(types)))
         found = " UNION ALL ".join(f"SELECT {i}, v FROM g{i} WHERE v IS NOT NULL" for i in range(len(types)))
         rows = c.execute(f"WITH RECURSIVE {groups} {found}", [t for t in types for _ in (0, 1)]).fetchall()
-        keys: list[tuple[str, str | None]] = [(t, None) for t in types if room.get(("type", t), 1) >= 1]
+        keys: list[tuple[str, str | None]] = [(t, None) for t in types if room.get(admission.limits.key(t, None), 1) >= 1]
         keys += [(types[i], g) for i, g in rows if room.get(("group", g), 1) >= 1]
         return keys if len(keys) <= self.MAX_SEEKS else None
 
@@ -529,33 +547,41 @@ class SQLEngine:
         with self._read() as c:
             now = self.now()
             held = self._held_rows(c)
-            units: dict[tuple[str, str], int] = {}
-            for r in held:
-                key = policy.key_of(r["concurrency_group"], r["type"])
-                units[key] = units.get(key, 0) + r["cost_units"]
+            units = policy.held_units(limits, held)
             starts = {t: self._recent_starts(c, held, t, n, window, now) for t, (n, window) in limits.rates.items()}
             admission = policy.admission(limits, {t: len(s) for t, s in starts.items()}, units)
             ready_sql = ("SELECT count(*) FROM jobs{} WHERE status = 'pending' AND waiting_on = 0 "
                          "AND run_at <= ? AND {}" + NOT_PAUSED)
             counts: dict[tuple[str, str], int] = {}
             for t in ({*limits.rates, *limits.types} if held_ready else ()):
+                room = admission.room.get(("type", t), 0)  # (only types with a concurrency limit use it)
                 if t in admission.shut_types:  # every ready job of a rate-shut type waits
                     sql, args = ready_sql.format(self._indexed("jobs_ready_by_type"), "type = ?"), [now, t]
-                elif t in limits.types and admission.room[("type", t)] < 1:  # full: all of its ready jobs wait
-                    sql = ready_sql.format(self._indexed("jobs_ready_by_type"), "type = ? AND concurrency_group IS NULL")
-                    args = [now, t]
+                elif t in limits.types and (room < 1 or limits.type_costs.get(t, 1) > room):
+                    # full, or too full for the type's cost: all of its ready jobs wait but those
+                    # that set a cost of their own that fits
+                    sql = ready_sql.format(self._indexed("jobs_ready_by_type"),
+                                           "type = ? AND concurrency_group IS NULL AND (cost_units > ? OR cost_units = 0)")
+                    args = [now, t, room]
                 elif t in limits.types:  # those that need more units than are free: only costly jobs can
                     sql = ready_sql.format(self._indexed("jobs_ready_costly"),
                                            "type = ? AND concurrency_group IS NULL AND cost_units > 1 AND cost_units > ?")
-                    args = [now, t, admission.room[("type", t)]]
+                    args = [now, t, room]
                 else:  # a rate with starts to spare holds nothing back
                     counts[("type", t)] = 0
                     continue
                 counts[("type", t)] = c.execute(sql, [*args, now, now]).fetchone()[0]
             for g in (limits.groups if held_ready else ()):
-                counts[("group", g)] = c.execute(
-                    ready_sql.format(self._indexed("jobs_ready_by_group"), "concurrency_group = ? AND cost_units > ?"),
-                    (now, g, admission.room[("group", g)], now, now)).fetchone()[0]
+                room = admission.room[("group", g)]
+                over, over_params = self._over_sql(room, limits)
+                n = c.execute(
+                    ready_sql.format(self._indexed("jobs_ready_by_group"), f"concurrency_group = ? AND {over}"),
+                    (now, g, *over_params, now, now)).fetchone()[0]
+                for t in (t for t, group in limits.type_groups.items() if group == g):  # jobs that set no group
+                    n += c.execute(ready_sql.format(self._indexed("jobs_ready_by_type"),
+                                                    f"type = ? AND concurrency_group IS NULL AND {over}"),
+                                   (now, t, *over_params, now, now)).fetchone()[0]
+                counts[("group", g)] = n
         return {"now": now, "starts": starts, "held": units, "admission": admission, "held_ready": counts}
 
     def _bury_damaged(self, c, job_id: int, damage: str, now: int, actor: str) -> None:
@@ -1086,9 +1112,9 @@ class SQLEngine:
                 held.append(f"type IN ({','.join('?' * len(held_by.shut_types))})")
                 held_args += sorted(held_by.shut_types)
             for (kind, name), room in held_by.room.items():
-                held.append(f"(concurrency_group {self.NULL_EQ} ? AND cost_units > ?)" if kind == "group" else
-                            "(concurrency_group IS NULL AND type = ? AND cost_units > ?)")
-                held_args += [name, room]
+                over, over_args = self._over_key(kind, name, room, held_by.limits)
+                held.append(over)
+                held_args += over_args
             clauses.append("status = 'pending' AND waiting_on = 0 AND run_at <= ?" + NOT_PAUSED +
                            " AND (" + " OR ".join(held) + ")")
             args += [now, now, now, *held_args]
@@ -1267,6 +1293,16 @@ class SQLEngine:
         with self._read() as c:
             return {r[0]: r[1] for r in c.execute(
                 "SELECT type, count(*) FROM jobs WHERE status = 'pending' GROUP BY type")}
+
+    def own_limits(self, types: list[str]) -> list[tuple[str, str | None, int, int, int]]:
+        if not types:
+            return []
+        with self._read() as c:
+            return [tuple(r) for r in c.execute(
+                "SELECT type, concurrency_group, cost_units, count(*), min(id) FROM jobs "
+                "WHERE status IN ('pending', 'running', 'cancel_requested') "
+                f"AND type IN ({','.join('?' * len(types))}) AND (concurrency_group IS NOT NULL OR cost_units <> 0) "
+                "GROUP BY type, concurrency_group, cost_units ORDER BY type, min(id)", types)]
 
 
 _KINDS = ("table", "column", "index", "trigger", "function")

@@ -43,7 +43,7 @@ def cluster():
         try:
             import psycopg2  # noqa: F401
         except ImportError:
-            why = "the psycopg2 driver is not installed (pip install 'jobctl[postgres]')"
+            why = "the psycopg2 driver is not installed (pip install '.[postgres]')"
     if why is not None:
         _cannot(why)
     try:

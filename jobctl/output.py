@@ -181,8 +181,9 @@ def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width:
 
 
 def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = False,
-              explanation: str | None = None, run_output=None) -> Group:
-    """run_output: the latest run's stored output (engines.base.RunLog) or None."""
+              explanation: str | None = None, run_output=None, width: int | None = None) -> Group:
+    """run_output: the latest run's stored output (engines.base.RunLog) or None. width: the
+    screen's (None: the console's; in a pipe COLUMNS or 80)."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -210,9 +211,8 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
     if explanation:
         rows.insert(1, ("why", text(explanation, "yellow")))
     if run_output is not None:
-        earlier = f"; --run N for runs 1-{run_output.runs - 1}" if run_output.runs > 1 else ""
-        rows.append(("output", f"`jobctl logs {job.id}` (run {run_output.run}, "
-                               f"{_size(run_output.size)}{earlier})"))
+        other = "; --run N for another run" if run_output.runs > 1 else ""
+        rows.append(("output", f"`jobctl logs {job.id}` (run {run_output.run}, {_size(run_output.size)}{other})"))
     runs = failed_runs(events)
     if runs:  # the latest failed run's exit, next to the error it explains
         at = next(i for i, (label, _) in enumerate(rows) if label == "error") + 1
@@ -220,29 +220,62 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
     for label, value in rows:
         if value is not None:
             grid.add_row(label, value if isinstance(value, Text) else Text(str(value)))
-    history = Table(title="history", box=None, header_style="bold", title_justify="left", pad_edge=False)
-    for name in ("AT", "FROM", "TO", "ACTOR", "MESSAGE"):
-        history.add_column(name, overflow="fold" if name == "MESSAGE" else None)  # type: ignore[arg-type]
-    for e in events:
+    parts: list[RenderableType] = [Panel(grid, title=f"job {job.id}", title_align="left", expand=False)]
+    parts += history_view(events, width or console().width, patterns, reveal)
+    parts += _last_lines(job, runs, run_output, patterns, reveal)
+    return Group(*parts)
+
+
+def history_view(events: list[Event], width: int, patterns, reveal: bool = False) -> list[RenderableType]:
+    """The event history, one line per event: time, from → to, actor, and the message when it
+    fits beside them; a longer message goes below, indented, wrapped at the screen's width. A
+    timestamp is never wrapped (a column of 26 cells beside three others would fold it)."""
+    from rich.padding import Padding
+
+    out: list[RenderableType] = [Text("history", style="bold")]
+    moves = [f"{e.from_status or '-'} → {e.to_status}" for e in events]
+    actors = [text(e.actor) for e in events]
+    move_width = max((cell_len(m) for m in moves), default=0)
+    actor_width = max((a.cell_len for a in actors), default=0)
+    aligned = 24 + 2 + move_width + 2 + actor_width <= width * 2 // 3  # a long worker id: no padding
+    for e, move, actor in zip(events, moves, actors):
         how = exit_summary(_details(e))
         message = text(mask_text(e.message or "", patterns, reveal))
         if how:
             message.append(f"{' ' if e.message else ''}({how})", style="dim")
-        history.add_row(to_rfc3339(e.at), e.from_status or "-", e.to_status, text(e.actor), message)
-    parts: list[RenderableType] = [Panel(grid, title=f"job {job.id}", title_align="left", expand=False), history]
-    for run, how, tail in runs:
-        if tail:
-            parts += [Text(""), Text(f"stderr of run {run} ({how}), its last lines:", style="bold")]
-            parts += [text(mask_text(line, patterns, reveal), "red") for line in tail.rstrip("\n").split("\n")]
-    if run_output is not None and run_output.outcome in ("failed", "lost"):
-        from jobctl.runlog import last_lines
+        line = Text(to_rfc3339(e.at) + "  " + move.ljust(move_width) + "  ")
+        line.append_text(actor)
+        if aligned:
+            line.pad_right(actor_width - actor.cell_len)
+        if not message.plain:
+            out.append(line)
+        elif line.cell_len + 2 + message.cell_len <= width:
+            out.append(line + Text("  ") + message)
+        else:
+            line.rstrip()
+            out += [line, Padding(message, (0, 0, 0, 4), expand=False)]
+    return out
 
+
+def _last_lines(job: Job, runs: list, run_output, patterns, reveal: bool) -> list[RenderableType]:
+    """The last lines of the latest failed run, once: its kept output (stdout and stderr in the
+    order written) when that run kept some, else the stderr tail its history holds."""
+    from jobctl.runlog import last_lines
+
+    latest = runs[-1] if runs else None
+    if run_output is not None and run_output.outcome in ("failed", "lost") and (
+            latest is None or run_output.run >= latest[0]):
         lines = last_lines(run_output, 10, patterns, reveal)
         if lines:
-            parts += [Text(""), Text(f"output of run {run_output.run} ({run_output.outcome}), its last lines "
-                                     f"(`jobctl logs {job.id}` for all):", style="bold")]
-            parts += [Text(line) for line in lines]
-    return Group(*parts)
+            how = latest[1] if latest is not None and latest[0] == run_output.run else run_output.outcome
+            return ([Text(""), Text(f"last lines of run {run_output.run} ({how}):", style="bold")]
+                    + [Text(line) for line in lines]
+                    + [Text(f"all of its output: `jobctl logs {job.id} --run {run_output.run}`", style="dim")])
+    if latest is not None and latest[2]:
+        run, how, tail = latest
+        return [Text(""), Text(f"last lines of run {run}'s stderr ({how}):", style="bold")] + [
+            text(mask_text(line, patterns, reveal), "red") for line in tail.rstrip("\n").split("\n")]
+    return []
 
 
 def _size(n: int) -> str:
@@ -288,11 +321,15 @@ def exit_summary(details: dict) -> str | None:
 
 
 def failed_runs(events: list[Event]) -> list[tuple[int, str, str | None]]:
-    """(run number, how it ended, stderr tail) of each run whose end the history details, oldest first."""
-    runs, run = [], 0
+    """(run number, how it ended, stderr tail) of each run whose end the history details, oldest
+    first; runs numbered as their claims say ("run 2 of 3"), as the worker and `logs --run` do."""
+    from jobctl.runlog import run_number
+
+    runs, run, starts = [], 0, 0
     for e in events:
         if e.to_status == "running" and e.from_status == "pending":
-            run += 1
+            starts += 1
+            run = run_number(e.message, starts)
         d = _details(e)
         how = exit_summary(d)
         if how:

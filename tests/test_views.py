@@ -215,3 +215,68 @@ def test_stats_watch_fits_the_screen(db):
     assert lines[0].startswith("refreshed ")
     buried = next(i for i, line in enumerate(lines) if line.split()[:2] == ["BURIED", "QUEUE"])
     assert lines[buried + 1].rstrip().endswith("…") and len(lines[buried + 1]) <= 80, lines
+
+
+def test_runs_read_used_of_allowed_after_a_retry(cli, db):
+    """A retry of a job with no runs left allows one more run and says so: RUNS never reads 2/1."""
+    assert cli("enqueue", "t", "--max-attempts", "1").exit_code == 0
+    job = json.loads(cli("claim").stdout)
+    assert cli("fail", "1", "--token", job["token"], "--error", "boom").exit_code == 0
+    assert cli("retry", "1").exit_code == 0
+    shown = json.loads(cli("show", "1", "--json").stdout)
+    assert (shown["attempts"], shown["max_attempts"]) == (1, 2)
+    job = json.loads(cli("claim").stdout)
+    assert (job["attempt"], job["max_attempts"]) == (2, 2)
+    r = cli("fail", "1", "--token", job["token"], "--error", "boom again", "--json")
+    assert json.loads(r.stdout)["status"] == "buried"  # one more failure buries it again, as before
+    assert cli("list").stdout.splitlines()[1].split()[5] == "2/2"
+    assert cli("retry", "1", "--reset-attempts").exit_code == 0
+    shown = json.loads(cli("show", "1", "--json").stdout)
+    assert (shown["attempts"], shown["max_attempts"]) == (0, 2)
+
+
+# -- show: the history at 80 columns and in a pipe, a failed run's last lines once ------------------
+
+LONG_ERROR = "Traceback (most recent call last): requests.exceptions.ConnectionError: " + "retries exceeded " * 12
+
+
+def failed_job(cli, tmp_path):
+    config = tmp_path / "jobctl.toml"
+    config.write_text('[types.bad]\ncommand = ["sh", "-c", "echo first detail line >&2; echo \\"$0\\" >&2; exit 3", '
+                      f'{json.dumps(LONG_ERROR)}]\nmax_attempts = 2\nbackoff = "0,0"\n'
+                      '[types.quiet]\ncommand = ["sh", "-c", "exit 3"]\nmax_attempts = 1\n')
+    assert cli("--config", config, "enqueue", "bad").exit_code == 0
+    assert cli("--config", config, "work", "--stop-when-empty", "--worker", "a-long-host-name.example:42424").exit_code == 0
+    return config
+
+
+def show_checks(lines: list[str], events: list[dict], columns: int) -> None:
+    out = "\n".join(lines)
+    assert all(len(line) <= columns for line in lines), lines
+    for e in events:  # each timestamp whole, at the start of its line
+        assert any(line.startswith(e["at"] + "  ") for line in lines), (e["at"], lines)
+    assert out.count("first detail line") == 1, out  # the run's last lines, once
+    assert "last lines of run 2 (exit code 3 after " in out and "`jobctl logs 1 --run 2`" in out
+
+
+def test_show_in_a_pipe_keeps_timestamps_whole_and_last_lines_once(cli, db, tmp_path):
+    failed_job(cli, tmp_path)
+    events = json.loads(cli("show", "1", "--json").stdout)["events"]
+    for columns in ("80", "200"):
+        r = cli("show", "1", env={"COLUMNS": columns})
+        assert r.exit_code == 0, r.stderr
+        lines = r.stdout.splitlines()
+        show_checks(lines, events, int(columns))
+        assert all(line == line.rstrip() for line in lines), "no padding at the ends of lines"
+    narrow = cli("show", "1", env={"COLUMNS": "80"}).stdout
+    assert "\n    exit 3: Traceback (most recent call last):" in narrow  # below, indented
+
+
+def test_show_on_an_80_column_terminal(db, tmp_path, cli):
+    config = failed_job(cli, tmp_path)
+    events = json.loads(cli("show", "1", "--json").stdout)["events"]
+    lines = on_terminal(db, 80, "--config", config, "show", "1")
+    show_checks([line.rstrip() for line in lines], events, 80)
+    at = next(i for i, line in enumerate(lines) if line.startswith(events[1]["at"]))
+    assert lines[at].rstrip() == events[1]["at"] + "  pending → running  a-long-host-name.example:42424", lines
+    assert lines[at + 1].rstrip() == "    run 1 of 2", lines  # no room beside a long worker id: below

@@ -82,5 +82,14 @@ def show(
         run_output = q.run_output(job_id)
     from jobctl import output
 
-    output.console().print(output.job_panel(job, events, now, st.settings.secret_keys, reveal, explanation=why,
-                                            run_output=run_output))
+    out = output.console()  # in a pipe: COLUMNS, else 80 columns (the history never folds a timestamp)
+    panel = output.job_panel(job, events, now, st.settings.secret_keys, reveal, explanation=why,
+                             run_output=run_output, width=out.width)
+    if out.is_terminal:
+        out.print(panel)
+        return
+    with out.capture() as captured:  # in a pipe, no padding at the ends of lines
+        out.print(panel)
+    import sys
+
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))

@@ -125,18 +125,22 @@ class RunOutput(Record):
 
 
 class RunLog(Record):
-    """One stored run's output: run is its number (1: the job's first run with output kept);
-    ended_at and outcome come from the run's end (None while it runs)."""
+    """One run's output: run is its number, the attempt the claim counted ("run 3 of 5" in the
+    history, JOBCTL_ATTEMPT); runs is the number of the job's latest run; ended_at and outcome
+    come from the run's end (None while it runs). kept=False: a run that started and kept no
+    output (it printed nothing)."""
 
-    __slots__ = ("job_id", "run", "runs", "started_at", "ended_at", "head", "tail", "dropped", "outcome")
+    __slots__ = ("job_id", "run", "runs", "started_at", "ended_at", "head", "tail", "dropped", "outcome", "kept")
 
     def __init__(self, job_id: int, run: int, runs: int, started_at: int, ended_at: int | None, head: bytes,
                  tail: bytes, dropped: int,
-                 outcome: str | None = None):  # how the run ended (the runs table's outcome); None: running
+                 outcome: str | None = None,  # how the run ended (the runs table's outcome); None: running
+                 kept: bool = True):
         self.outcome = outcome
+        self.kept = kept
         self.job_id = job_id
         self.run = run
-        self.runs = runs  # how many runs of the job have output kept
+        self.runs = runs  # the number of the job's latest run
         self.started_at = started_at
         self.ended_at = ended_at
         self.head = head
@@ -305,8 +309,10 @@ class Engine(Protocol):
         """The jobs that exist among job_ids, in that order."""
     def events(self, job_id: int) -> list[Event]: ...
     def run_output(self, job_id: int, run: int | None = None) -> RunLog | None:
-        """A run's stored output (run: 1 for the first run with output, None for the latest),
-        or None when the job has none (or no such run). Raises NoSuchJob."""
+        """A run's stored output. run: the attempt number (as the claim's "run N of M" event
+        says; when several starts share it, a released run's or after a reset, the latest); a run
+        that started and kept no output comes back with kept=False. None: the latest run that
+        kept output. None when there is no such run (or, for None, no output at all). Raises NoSuchJob."""
     def dependencies(self, job_id: int) -> list[tuple[int, str | None]]:
         """The `after` ids of a job with their states (None when that job was purged)."""
     def queue_names(self) -> list[str]:

@@ -1028,15 +1028,38 @@ class SQLEngine:
         with self._read() as c:
             if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is None:
                 raise NoSuchJob(job_id)
-            runs = c.execute("SELECT count(*) FROM job_logs WHERE job_id = ?", (job_id,)).fetchone()[0]
-            n = runs if run is None else run
-            if not runs or not 1 <= n <= runs:
-                return None
+            from jobctl.runlog import claim_attempts
+
+            starts = claim_attempts((r["at"], r["from_status"], r["to_status"], r["message"])
+                                    for r in self._event_rows(c, job_id))
+            logged = [r[0] for r in c.execute("SELECT started_at FROM job_logs WHERE job_id = ? ORDER BY started_at",
+                                              (job_id,))]
+
+            def attempt_of(started_at: int, fallback: int) -> int:
+                earlier = [n for at, n in starts if at <= started_at]
+                return earlier[-1] if earlier else fallback
+
+            numbered = [(attempt_of(s, i + 1), s) for i, s in enumerate(logged)]
+            latest = starts[-1][1] if starts else (numbered[-1][0] if numbered else 0)
+            if run is None:
+                if not numbered:
+                    return None
+                n, started = numbered[-1]
+            else:
+                found = [s for a, s in numbered if a == run]
+                if not found:  # a run that started and printed nothing: say so, with how it ended
+                    claims = [at for at, a in starts if a == run]
+                    if not claims:
+                        return None
+                    end = self._run_end(c, job_id, claims[-1])
+                    return RunLog(job_id, run, latest, claims[-1], end[0] if end else None, b"", b"", 0,
+                                  end[1] if end else None, kept=False)
+                n, started = run, found[-1]
             r = c.execute("SELECT started_at, ended_at, head, tail, dropped FROM job_logs WHERE job_id = ? "
-                          "ORDER BY started_at LIMIT 1 OFFSET ?", (job_id, n - 1)).fetchone()
+                          "AND started_at = ?", (job_id, started)).fetchone()
             end = self._run_end(c, job_id, r[0])
             ended_at = r[1] if r[1] is not None or end is None else end[0]
-            return RunLog(job_id, n, runs, r[0], ended_at, bytes(r[2]), bytes(r[3]), r[4],
+            return RunLog(job_id, n, max(latest, n), r[0], ended_at, bytes(r[2]), bytes(r[3]), r[4],
                           end[1] if end is not None else None)
 
     _LIST_ORDERS = {"newest": "id DESC", "oldest": "id", "priority": "priority DESC, run_at, id",

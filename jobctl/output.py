@@ -18,7 +18,6 @@ from rich.text import Text
 
 from jobctl.durations import format_duration, to_rfc3339
 from jobctl.models import Event, Job
-from jobctl.pauses import pause_label
 from jobctl.untrusted import mask, mask_text, safe  # noqa: F401  (re-exported: output.safe, output.mask)
 
 STATUS_STYLE = {
@@ -146,13 +145,15 @@ def status_text(job: Job, now: int) -> Text:
 LIST_COLUMNS = ("ID", "STATUS", "QUEUE", "TYPE", "PRI", "RUNS", "RUN AT", "UPDATED")
 LIST_DROP_ORDER = ("PRI", "UPDATED", "RUN AT", "RUNS", "QUEUE")  # on a narrow screen, these go first
 PAYLOAD_MIN = 12
+PAYLOAD_WANT = 40  # on a narrow screen, minor columns leave until the payload or error has a quarter of it, up to this
 
 
 def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width: int | None = None) -> Table:
     """The `list` table. The columns before the payload keep their whole text (a status cut to
     "pend…" would mislead, and break a grep); with a `width`, the payload or error is cut to what
-    they leave (print_view fits it), and on a screen too narrow for PAYLOAD_MIN of it whole columns
-    are left out (LIST_DROP_ORDER) rather than cut. Without a width nothing is cut."""
+    they leave (print_view fits it), and while it would get less than a quarter of the screen
+    (at least PAYLOAD_MIN, at most PAYLOAD_WANT) whole columns are left out (LIST_DROP_ORDER) rather
+    than cut: at 80 columns an error of 12 characters says nothing. Without a width nothing is cut."""
     rows = []
     for j in jobs:
         detail = j.error if j.status in ("buried",) or (j.status == "pending" and j.error) else None
@@ -166,8 +167,9 @@ def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width:
     shown = list(LIST_COLUMNS)
     if width is not None:  # decided before the table is built: rich cannot take a column out again
         widths = {name: _widest(name, [r[i] for r in rows]) for i, name in enumerate(LIST_COLUMNS)}
+        want = max(PAYLOAD_MIN, min(PAYLOAD_WANT, width // 4))
         for name in LIST_DROP_ORDER:
-            if width - sum(widths[n] + COLUMN_GAP for n in shown) >= PAYLOAD_MIN:
+            if width - sum(widths[n] + COLUMN_GAP for n in shown) >= want:
                 break
             shown.remove(name)
     table = Table(box=None, header_style="bold", pad_edge=False)
@@ -355,6 +357,36 @@ def simple_table(columns: list[str], rows: list[list]) -> Table:
 
 # -- stats ------------------------------------------------------------------------------------
 
+
+def pause_label(q: dict) -> str | None:
+    """What is paused in a queue, short enough for its cell: `paused`, `1 type paused`. When and
+    until when: pauses_line, below the table (a long note beside the name pushed the counts off
+    an 80-column screen)."""
+    if q.get("paused"):
+        return "paused"
+    n = len(q.get("paused_types") or {})
+    return f"{n} type{'s' if n != 1 else ''} paused" if n else None
+
+
+def pauses_line(stats: dict, now: int) -> Text | None:
+    """Every pause of the queues shown, in one line: `paused: queue idle; type render in media until … (in 2h)`."""
+    from jobctl.durations import parse_time
+
+    def until(at: str | None) -> str:
+        return f" until {at} ({ago(parse_time(at), now)})" if at else ""
+
+    found = []
+    for name, q in stats["queues"].items():
+        if q.get("paused"):
+            found.append(f"queue {safe(name)}{until(q.get('paused_until'))}")
+        for type_, at in (q.get("paused_types") or {}).items():
+            found.append(f"type {safe(type_)} in {safe(name)}{until(at)}")
+    if not found:
+        return None
+    line = Text("paused: ", style="magenta")
+    line.append("; ".join(found))
+    return line
+
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -426,14 +458,16 @@ def _stuck_table(stats: dict, highlight: bool) -> Table:
 
 
 def _buried_table(stats: dict, now: int) -> Table:
-    table = _grid_table([("ID", {"justify": "right"}), ("QUEUE", {}), ("TYPE", {}), ("RUNS", {"justify": "right"}),
-                         ("BURIED", {"no_wrap": True}), ("ERROR", {"overflow": "ellipsis", "no_wrap": True, "max_width": 80})])
+    """Buried jobs by queue, type and error, with how many and the latest one (to `show`)."""
+    table = _grid_table([("BURIED", {"justify": "right"}), ("QUEUE", {}), ("TYPE", {}),
+                         ("LATEST", {"justify": "right"}), ("AGO", {"justify": "right", "no_wrap": True}),
+                         ("ERROR", {"overflow": "ellipsis", "no_wrap": True, "max_width": 80})])
     from jobctl.durations import parse_time
 
-    for j in stats["buried"]:
-        finished = parse_time(j["finished_at"]) if j["finished_at"] else None
-        table.add_row(str(j["id"]), text(j["queue"]), text(j["type"]), f"{j['attempts']}/{j['max_attempts']}",
-                      ago(finished, now), text(j["error"] or "", "red"))
+    for g in stats.get("buried_by_error", []):
+        latest = parse_time(g["latest_at"]) if g["latest_at"] else None
+        table.add_row(f"{g['count']:,}", text(g["queue"]), text(g["type"]), str(g["latest_id"]),
+                      ago(latest, now).removesuffix(" ago"), text(g["error"] or "", "red"))
     return keep_whole(table)
 
 
@@ -472,6 +506,9 @@ def stats_view(stats: dict, now: int, *, previous: dict | None = None, watch: bo
     parts: list = []
     if stats["queues"]:
         parts.append(queues_table(stats, previous))
+        paused = pauses_line(stats, now)
+        if paused is not None:
+            parts.append(paused)
     else:
         parts.append(Text("queues: no jobs yet"))
     parts.append(Text(""))
@@ -479,9 +516,9 @@ def stats_view(stats: dict, now: int, *, previous: dict | None = None, watch: bo
     stuck_title = "stuck" if stuck_total <= len(stats["stuck"]) else f"stuck ({len(stats['stuck'])} of {stuck_total})"
     parts += _section(stuck_title, _stuck_table(stats, watch), "none")
     parts.append(Text(""))
-    buried_total = stats["totals"]["buried"]
-    buried_title = ("buried" if buried_total <= len(stats["buried"])
-                    else f"buried (latest {len(stats['buried'])} of {buried_total:,})")
+    buried_total, grouped = stats["totals"]["buried"], stats.get("buried_by_error", [])
+    buried_title = ("buried" if not grouped else "buried, by error" if buried_total <= sum(g["count"] for g in grouped)
+                    else f"buried, by error (the latest {len(grouped)} errors of {buried_total:,} jobs)")
     parts += _section(buried_title, _buried_table(stats, now), "none")
     parts.append(Text(""))
     parts += _section("aging (ready jobs waiting longest)", _aging_table(stats), "no ready jobs")
@@ -698,14 +735,14 @@ def _list_rows(stats: dict, now: int, which: str, highlight: bool):
         style = "bold red" if highlight else ""
         rows = [[Text(str(j["id"]), style=style), text(j["queue"]), text(j["type"]), text(j["worker"] or "-"),
                  _age(j["running_for"]), text(j["stuck_reason"])] for j in stats["stuck"]]
-    elif which == "buried":
-        cols = [Col("BURIED", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True, drop=2),
-                Col("RUNS", right=True, drop=1), Col("AGO", right=True), Col("ERROR", cut=True, least=12)]
+    elif which == "buried":  # one row per queue, type and error: the same failure ten times is one row
+        cols = [Col("BURIED", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True, drop=1),
+                Col("LATEST", right=True, drop=2), Col("AGO", right=True), Col("ERROR", cut=True, least=12, soft=24)]
         rows = []
-        for j in stats["buried"]:
-            finished = parse_time(j["finished_at"]) if j["finished_at"] else None
-            rows.append([str(j["id"]), text(j["queue"]), text(j["type"]), f"{j['attempts']}/{j['max_attempts']}",
-                         ago(finished, now).removesuffix(" ago"), text(j["error"] or "", "red")])
+        for g in stats.get("buried_by_error", []):
+            latest = parse_time(g["latest_at"]) if g["latest_at"] else None
+            rows.append([f"{g['count']:,}", text(g["queue"]), text(g["type"]), str(g["latest_id"]),
+                         ago(latest, now).removesuffix(" ago"), text(g["error"] or "", "red")])
     elif which == "limits":
         cols, rows = limit_rows(stats)
     else:
@@ -786,7 +823,9 @@ def screen_lines(stats: dict, now: int, *, width: int, height: int | None = None
     if height is not None:
         height = max(height, 1)
     top = [title] if title is not None else []
-    fixed = len(top) + 1  # the title and the summary line
+    line = pauses_line(stats, now)
+    paused = [line] if line is not None else []
+    fixed = len(top) + len(paused) + 1  # the title, what is paused, and the summary line
     if not stats["queues"]:
         queues = [Text("queues: no jobs yet")]
     else:
@@ -825,7 +864,7 @@ def screen_lines(stats: dict, now: int, *, width: int, height: int | None = None
             rates, left = throughput_full, left - extra
         blocks = 1 + sum(1 for w in present if take[w]) + (1 if rates else 0)
         gaps = left >= blocks  # blank lines between blocks only when everything else fits
-    out = top + queues + [summary_line(stats)]
+    out = top + queues + paused + [summary_line(stats)]
     for w in present:
         if take.get(w):
             cols, rows = lists[w]

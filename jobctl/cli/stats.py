@@ -73,7 +73,12 @@ def stats(
     configured = {tc.queue for tc in st.settings.types.values() if tc.queue} | {"default"}
     with st.open_queue() as q:
         def snapshot() -> tuple[dict, int]:
-            return q.stats(queues=queue, limit=limit, also_known=configured)
+            figures, now = q.stats(queues=queue, limit=limit, also_known=configured)
+            if queue and figures.get("limits"):  # only the limits of the queues asked for
+                from jobctl.stats import limits_of_queues
+
+                figures["limits"] = limits_of_queues(figures, queue, st.settings.types)
+            return figures, now
 
         if watch and sys.stdout.isatty():
             from jobctl.stats import masked

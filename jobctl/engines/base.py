@@ -343,7 +343,8 @@ class Engine(Protocol):
         (those jobs, oldest run_at first, at most `limit`); stuck [Job] (running or
         cancel_requested whose lease expired or that ran past claimed_at + timeout; oldest claim
         first, at most `limit`); stuck_total; buried [Job] (latest finished_at first, at most
-        `limit`); runs_by_minute [(minute, outcome, n)] for runs that ended in (now - 60 min,
+        `limit`); buried_groups [(queue, type, error, count, latest finished_at, latest id)] (the
+        buried jobs grouped by queue, type and error, the latest group first, at most `limit`); runs_by_minute [(minute, outcome, n)] for runs that ended in (now - 60 min,
         now], minute 0 being the last 60 s; run_ms and wait_ms (ended - started of
         completed/failed runs, started - ready_at of all runs) of the latest `sample` runs of that
         hour; known [queue names] (every queue with a row in the counts or a pause, even with no

@@ -1196,6 +1196,12 @@ class SQLEngine:
             buried = [Job.from_row(r) for r in c.execute(
                 "SELECT * FROM jobs WHERE status = 'buried'" + only + " ORDER BY finished_at DESC, id DESC LIMIT ?",
                 (*only_args, limit))]
+            # One row per queue, type and error (the same failure buried a hundred times is one
+            # thing to look at), the latest first.
+            buried_groups = [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in c.execute(
+                "SELECT queue, type, error, count(*), max(finished_at), max(id) FROM jobs WHERE status = 'buried'"
+                + only + " GROUP BY queue, type, error ORDER BY max(finished_at) DESC, max(id) DESC LIMIT ?",
+                (*only_args, limit))]
             # Runs that ended in (now - 60 min, now], per minute back from now (bucket 0 = the last minute).
             by_minute = c.execute(
                 f"SELECT (? - ended_at) / 60000 AS minute, outcome, count(*) FROM {self.RUNS_READ} "
@@ -1208,8 +1214,8 @@ class SQLEngine:
             "now": now, "counts": counts, "paused": paused, "paused_until": paused_until, "paused_types": paused_types,
             "known": sorted(known), "scheduled": scheduled,
             "oldest_ready": oldest_ready,
-            "stuck": stuck, "stuck_total": stuck_total, "buried": buried, "aging": aging,
-            "runs_by_minute": [(r[0], r[1], r[2]) for r in by_minute],
+            "stuck": stuck, "stuck_total": stuck_total, "buried": buried, "buried_groups": buried_groups,
+            "aging": aging, "runs_by_minute": [(r[0], r[1], r[2]) for r in by_minute],
             "run_ms": [r[0] for r in recent if r[2] in ("completed", "failed")],
             "wait_ms": [r[1] for r in recent if r[1] is not None],
         }

@@ -95,12 +95,17 @@ def collect(snap: dict, *, queues: list[str] | None = None, limit: int = 10,
         "totals": totals,
         "stuck": stuck,
         "buried": [j.to_dict() for j in keep(snap["buried"])],
-        "buried_by_error": [
-            {"queue": q, "type": t, "error": e, "count": n, "latest_id": i, "latest_at": to_rfc3339(at)}
+        "buried_by_error": [  # (a damaged row's time or error is left out here: doctor names the row)
+            {"queue": q, "type": t, "error": e if isinstance(e, str) else None, "count": n, "latest_id": i,
+             "latest_at": to_rfc3339(at) if type(at) is int and 0 <= at <= MAX_TIME_MS else None}
             for q, t, e, n, at, i in snap.get("buried_groups", []) if wanted is None or q in wanted][:limit],
         "aging": aging,
         "throughput": _throughput(snap),
+        "damaged_jobs": [{"id": i, "why": why} for i, why in snap.get("damaged", [])],
     }
+
+
+MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last time RFC 3339 can write
 
 
 def _throughput(snap: dict) -> dict:

@@ -86,6 +86,11 @@ def stats(
             _watch(lambda: masked(*snapshot(), st.settings.secret_keys), interval_s, q.location)
             return
         figures, now = snapshot()
+    from jobctl.untrusted import safe
+
+    for d in figures.get("damaged_jobs", []):  # left out of the lists: named, so a person runs doctor
+        sys.stderr.write(f"jobctl: warning: job {d['id']} is damaged and left out: {safe(d['why'])}; "
+                         "`jobctl doctor` says more\n")
 
     if check:
         ok, line = run_check(figures, max_ready_age=age_s, max_buried=max_buried, max_stuck=max_stuck)

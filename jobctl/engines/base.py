@@ -319,10 +319,12 @@ class Engine(Protocol):
         """Queues that hold jobs or were ever paused (for shell completion)."""
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                   limit: int = 50, stuck: bool = False, created_older_than_ms: int | None = None,
-                  sort: str = "newest", held_by=None) -> list[Job]:
+                  sort: str = "newest", held_by=None, damaged: list | None = None) -> list[Job]:
         """Jobs matching every filter, in a models.LIST_SORTS order. stuck: only held jobs whose
         lease expired or that ran past their timeout. created_older_than_ms: created longer ago.
-        held_by (a limits.Admission): only ready jobs that it holds back. limit 0: every matching job."""
+        held_by (a limits.Admission): only ready jobs that it holds back. limit 0: every matching job.
+        damaged: None, and a row that cannot be decoded raises DamagedJob; a list, and such a row
+        is left out and its DamagedJob appended to the list."""
     def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                    stuck: bool = False, created_older_than_ms: int | None = None, held_by=None) -> int:
         """How many jobs list_jobs would return without a limit."""
@@ -344,7 +346,8 @@ class Engine(Protocol):
         cancel_requested whose lease expired or that ran past claimed_at + timeout; oldest claim
         first, at most `limit`); stuck_total; buried [Job] (latest finished_at first, at most
         `limit`); buried_groups [(queue, type, error, count, latest finished_at, latest id)] (the
-        buried jobs grouped by queue, type and error, the latest group first, at most `limit`); runs_by_minute [(minute, outcome, n)] for runs that ended in (now - 60 min,
+        buried jobs grouped by queue, type and error, the latest group first, at most `limit`); damaged
+        [(job id, why)] (rows of those lists that cannot be decoded: left out of them); runs_by_minute [(minute, outcome, n)] for runs that ended in (now - 60 min,
         now], minute 0 being the last 60 s; run_ms and wait_ms (ended - started of
         completed/failed runs, started - ready_at of all runs) of the latest `sample` runs of that
         hour; known [queue names] (every queue with a row in the counts or a pause, even with no

@@ -33,7 +33,7 @@ from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache, partial
 
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob, RunLog
-from jobctl.errors import InvalidState, JobctlError, NoSuchJob
+from jobctl.errors import DamagedJob, InvalidState, JobctlError, NoSuchJob
 from jobctl.models import FINISHED, JOB_COLUMNS, Event, Job, row_damage
 from jobctl import payloads
 from jobctl.payloads import sha256
@@ -50,6 +50,21 @@ MAX_CLAIMS_KEPT = 4096  # jobs an engine remembers as it claimed them (a worker 
 NOT_PAUSED = (" AND queue NOT IN (SELECT name FROM queues WHERE paused = 1 AND (paused_until IS NULL OR paused_until > ?))"
               " AND NOT EXISTS (SELECT 1 FROM paused_types p WHERE p.queue = jobs.queue AND p.type = jobs.type"
               " AND (p.until IS NULL OR p.until > ?))")
+
+
+def sound_jobs(rows, damaged: list | None) -> list[Job]:
+    """Jobs from rows. Without `damaged`, a row that cannot be decoded raises DamagedJob (exit 8);
+    with it, that row is left out and its DamagedJob appended there, so that a view of many jobs
+    shows the others and names the damaged one instead of failing for the whole database."""
+    if damaged is None:
+        return [Job.from_row(r) for r in rows]
+    jobs = []
+    for r in rows:
+        try:
+            jobs.append(Job.from_row(r))
+        except DamagedJob as e:
+            damaged.append(e)
+    return jobs
 
 
 def details_text(details: dict | None) -> str | None:
@@ -1067,12 +1082,12 @@ class SQLEngine:
 
     def list_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None, limit: int = 50,
                   stuck: bool = False, created_older_than_ms: int | None = None, sort: str = "newest",
-                  held_by=None) -> list[Job]:
-        """limit 0: every matching job."""
+                  held_by=None, damaged: list | None = None) -> list[Job]:
+        """limit 0: every matching job. damaged: see sound_jobs."""
         where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms, held_by)
         sql = f"SELECT * FROM jobs{where} ORDER BY {self._LIST_ORDERS[sort]} LIMIT ?"
         with self._read() as c:
-            return self._with_after(c, [Job.from_row(r) for r in c.execute(sql, [*args, limit or self.NO_LIMIT])])
+            return self._with_after(c, sound_jobs(c.execute(sql, [*args, limit or self.NO_LIMIT]), damaged))
 
     def count_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None,
                    stuck: bool = False, created_older_than_ms: int | None = None, held_by=None) -> int:
@@ -1153,6 +1168,7 @@ class SQLEngine:
         only, only_args = "", []
         if queues:
             only, only_args = f" AND queue IN ({','.join('?' * len(queues))})", list(queues)
+        damaged: list[DamagedJob] = []  # rows that cannot be decoded: left out, named (a view goes on past them)
         with self._read() as c:
             now = self.now()
             counts: dict[str, dict[str, int]] = {}
@@ -1184,18 +1200,19 @@ class SQLEngine:
                     "WHERE status = 'pending' AND waiting_on = 0 AND queue = ? AND run_at <= ? "
                     "ORDER BY run_at, id LIMIT ?", (queue, now, limit),
                 ).fetchall()
-                if rows:
-                    oldest_ready[queue] = rows[0]["run_at"]
-                aging += [Job.from_row(r) for r in rows]
+                ready = sound_jobs(rows, damaged)
+                if ready:
+                    oldest_ready[queue] = ready[0].run_at
+                aging += ready
             aging = sorted(aging, key=lambda j: (j.run_at, j.id))[:limit]
             held = ("SELECT {} FROM jobs WHERE status IN (?, ?) "
                     "AND (lease_expires_at < ? OR claimed_at + timeout_ms < ?)" + only)
             stuck_total = c.execute(held.format("count(*)"), (*HELD, now, now, *only_args)).fetchone()[0]
-            stuck = [Job.from_row(r) for r in c.execute(
-                held.format("*") + " ORDER BY claimed_at, id LIMIT ?", (*HELD, now, now, *only_args, limit))]
-            buried = [Job.from_row(r) for r in c.execute(
+            stuck = sound_jobs(c.execute(
+                held.format("*") + " ORDER BY claimed_at, id LIMIT ?", (*HELD, now, now, *only_args, limit)), damaged)
+            buried = sound_jobs(c.execute(
                 "SELECT * FROM jobs WHERE status = 'buried'" + only + " ORDER BY finished_at DESC, id DESC LIMIT ?",
-                (*only_args, limit))]
+                (*only_args, limit)), damaged)
             # One row per queue, type and error (the same failure buried a hundred times is one
             # thing to look at), the latest first.
             buried_groups = [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in c.execute(
@@ -1215,7 +1232,7 @@ class SQLEngine:
             "known": sorted(known), "scheduled": scheduled,
             "oldest_ready": oldest_ready,
             "stuck": stuck, "stuck_total": stuck_total, "buried": buried, "buried_groups": buried_groups,
-            "aging": aging, "runs_by_minute": [(r[0], r[1], r[2]) for r in by_minute],
+            "aging": aging, "damaged": [(e.job_id, e.reason) for e in damaged], "runs_by_minute": [(r[0], r[1], r[2]) for r in by_minute],
             "run_ms": [r[0] for r in recent if r[2] in ("completed", "failed")],
             "wait_ms": [r[1] for r in recent if r[1] is not None],
         }

@@ -224,7 +224,7 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
             grid.add_row(label, value if isinstance(value, Text) else Text(str(value)))
     parts: list[RenderableType] = [Panel(grid, title=f"job {job.id}", title_align="left", expand=False)]
     parts += history_view(events, width or console().width, patterns, reveal)
-    parts += _last_lines(job, runs, run_output, patterns, reveal)
+    parts += list(_last_lines(job, runs, run_output, patterns, reveal))
     return Group(*parts)
 
 
@@ -245,7 +245,7 @@ def history_view(events: list[Event], width: int, patterns, reveal: bool = False
         message = text(mask_text(e.message or "", patterns, reveal))
         if how:
             message.append(f"{' ' if e.message else ''}({how})", style="dim")
-        line = Text(to_rfc3339(e.at) + "  " + move.ljust(move_width) + "  ")
+        line = Text(f"{to_rfc3339(e.at)}  {move.ljust(move_width)}  ")
         line.append_text(actor)
         if aligned:
             line.pad_right(actor_width - actor.cell_len)
@@ -259,7 +259,7 @@ def history_view(events: list[Event], width: int, patterns, reveal: bool = False
     return out
 
 
-def _last_lines(job: Job, runs: list, run_output, patterns, reveal: bool) -> list[RenderableType]:
+def _last_lines(job: Job, runs: list, run_output, patterns, reveal: bool) -> list[Text]:
     """The last lines of the latest failed run, once: its kept output (stdout and stderr in the
     order written) when that run kept some, else the stderr tail its history holds."""
     from jobctl.runlog import last_lines

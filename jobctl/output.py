@@ -18,7 +18,6 @@ from rich.text import Text
 
 from jobctl.durations import format_duration, to_rfc3339
 from jobctl.models import Event, Job
-from jobctl.pauses import pause_label
 from jobctl.untrusted import mask, mask_text, safe  # noqa: F401  (re-exported: output.safe, output.mask)
 
 STATUS_STYLE = {
@@ -146,13 +145,15 @@ def status_text(job: Job, now: int) -> Text:
 LIST_COLUMNS = ("ID", "STATUS", "QUEUE", "TYPE", "PRI", "RUNS", "RUN AT", "UPDATED")
 LIST_DROP_ORDER = ("PRI", "UPDATED", "RUN AT", "RUNS", "QUEUE")  # on a narrow screen, these go first
 PAYLOAD_MIN = 12
+PAYLOAD_WANT = 40  # on a narrow screen, minor columns leave until the payload or error has a quarter of it, up to this
 
 
 def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width: int | None = None) -> Table:
     """The `list` table. The columns before the payload keep their whole text (a status cut to
     "pend…" would mislead, and break a grep); with a `width`, the payload or error is cut to what
-    they leave (print_view fits it), and on a screen too narrow for PAYLOAD_MIN of it whole columns
-    are left out (LIST_DROP_ORDER) rather than cut. Without a width nothing is cut."""
+    they leave (print_view fits it), and while it would get less than a quarter of the screen
+    (at least PAYLOAD_MIN, at most PAYLOAD_WANT) whole columns are left out (LIST_DROP_ORDER) rather
+    than cut: at 80 columns an error of 12 characters says nothing. Without a width nothing is cut."""
     rows = []
     for j in jobs:
         detail = j.error if j.status in ("buried",) or (j.status == "pending" and j.error) else None
@@ -166,8 +167,9 @@ def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width:
     shown = list(LIST_COLUMNS)
     if width is not None:  # decided before the table is built: rich cannot take a column out again
         widths = {name: _widest(name, [r[i] for r in rows]) for i, name in enumerate(LIST_COLUMNS)}
+        want = max(PAYLOAD_MIN, min(PAYLOAD_WANT, width // 4))
         for name in LIST_DROP_ORDER:
-            if width - sum(widths[n] + COLUMN_GAP for n in shown) >= PAYLOAD_MIN:
+            if width - sum(widths[n] + COLUMN_GAP for n in shown) >= want:
                 break
             shown.remove(name)
     table = Table(box=None, header_style="bold", pad_edge=False)
@@ -181,8 +183,9 @@ def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width:
 
 
 def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = False,
-              explanation: str | None = None, run_output=None) -> Group:
-    """run_output: the latest run's stored output (engines.base.RunLog) or None."""
+              explanation: str | None = None, run_output=None, width: int | None = None) -> Group:
+    """run_output: the latest run's stored output (engines.base.RunLog) or None. width: the
+    screen's (None: the console's; in a pipe COLUMNS or 80)."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -210,9 +213,8 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
     if explanation:
         rows.insert(1, ("why", text(explanation, "yellow")))
     if run_output is not None:
-        earlier = f"; --run N for runs 1-{run_output.runs - 1}" if run_output.runs > 1 else ""
-        rows.append(("output", f"`jobctl logs {job.id}` (run {run_output.run}, "
-                               f"{_size(run_output.size)}{earlier})"))
+        other = "; --run N for another run" if run_output.runs > 1 else ""
+        rows.append(("output", f"`jobctl logs {job.id}` (run {run_output.run}, {_size(run_output.size)}{other})"))
     runs = failed_runs(events)
     if runs:  # the latest failed run's exit, next to the error it explains
         at = next(i for i, (label, _) in enumerate(rows) if label == "error") + 1
@@ -220,29 +222,62 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
     for label, value in rows:
         if value is not None:
             grid.add_row(label, value if isinstance(value, Text) else Text(str(value)))
-    history = Table(title="history", box=None, header_style="bold", title_justify="left", pad_edge=False)
-    for name in ("AT", "FROM", "TO", "ACTOR", "MESSAGE"):
-        history.add_column(name, overflow="fold" if name == "MESSAGE" else None)  # type: ignore[arg-type]
-    for e in events:
+    parts: list[RenderableType] = [Panel(grid, title=f"job {job.id}", title_align="left", expand=False)]
+    parts += history_view(events, width or console().width, patterns, reveal)
+    parts += list(_last_lines(job, runs, run_output, patterns, reveal))
+    return Group(*parts)
+
+
+def history_view(events: list[Event], width: int, patterns, reveal: bool = False) -> list[RenderableType]:
+    """The event history, one line per event: time, from → to, actor, and the message when it
+    fits beside them; a longer message goes below, indented, wrapped at the screen's width. A
+    timestamp is never wrapped (a column of 26 cells beside three others would fold it)."""
+    from rich.padding import Padding
+
+    out: list[RenderableType] = [Text("history", style="bold")]
+    moves = [f"{e.from_status or '-'} → {e.to_status}" for e in events]
+    actors = [text(e.actor) for e in events]
+    move_width = max((cell_len(m) for m in moves), default=0)
+    actor_width = max((a.cell_len for a in actors), default=0)
+    aligned = 24 + 2 + move_width + 2 + actor_width <= width * 2 // 3  # a long worker id: no padding
+    for e, move, actor in zip(events, moves, actors):
         how = exit_summary(_details(e))
         message = text(mask_text(e.message or "", patterns, reveal))
         if how:
             message.append(f"{' ' if e.message else ''}({how})", style="dim")
-        history.add_row(to_rfc3339(e.at), e.from_status or "-", e.to_status, text(e.actor), message)
-    parts: list[RenderableType] = [Panel(grid, title=f"job {job.id}", title_align="left", expand=False), history]
-    for run, how, tail in runs:
-        if tail:
-            parts += [Text(""), Text(f"stderr of run {run} ({how}), its last lines:", style="bold")]
-            parts += [text(mask_text(line, patterns, reveal), "red") for line in tail.rstrip("\n").split("\n")]
-    if run_output is not None and run_output.outcome in ("failed", "lost"):
-        from jobctl.runlog import last_lines
+        line = Text(f"{to_rfc3339(e.at)}  {move.ljust(move_width)}  ")
+        line.append_text(actor)
+        if aligned:
+            line.pad_right(actor_width - actor.cell_len)
+        if not message.plain:
+            out.append(line)
+        elif line.cell_len + 2 + message.cell_len <= width:
+            out.append(line + Text("  ") + message)
+        else:
+            line.rstrip()
+            out += [line, Padding(message, (0, 0, 0, 4), expand=False)]
+    return out
 
+
+def _last_lines(job: Job, runs: list, run_output, patterns, reveal: bool) -> list[Text]:
+    """The last lines of the latest failed run, once: its kept output (stdout and stderr in the
+    order written) when that run kept some, else the stderr tail its history holds."""
+    from jobctl.runlog import last_lines
+
+    latest = runs[-1] if runs else None
+    if run_output is not None and run_output.outcome in ("failed", "lost") and (
+            latest is None or run_output.run >= latest[0]):
         lines = last_lines(run_output, 10, patterns, reveal)
         if lines:
-            parts += [Text(""), Text(f"output of run {run_output.run} ({run_output.outcome}), its last lines "
-                                     f"(`jobctl logs {job.id}` for all):", style="bold")]
-            parts += [Text(line) for line in lines]
-    return Group(*parts)
+            how = latest[1] if latest is not None and latest[0] == run_output.run else run_output.outcome
+            return ([Text(""), Text(f"last lines of run {run_output.run} ({how}):", style="bold")]
+                    + [Text(line) for line in lines]
+                    + [Text(f"all of its output: `jobctl logs {job.id} --run {run_output.run}`", style="dim")])
+    if latest is not None and latest[2]:
+        run, how, tail = latest
+        return [Text(""), Text(f"last lines of run {run}'s stderr ({how}):", style="bold")] + [
+            text(mask_text(line, patterns, reveal), "red") for line in tail.rstrip("\n").split("\n")]
+    return []
 
 
 def _size(n: int) -> str:
@@ -288,11 +323,15 @@ def exit_summary(details: dict) -> str | None:
 
 
 def failed_runs(events: list[Event]) -> list[tuple[int, str, str | None]]:
-    """(run number, how it ended, stderr tail) of each run whose end the history details, oldest first."""
-    runs, run = [], 0
+    """(run number, how it ended, stderr tail) of each run whose end the history details, oldest
+    first; runs numbered as their claims say ("run 2 of 3"), as the worker and `logs --run` do."""
+    from jobctl.runlog import run_number
+
+    runs, run, starts = [], 0, 0
     for e in events:
         if e.to_status == "running" and e.from_status == "pending":
-            run += 1
+            starts += 1
+            run = run_number(e.message, starts)
         d = _details(e)
         how = exit_summary(d)
         if how:
@@ -317,6 +356,36 @@ def simple_table(columns: list[str], rows: list[list]) -> Table:
 
 
 # -- stats ------------------------------------------------------------------------------------
+
+
+def pause_label(q: dict) -> str | None:
+    """What is paused in a queue, short enough for its cell: `paused`, `1 type paused`. When and
+    until when: pauses_line, below the table (a long note beside the name pushed the counts off
+    an 80-column screen)."""
+    if q.get("paused"):
+        return "paused"
+    n = len(q.get("paused_types") or {})
+    return f"{n} type{'s' if n != 1 else ''} paused" if n else None
+
+
+def pauses_line(stats: dict, now: int) -> Text | None:
+    """Every pause of the queues shown, in one line: `paused: queue idle; type render in media until … (in 2h)`."""
+    from jobctl.durations import parse_time
+
+    def until(at: str | None) -> str:
+        return f" until {at} ({ago(parse_time(at), now)})" if at else ""
+
+    found = []
+    for name, q in stats["queues"].items():
+        if q.get("paused"):
+            found.append(f"queue {safe(name)}{until(q.get('paused_until'))}")
+        for type_, at in (q.get("paused_types") or {}).items():
+            found.append(f"type {safe(type_)} in {safe(name)}{until(at)}")
+    if not found:
+        return None
+    line = Text("paused: ", style="magenta")
+    line.append("; ".join(found))
+    return line
 
 SPARK = "▁▂▃▄▅▆▇█"
 
@@ -389,14 +458,16 @@ def _stuck_table(stats: dict, highlight: bool) -> Table:
 
 
 def _buried_table(stats: dict, now: int) -> Table:
-    table = _grid_table([("ID", {"justify": "right"}), ("QUEUE", {}), ("TYPE", {}), ("RUNS", {"justify": "right"}),
-                         ("BURIED", {"no_wrap": True}), ("ERROR", {"overflow": "ellipsis", "no_wrap": True, "max_width": 80})])
+    """Buried jobs by queue, type and error, with how many and the latest one (to `show`)."""
+    table = _grid_table([("BURIED", {"justify": "right"}), ("QUEUE", {}), ("TYPE", {}),
+                         ("LATEST", {"justify": "right"}), ("AGO", {"justify": "right", "no_wrap": True}),
+                         ("ERROR", {"overflow": "ellipsis", "no_wrap": True, "max_width": 80})])
     from jobctl.durations import parse_time
 
-    for j in stats["buried"]:
-        finished = parse_time(j["finished_at"]) if j["finished_at"] else None
-        table.add_row(str(j["id"]), text(j["queue"]), text(j["type"]), f"{j['attempts']}/{j['max_attempts']}",
-                      ago(finished, now), text(j["error"] or "", "red"))
+    for g in stats.get("buried_by_error", []):
+        latest = parse_time(g["latest_at"]) if g["latest_at"] else None
+        table.add_row(f"{g['count']:,}", text(g["queue"]), text(g["type"]), str(g["latest_id"]),
+                      ago(latest, now).removesuffix(" ago"), text(g["error"] or "", "red"))
     return keep_whole(table)
 
 
@@ -435,6 +506,9 @@ def stats_view(stats: dict, now: int, *, previous: dict | None = None, watch: bo
     parts: list = []
     if stats["queues"]:
         parts.append(queues_table(stats, previous))
+        paused = pauses_line(stats, now)
+        if paused is not None:
+            parts.append(paused)
     else:
         parts.append(Text("queues: no jobs yet"))
     parts.append(Text(""))
@@ -442,9 +516,9 @@ def stats_view(stats: dict, now: int, *, previous: dict | None = None, watch: bo
     stuck_title = "stuck" if stuck_total <= len(stats["stuck"]) else f"stuck ({len(stats['stuck'])} of {stuck_total})"
     parts += _section(stuck_title, _stuck_table(stats, watch), "none")
     parts.append(Text(""))
-    buried_total = stats["totals"]["buried"]
-    buried_title = ("buried" if buried_total <= len(stats["buried"])
-                    else f"buried (latest {len(stats['buried'])} of {buried_total:,})")
+    buried_total, grouped = stats["totals"]["buried"], stats.get("buried_by_error", [])
+    buried_title = ("buried" if not grouped else "buried, by error" if buried_total <= sum(g["count"] for g in grouped)
+                    else f"buried, by error (the latest {len(grouped)} errors of {buried_total:,} jobs)")
     parts += _section(buried_title, _buried_table(stats, now), "none")
     parts.append(Text(""))
     parts += _section("aging (ready jobs waiting longest)", _aging_table(stats), "no ready jobs")
@@ -661,14 +735,14 @@ def _list_rows(stats: dict, now: int, which: str, highlight: bool):
         style = "bold red" if highlight else ""
         rows = [[Text(str(j["id"]), style=style), text(j["queue"]), text(j["type"]), text(j["worker"] or "-"),
                  _age(j["running_for"]), text(j["stuck_reason"])] for j in stats["stuck"]]
-    elif which == "buried":
-        cols = [Col("BURIED", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True, drop=2),
-                Col("RUNS", right=True, drop=1), Col("AGO", right=True), Col("ERROR", cut=True, least=12)]
+    elif which == "buried":  # one row per queue, type and error: the same failure ten times is one row
+        cols = [Col("BURIED", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True, drop=1),
+                Col("LATEST", right=True, drop=2), Col("AGO", right=True), Col("ERROR", cut=True, least=12, soft=24)]
         rows = []
-        for j in stats["buried"]:
-            finished = parse_time(j["finished_at"]) if j["finished_at"] else None
-            rows.append([str(j["id"]), text(j["queue"]), text(j["type"]), f"{j['attempts']}/{j['max_attempts']}",
-                         ago(finished, now).removesuffix(" ago"), text(j["error"] or "", "red")])
+        for g in stats.get("buried_by_error", []):
+            latest = parse_time(g["latest_at"]) if g["latest_at"] else None
+            rows.append([f"{g['count']:,}", text(g["queue"]), text(g["type"]), str(g["latest_id"]),
+                         ago(latest, now).removesuffix(" ago"), text(g["error"] or "", "red")])
     elif which == "limits":
         cols, rows = limit_rows(stats)
     else:
@@ -749,7 +823,9 @@ def screen_lines(stats: dict, now: int, *, width: int, height: int | None = None
     if height is not None:
         height = max(height, 1)
     top = [title] if title is not None else []
-    fixed = len(top) + 1  # the title and the summary line
+    line = pauses_line(stats, now)
+    paused = [line] if line is not None else []
+    fixed = len(top) + len(paused) + 1  # the title, what is paused, and the summary line
     if not stats["queues"]:
         queues = [Text("queues: no jobs yet")]
     else:
@@ -788,7 +864,7 @@ def screen_lines(stats: dict, now: int, *, width: int, height: int | None = None
             rates, left = throughput_full, left - extra
         blocks = 1 + sum(1 for w in present if take[w]) + (1 if rates else 0)
         gaps = left >= blocks  # blank lines between blocks only when everything else fits
-    out = top + queues + [summary_line(stats)]
+    out = top + queues + paused + [summary_line(stats)]
     for w in present:
         if take.get(w):
             cols, rows = lists[w]

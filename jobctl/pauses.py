@@ -14,17 +14,6 @@ def until_text(until: int | None, now: int) -> str:
     return f" until {to_rfc3339(until)} (in {format_duration(max(until - now, 0) / 1000)})"
 
 
-def pause_label(q: dict) -> str | None:
-    """What is paused in a queue of `stats`, for a table: `paused`, `paused until …`, `paused types: a, b`."""
-    parts = []
-    if q.get("paused"):
-        parts.append("paused" + (f" until {q['paused_until']}" if q.get("paused_until") else ""))
-    types = q.get("paused_types") or {}
-    if types:
-        parts.append("paused types: " + ", ".join(t + (f" until {u}" if u else "") for t, u in types.items()))
-    return "; ".join(parts) or None
-
-
 def pauses_in_the_way(pauses: Sequence[tuple[str, str | None, int | None]], queues: Sequence[str] | None,
                       types: Sequence[str] | None, now: int) -> str:
     """For `claim` that found nothing: the pauses of the queues and types it asked for (every type

@@ -605,9 +605,10 @@ class Queue:
 
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                   limit: int = 50, stuck: bool = False, older_than=None, sort: str = "newest",
-                  held: bool = False) -> list[Job]:
+                  held: bool = False, damaged: list | None = None) -> list[Job]:
         """Jobs matching all filters. stuck: running or cancel_requested with an expired lease or past
-        their timeout (as in stats). older_than: created longer ago than this duration. limit 0: all."""
+        their timeout (as in stats). older_than: created longer ago than this duration. limit 0: all.
+        damaged: a list to collect rows that cannot be decoded in (left out), instead of exit 8."""
         from jobctl.models import LIST_SORTS
 
         if sort not in LIST_SORTS:
@@ -615,7 +616,7 @@ class Queue:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= 1_000_000:
             raise InvalidInput(f"invalid limit {limit!r}: must be from 1 to 1000000, or 0 for all")
         return self.engine.list_jobs(**self._list_filters(statuses, queue, type, stuck, older_than, held),
-                                     limit=limit, sort=sort)
+                                     limit=limit, sort=sort, damaged=damaged)
 
     def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                    stuck: bool = False, older_than=None, held: bool = False) -> int:

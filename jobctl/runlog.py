@@ -3,7 +3,29 @@ dropped between them. Pure functions (no rich): `logs`, `show` and the tests use
 
 from __future__ import annotations
 
+import re
+
 from jobctl.untrusted import mask_text, safe
+
+_CLAIM_MESSAGE = re.compile(r"run (\d+) of \d+")
+
+
+def claim_attempts(events) -> list[tuple[int, int]]:
+    """(claimed at, run number) of each start in a job's history of (at, from, to, message),
+    oldest first. The number is the attempt the claim's event names ("run 3 of 5": the job's
+    attempts after that claim, what the worker and JOBCTL_ATTEMPT call the run), else the count
+    of starts so far. `show`, `logs --run N` and the worker number runs alike with it."""
+    starts: list[tuple[int, int]] = []
+    for at, from_status, to_status, message in events:
+        if from_status == "pending" and to_status == "running":
+            starts.append((at, run_number(message, len(starts) + 1)))
+    return starts
+
+
+def run_number(claim_message: str | None, fallback: int) -> int:
+    """The run a claim's event names ("run 3 of 5" -> 3), else `fallback`."""
+    m = _CLAIM_MESSAGE.fullmatch(claim_message or "")
+    return int(m.group(1)) if m else fallback
 
 
 def marker(dropped: int) -> bytes:

@@ -95,9 +95,17 @@ def collect(snap: dict, *, queues: list[str] | None = None, limit: int = 10,
         "totals": totals,
         "stuck": stuck,
         "buried": [j.to_dict() for j in keep(snap["buried"])],
+        "buried_by_error": [  # (a damaged row's time or error is left out here: doctor names the row)
+            {"queue": q, "type": t, "error": e if isinstance(e, str) else None, "count": n, "latest_id": i,
+             "latest_at": to_rfc3339(at) if type(at) is int and 0 <= at <= MAX_TIME_MS else None}
+            for q, t, e, n, at, i in snap.get("buried_groups", []) if wanted is None or q in wanted][:limit],
         "aging": aging,
         "throughput": _throughput(snap),
+        "damaged_jobs": [{"id": i, "why": why} for i, why in snap.get("damaged", [])],
     }
+
+
+MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last time RFC 3339 can write
 
 
 def _throughput(snap: dict) -> dict:
@@ -273,6 +281,18 @@ def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]
     return "; ".join(reasons) or None
 
 
+def limits_of_queues(figures: dict, queues: list[str], types_config: dict) -> dict:
+    """The `limits` of `stats -q Q`: the types of those queues (a type's config queue, else
+    "default", or a type with a job in the lists shown) and the concurrency groups of those types;
+    not every limited type of the database."""
+    types = {name for name, tc in types_config.items() if (tc.queue or "default") in queues}
+    types |= {j["type"] for which in ("stuck", "buried", "aging") for j in figures.get(which, [])}
+    groups = {types_config[t].concurrency_group for t in types if t in types_config} - {None}
+    limits = figures["limits"]
+    return {"types": {t: e for t, e in limits["types"].items() if t in types},
+            "groups": {g: e for g, e in limits["groups"].items() if g in groups}}
+
+
 def masked(figures: dict, now: int, patterns) -> tuple[dict, int]:
     """The figures for a human view: secret-looking `key=value` pairs in errors and stuck reasons
     masked (untrusted.mask_text). `--json` and Prometheus output use the figures as they are."""
@@ -283,5 +303,7 @@ def masked(figures: dict, now: int, patterns) -> tuple[dict, int]:
         shown[which] = [{**j, "error": mask_text(j.get("error"), patterns) if j.get("error") else j.get("error"),
                          **({"stuck_reason": mask_text(j["stuck_reason"], patterns)} if "stuck_reason" in j else {})}
                         for j in figures[which]]
+    shown["buried_by_error"] = [{**g, "error": mask_text(g["error"], patterns) if g.get("error") else g.get("error")}
+                                for g in figures.get("buried_by_error", [])]
     return shown, now
 

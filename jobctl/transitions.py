@@ -145,6 +145,8 @@ def retry(job: Job, now: int, *, reset_attempts: bool) -> Change:
     fields: dict = {"run_at": now}
     if reset_attempts:
         fields["attempts"] = 0
+    elif job.attempts >= job.max_attempts:  # one more run allowed, and said so: RUNS reads 3/4, never 4/3
+        fields["max_attempts"] = job.attempts + 1
     return Change("pending", fields, message="retried" + (" with attempts reset" if reset_attempts else ""))
 
 

@@ -212,7 +212,7 @@ def test_show_prints_exit_code_and_stderr_tail_of_a_failed_run(cli, tmp_path):
     assert shown.exit_code == 0, shown.output
     out = shown.stdout
     assert "last failure  exit code 65 after " in out
-    assert "stderr of run 1 (exit code 65 after " in out
+    assert "last lines of run 1 (exit code 65 after " in out
     assert "\nreading input\n" in out
     assert "[red]oops[/red] \\x1b[2J bad input" in out and "\x1b" not in out  # escaped, never interpreted
     assert "(exit code 65 after " in out.split("history")[1]  # in the history too

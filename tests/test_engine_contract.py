@@ -761,6 +761,22 @@ def test_run_output_is_stored_with_the_change_and_numbered_by_run(engine, clock)
     assert engine.run_output(1, 3) is None
 
 
+def test_run_output_numbers_runs_as_their_claims_and_says_when_one_printed_nothing(engine, clock):
+    engine.insert_jobs([new()], "a")
+    engine.claim(req())
+    at(clock, NOW + 10)
+    engine.update_job(1, lambda job, now: Change("pending", {"token": None, "worker": None, "run_at": NOW + 10},
+                                                  run="failed"), "w")
+    at(clock, NOW + 20)
+    engine.claim(req())
+    engine.update_job(1, _with_log("running", {}, b"second\n"), "w")
+    assert (engine.run_output(1).run, engine.run_output(1).runs) == (2, 2)  # the second run, not the first with output
+    assert engine.run_output(1, 2).head == b"second\n"
+    quiet = engine.run_output(1, 1)
+    assert (quiet.run, quiet.kept, quiet.head, quiet.tail, quiet.outcome) == (1, False, b"", b"", "failed")
+    assert engine.run_output(1, 3) is None
+
+
 def test_a_refused_change_stores_no_output(engine):
     from jobctl.engines.base import RunOutput
 

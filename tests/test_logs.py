@@ -163,8 +163,37 @@ def test_logs_errors(tmp_path, db):
     work(db, cfg)
     assert run_inproc(*cfg, "logs", 99, db=db).exit_code == 3
     r = run_inproc(*cfg, "logs", job, "--run", 2, db=db)
-    assert r.exit_code == 2 and "has 1 run" in r.one_error_line()
+    assert r.exit_code == 2 and "its latest is run 1" in r.one_error_line()
     assert run_inproc(*cfg, "logs", job, "--run", 1, db=db).stdout == "x\n"
+
+
+ONLY_THE_SECOND_RUN_PRINTS = """
+    import os, sys
+    if os.environ["JOBCTL_ATTEMPT"] == "2":
+        print("attempt 2 speaking")
+    sys.exit(1)
+"""
+
+
+def test_logs_run_n_is_the_attempt_number_of_show_and_the_worker(tmp_path, db):
+    cfg = setup(tmp_path, ONLY_THE_SECOND_RUN_PRINTS)
+    config = tmp_path / "config.toml"
+    config.write_text(config.read_text().replace("max_attempts = 1", 'max_attempts = 3\nbackoff = "0,0,0"'))
+    job = enqueue(db, cfg)
+    work(db, cfg)
+    r = run_inproc(*cfg, "logs", job, "--run", 2, db=db)
+    assert (r.exit_code, r.stdout) == (0, "attempt 2 speaking\n"), r.stderr
+    r = run_inproc(*cfg, "logs", job, "--run", 1, db=db)  # it started, and printed nothing: say so
+    assert (r.exit_code, r.stdout) == (0, "") and "run 1 of job" in r.stderr and "printed nothing" in r.stderr
+    r = run_inproc(*cfg, "logs", job, "--run", 3, db=db)
+    assert (r.exit_code, r.stdout) == (0, "") and "printed nothing" in r.stderr
+    r = run_inproc(*cfg, "logs", job, db=db)  # the latest with output, and a word that it is not the latest run
+    assert r.stdout == "attempt 2 speaking\n" and "run 2, the latest with output" in r.stderr
+    assert json.loads(run_inproc(*cfg, "logs", job, "--json", db=db).stdout)["run"] == 2
+    r = run_inproc(*cfg, "logs", job, "--run", 4, db=db)
+    assert r.exit_code == 2 and "its latest is run 3" in r.one_error_line()
+    shown = run_inproc(*cfg, "show", job, db=db).stdout
+    assert "run 2 of 3" in shown and "`jobctl logs " in shown
 
 
 def test_secrets_are_masked_and_terminal_controls_escaped_in_the_human_view(tmp_path, db):

@@ -165,3 +165,24 @@ def test_config_show_gives_the_schema_the_url_names(tmp_path):
     assert 'schema = "billing"  # the db URL\'s search_path' in r.stdout, r.stdout
     r = run_inproc("--config", cfg, "--db", "postgresql://app@db1/queue", "config", "show", "--sources")
     assert 'schema = "from_config"  # ' in r.stdout, r.stdout
+
+
+def test_list_and_stats_go_on_past_a_damaged_row(pg_url, pg_base, pg_schema):
+    """A row that cannot be decoded (here, a time that is no time) never fails the view of the
+    whole database: the other jobs are shown, the damaged one named on stderr, and doctor names it."""
+    from conftest import pg_sql
+
+    for n in range(3):
+        assert run_inproc("enqueue", "t", f'{{"n": {n}}}', db=pg_url).exit_code == 0
+    pg_sql(pg_base, f"UPDATE {pg_schema}.jobs SET created_at = -5 WHERE id = 2")
+    for args in (["list"], ["list", "--json"], ["stats"], ["stats", "--json"]):
+        r = run_inproc(*args, db=pg_url)
+        assert r.exit_code == 0, r.output
+        assert "jobctl: warning: job 2 is damaged and left out: created_at" in r.stderr, r.stderr
+        assert "`jobctl doctor` says more" in r.stderr
+    listed = run_inproc("list", "--json", db=pg_url).stdout
+    assert '"n":0' in listed and '"n":2' in listed and '"n":1' not in listed
+    import json
+
+    r = run_inproc("doctor", "--json", db=pg_url)
+    assert r.exit_code == 9 and [d["id"] for d in json.loads(r.stdout)["damaged_jobs"]] == [2], r.output

@@ -131,14 +131,15 @@ email          0      0        0    1         1       1     1          1       -
 idle           0      0        0    0         0       0     0          0       -
 (paused)                                                                        
 (all)          3      1        1    1         1       1     2          1     10m
+paused: queue idle
 
 stuck
 ID  QUEUE  TYPE  WORKER   RUNNING FOR  WHY          
  9  email  t9    host:99        9m30s  lease expired
 
-buried
-ID  QUEUE  TYPE  RUNS  BURIED     ERROR
- 8  email  t8     1/3  9m39s ago  bad [red]input[/red]\\x1b[2J
+buried, by error
+BURIED  QUEUE  TYPE  LATEST    AGO  ERROR
+     1  email  t8         8  9m39s  bad [red]input[/red]\\x1b[2J
 
 aging (ready jobs waiting longest)
 ID  QUEUE    TYPE  PRI  WAITING

@@ -1,6 +1,7 @@
 """`list --stuck/--older-than/--sort` and the explanations of `show` (issue 4)."""
 
 import json
+import re
 import time
 
 import pytest
@@ -193,7 +194,7 @@ def test_stats_on_a_screen_keeps_queue_names_whole_and_cuts_only_to_fit(db, colu
     stuck = next(i for i, line in enumerate(lines) if line.split()[:2] == ["STUCK", "QUEUE"])
     assert lines[stuck + 1].split()[0] == "1", lines
     buried = next(i for i, line in enumerate(lines) if line.split()[:2] == ["BURIED", "QUEUE"])
-    assert lines[buried + 1].split()[:2] == ["2", "default"], lines
+    assert lines[buried + 1].split()[:2] == ["1", "default"], lines  # how many, then where
     assert lines[buried + 1].rstrip().endswith("…") and "exit 3: went wrong" in lines[buried + 1], lines
 
 
@@ -215,3 +216,120 @@ def test_stats_watch_fits_the_screen(db):
     assert lines[0].startswith("refreshed ")
     buried = next(i for i, line in enumerate(lines) if line.split()[:2] == ["BURIED", "QUEUE"])
     assert lines[buried + 1].rstrip().endswith("…") and len(lines[buried + 1]) <= 80, lines
+
+
+def test_runs_read_used_of_allowed_after_a_retry(cli, db):
+    """A retry of a job with no runs left allows one more run and says so: RUNS never reads 2/1."""
+    assert cli("enqueue", "t", "--max-attempts", "1").exit_code == 0
+    job = json.loads(cli("claim").stdout)
+    assert cli("fail", "1", "--token", job["token"], "--error", "boom").exit_code == 0
+    assert cli("retry", "1").exit_code == 0
+    shown = json.loads(cli("show", "1", "--json").stdout)
+    assert (shown["attempts"], shown["max_attempts"]) == (1, 2)
+    job = json.loads(cli("claim").stdout)
+    assert (job["attempt"], job["max_attempts"]) == (2, 2)
+    r = cli("fail", "1", "--token", job["token"], "--error", "boom again", "--json")
+    assert json.loads(r.stdout)["status"] == "buried"  # one more failure buries it again, as before
+    assert cli("list").stdout.splitlines()[1].split()[5] == "2/2"
+    assert cli("retry", "1", "--reset-attempts").exit_code == 0
+    shown = json.loads(cli("show", "1", "--json").stdout)
+    assert (shown["attempts"], shown["max_attempts"]) == (0, 2)
+
+
+# -- show: the history at 80 columns and in a pipe, a failed run's last lines once ------------------
+
+LONG_ERROR = "Traceback (most recent call last): requests.exceptions.ConnectionError: " + "retries exceeded " * 12
+
+
+def failed_job(cli, tmp_path):
+    config = tmp_path / "jobctl.toml"
+    config.write_text('[types.bad]\ncommand = ["sh", "-c", "echo first detail line >&2; echo \\"$0\\" >&2; exit 3", '
+                      f'{json.dumps(LONG_ERROR)}]\nmax_attempts = 2\nbackoff = "0,0"\n'
+                      '[types.quiet]\ncommand = ["sh", "-c", "exit 3"]\nmax_attempts = 1\n')
+    assert cli("--config", config, "enqueue", "bad").exit_code == 0
+    assert cli("--config", config, "work", "--stop-when-empty", "--worker", "a-long-host-name.example:42424").exit_code == 0
+    return config
+
+
+def show_checks(lines: list[str], events: list[dict], columns: int) -> None:
+    out = "\n".join(lines)
+    assert all(len(line) <= columns for line in lines), lines
+    for e in events:  # each timestamp whole, at the start of its line
+        assert any(line.startswith(e["at"] + "  ") for line in lines), (e["at"], lines)
+    assert out.count("first detail line") == 1, out  # the run's last lines, once
+    assert "last lines of run 2 (exit code 3 after " in out and "`jobctl logs 1 --run 2`" in out
+
+
+def test_show_in_a_pipe_keeps_timestamps_whole_and_last_lines_once(cli, db, tmp_path):
+    failed_job(cli, tmp_path)
+    events = json.loads(cli("show", "1", "--json").stdout)["events"]
+    for columns in ("80", "200"):
+        r = cli("show", "1", env={"COLUMNS": columns})
+        assert r.exit_code == 0, r.stderr
+        lines = r.stdout.splitlines()
+        show_checks(lines, events, int(columns))
+        assert all(line == line.rstrip() for line in lines), "no padding at the ends of lines"
+    narrow = cli("show", "1", env={"COLUMNS": "80"}).stdout
+    assert "\n    exit 3: Traceback (most recent call last):" in narrow  # below, indented
+
+
+def test_show_on_an_80_column_terminal(db, tmp_path, cli):
+    config = failed_job(cli, tmp_path)
+    events = json.loads(cli("show", "1", "--json").stdout)["events"]
+    lines = on_terminal(db, 80, "--config", config, "show", "1")
+    show_checks([line.rstrip() for line in lines], events, 80)
+    at = next(i for i, line in enumerate(lines) if line.startswith(events[1]["at"]))
+    assert lines[at].rstrip() == events[1]["at"] + "  pending → running  a-long-host-name.example:42424", lines
+    assert lines[at + 1].rstrip() == "    run 1 of 2", lines  # no room beside a long worker id: below
+
+
+def test_list_at_80_columns_leaves_the_error_room_to_read(db):
+    with Queue.open(db, create=True) as q:
+        q.enqueue("send-invoice", {}, queue="billing-eu")
+        job = q.claim()
+        q.fail(job.id, token=job.token, error="exit 3: connection refused by smtp.example.com:25", bury=True)
+    lines = on_terminal(db, 80, "list")
+    assert all(len(line) <= 80 for line in lines), lines
+    assert "exit 3: connection refused" in lines[1], lines  # not "exit 3: con…"
+
+
+def stats_config(tmp_path):
+    config = tmp_path / "jobctl.toml"
+    config.write_text('[types.render]\ncommand = ["true"]\nqueue = "media"\nrate_limit = [10, "60s"]\n'
+                      '[types.call-api]\ncommand = ["true"]\nconcurrency_group = "openai"\nconcurrency_limit = 2\n')
+    return config
+
+
+def test_stats_at_80_columns_groups_buried_by_error_beside_a_paused_type(db, tmp_path):
+    config = stats_config(tmp_path)
+    with Queue.open(db, create=True) as q:
+        for _ in range(10):
+            q.enqueue("send-invoice", {}, queue="billing-invoices-eu-west")
+            job = q.claim()
+            q.fail(job.id, token=job.token, error="exit 3: connection refused by smtp.example.com:25", bury=True)
+        q.enqueue("render", {}, queue="media")
+        q.pause("media", type="render", for_="2h")
+    drawn = "\n".join(on_terminal(db, 80, "--config", config, "stats", "--watch", until=b"refreshed"))
+    first_frame = ("refreshed " + drawn.split("refreshed ")[1]).splitlines()
+    for lines in (on_terminal(db, 80, "--config", config, "stats"), first_frame):
+        assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+        text = "\n".join(lines)
+        header = next(line for line in lines if line.startswith("QUEUE"))
+        assert header.split()[:5] == ["QUEUE", "READY", "OLDEST", "RUN", "BURIED"], lines
+        media = next(line for line in lines if line.startswith("media"))
+        assert media.split()[:4] == ["media", "(1", "type", "paused)"] and len(media.split()) >= 8, lines
+        assert re.search(r"^paused: type render in media until \S+Z \(in (1h59m|2h)", text, re.M), text
+        assert text.count("exit 3: connection refu") == 1, text  # one row for the ten
+        assert re.search(r"^\s+10\s+billing-invoices-eu-west\s", text, re.M), text
+
+
+def test_stats_of_one_queue_lists_only_its_limits(cli, db, tmp_path):
+    config = stats_config(tmp_path)
+    cli("--config", config, "enqueue", "render")
+    cli("--config", config, "enqueue", "call-api")
+    r = cli("--config", config, "stats", "-q", "media")
+    assert "type render" in r.stdout and "openai" not in r.stdout, r.stdout
+    limits = json.loads(cli("--config", config, "stats", "-q", "default", "--json").stdout)["limits"]
+    assert (list(limits["types"]), list(limits["groups"])) == ([], ["openai"])  # call-api's group
+    everything = json.loads(cli("--config", config, "stats", "--json").stdout)["limits"]
+    assert (set(everything["types"]), set(everything["groups"])) == ({"render"}, {"openai"})

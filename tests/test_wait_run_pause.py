@@ -287,7 +287,8 @@ def test_pause_a_type_holds_only_it_and_every_view_says_so(cli, db):
     assert "type a is paused in queue billing" in cli("show", 1).stdout
     queue = json.loads(cli("stats", "--json").stdout)["queues"]["billing"]
     assert (queue["paused"], queue["paused_until"], queue["paused_types"]) == (False, None, {"a": None})
-    assert "paused types: a" in cli("stats").stdout
+    stats = cli("stats").stdout
+    assert "billing (1 type paused)" in stats and "paused: type a in billing\n" in stats
     r = cli("claim", "-q", "billing", "--type", "c")
     assert r.exit_code == 5 and r.one_error_line() == "jobctl: error: no job is ready"  # not what it asked for
     assert json.loads(cli("claim", "-q", "billing").stdout)["id"] == 2  # type b still flows

@@ -114,7 +114,11 @@ def purge(
     if as_json:
         emit_json({"deleted" if not dry_run else "would_delete": total, "by_status": counts, "dry_run": dry_run})
     else:
+        from jobctl.cli.jobs import how_many
+        from jobctl.cli.state import tell
+
         emit(str(total))
+        tell(how_many("would delete" if dry_run else "deleted", total, "finished job", counts, dry_run))
 
 
 @app.command()
@@ -124,6 +128,7 @@ def pause(
     type: Optional[str] = typer.Option(None, "--type", "-t", metavar="T", autocompletion=complete_type, help="Pause only the jobs of this type in the queue."),
     for_: Optional[str] = typer.Option(None, "--for", metavar="DUR", help="Resume by itself after this long (90s, 30m, 2h)."),
     until: Optional[str] = typer.Option(None, "--until", metavar="TIME", help="Resume by itself at this time (ISO 8601)."),
+    as_json: bool = typer.Option(False, "--json", help="Print {\"queue\", \"type\", \"paused\", \"until\"} as JSON."),
 ):
     """Stop claims from a queue, or of one type in it; enqueue still works.
 
@@ -134,9 +139,17 @@ def pause(
     """
     import sys
 
+    from jobctl.cli.state import tell
+    from jobctl.durations import to_rfc3339
+
     with state(ctx).open_queue() as q:
         known = q.queue_names()
-        q.pause(queue, type=type, for_=for_, until=until)
+        end = q.pause(queue, type=type, for_=for_, until=until)
+    if as_json:
+        emit_json({"queue": queue, "type": type, "paused": True, "until": to_rfc3339(end) if end else None})
+    else:
+        tell(f"paused {'type ' + type + ' in queue' if type else 'queue'} {queue}"
+             + (f" until {to_rfc3339(end)}" if end else " until `jobctl resume`"))
     if queue not in known:  # legitimate ahead of time, but a typo would leave the real queue running
         sys.stderr.write(f"jobctl: note: queue {queue} has no jobs yet; paused ahead of time "
                          f"(known queues: {', '.join(known) or 'none'})\n")
@@ -147,6 +160,7 @@ def resume(
     ctx: typer.Context,
     queue: str = typer.Argument(..., metavar="QUEUE", autocompletion=complete_queue, help="The paused queue."),
     type: Optional[str] = typer.Option(None, "--type", "-t", metavar="T", autocompletion=complete_type, help="End only the pause of this type in the queue."),
+    as_json: bool = typer.Option(False, "--json", help="Print {\"queue\", \"type\", \"paused\": false} as JSON."),
 ):
     """Let workers claim from a paused queue again, and from every type paused in it.
 
@@ -156,8 +170,14 @@ def resume(
     """
     import sys
 
+    from jobctl.cli.state import tell
+
     with state(ctx).open_queue() as q:
         q.resume(queue, type=type)
+        if as_json:
+            emit_json({"queue": queue, "type": type, "paused": False})
+        else:
+            tell(f"resumed {'type ' + type + ' in queue' if type else 'queue'} {queue}")
         if type is not None and queue in q.paused_queues():
             sys.stderr.write(f"jobctl: note: type {type} resumed, but the whole queue {queue} is still paused "
                              f"(`jobctl resume {queue}`)\n")

@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 
 from jobctl.cli.app import app, emit, emit_json, state
+from jobctl.cli.state import tell
 from jobctl.completion import complete_backoff, complete_priority, complete_queue, complete_type
 from jobctl.errors import InvalidInput, NothingToClaim
 
@@ -204,13 +205,18 @@ def complete(
     job_id: int = typer.Argument(..., metavar="ID", help="The job's id."),
     token: Optional[str] = typer.Option(None, "--token", metavar="T", help="The claim's token (refused if stale)."),
     result: Optional[str] = typer.Option(None, "--result", metavar="JSON", help="The job's result as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
 ):
-    """Mark a running job completed.
+    """Mark a running job completed; print nothing (with --json, the job).
 
     Example: jobctl complete 42 --token "$token" --result '{"sent": true}'
     """
     with state(ctx).open_queue() as q:
-        q.complete(job_id, token=token, result=result)
+        job = q.complete(job_id, token=token, result=result)
+    if as_json:
+        emit_json(job.to_dict())
+    else:
+        tell(f"job {job.id} completed")
 
 
 @app.command()
@@ -245,13 +251,20 @@ def heartbeat(
     job_id: int = typer.Argument(..., metavar="ID", help="The job's id."),
     token: Optional[str] = typer.Option(None, "--token", metavar="T", help="The claim's token (refused if stale)."),
     extend: Optional[str] = typer.Option(None, "--extend", metavar="DUR", help="New lease from now (default: the claim's lease length)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
 ):
-    """Extend the lease of a running job (exit 7 when cancellation was requested).
+    """Extend the lease of a running job; print nothing (exit 7 when cancellation was requested).
 
     Example: jobctl heartbeat 42 --token "$token" --extend 5m || stop_now
     """
     with state(ctx).open_queue() as q:
-        q.heartbeat(job_id, token=token, extend=extend)
+        job = q.heartbeat(job_id, token=token, extend=extend)
+    if as_json:
+        emit_json(job.to_dict())
+    elif job.lease_expires_at is not None:
+        from jobctl.durations import to_rfc3339
+
+        tell(f"lease of job {job.id} extended to {to_rfc3339(job.lease_expires_at)}")
 
 
 @app.command()
@@ -261,13 +274,18 @@ def progress(
     token: Optional[str] = typer.Option(None, "--token", metavar="T", help="The claim's token (refused if stale)."),
     message: Optional[str] = typer.Option(None, "--message", "-m", metavar="M", help="What the job is doing now (one line)."),
     percent: Optional[int] = typer.Option(None, "--percent", metavar="N", help="0 to 100."),
+    as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
 ):
-    """Record the progress of a running job (each call replaces message and percent).
+    """Record the progress of a running job (each call replaces message and percent); print nothing.
 
     Example: jobctl progress "$JOBCTL_JOB_ID" --token "$JOBCTL_TOKEN" -m "page 3 of 10" --percent 30
     """
     with state(ctx).open_queue() as q:
-        q.progress(job_id, token=token, message=message, percent=percent)
+        job = q.progress(job_id, token=token, message=message, percent=percent)
+    if as_json:
+        emit_json(job.to_dict())
+    else:
+        tell(f"progress of job {job.id} recorded")
 
 
 def _each(ctx, job_ids: List[int], action, as_json: bool, line=None) -> None:
@@ -278,6 +296,7 @@ def _each(ctx, job_ids: List[int], action, as_json: bool, line=None) -> None:
 
     job_ids = [validate_job_id(i) for i in job_ids]  # a malformed id is a usage error: nothing is done
     first_error = None
+    states: dict[str, int] = {}  # for the terminal's summary line: "3 jobs now pending"
     with state(ctx).open_queue() as q:
         for job_id in job_ids:
             try:
@@ -292,6 +311,12 @@ def _each(ctx, job_ids: List[int], action, as_json: bool, line=None) -> None:
                 continue
             for each in job if isinstance(job, list) else [job]:
                 emit_json(each.to_dict()) if as_json else emit(line(each) if line else f"{each.id} {each.status}")
+                states[each.status] = states.get(each.status, 0) + 1
+    if states and not as_json and line is None:
+        n = sum(states.values())
+        tell(f"{ctx.info_name}: " + ", ".join(
+            (f"{k:,} jobs now {state_}" if k != 1 or n > 1 else f"job {job_ids[0]} is now {state_}")
+            for state_, k in states.items()))
     if first_error is not None:
         if len(job_ids) > 1:
             raise typer.Exit(first_error.exit_code)
@@ -335,6 +360,7 @@ def cancel(
             emit_json({"count": sum(counts.values()), "counts": counts, "dry_run": dry_run})
         else:
             emit(str(sum(counts.values())))
+            tell(how_many("would cancel" if dry_run else "cancelled", sum(counts.values()), "job", counts, dry_run))
         return
     if not job_ids:
         raise InvalidInput("missing job ids: `jobctl cancel ID...`, or `jobctl cancel --queue Q` for every job not yet started")
@@ -403,3 +429,12 @@ def retry_buried(
         emit_json({"count": len(jobs), "ids": [j.id for j in jobs], "dry_run": dry_run})
     else:
         emit(str(len(jobs)))
+        tell(how_many("would retry" if dry_run else "retried", len(jobs), "buried job", None, dry_run))
+
+
+def how_many(done: str, n: int, noun: str, by: dict | None, dry_run: bool) -> str:
+    """`retried 3 buried jobs`, `cancelled 4 jobs (pending 3, scheduled 1)`: the terminal's line
+    beside a bare count on stdout."""
+    parts = ", ".join(f"{k} {v:,}" for k, v in (by or {}).items() if v)
+    return (f"{done} {n:,} {noun}{'' if n == 1 else 's'}" + (f" ({parts})" if parts else "")
+            + ("; --dry-run: nothing changed" if dry_run else ""))

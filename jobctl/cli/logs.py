@@ -40,7 +40,7 @@ def _end_error(log, job):
 def logs(
     ctx: typer.Context,
     job_id: int = typer.Argument(..., metavar="ID", help="The job's id."),
-    run: Optional[int] = typer.Option(None, "--run", min=1, metavar="N", help="The Nth run of the job that printed anything (1: the first). Default: the latest."),
+    run: Optional[int] = typer.Option(None, "--run", min=1, metavar="N", help="Run N of the job, numbered as `show` and the worker number them (run 2 of 3). Default: the latest run that printed anything."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing the output as the worker stores it (every few seconds) until the run ends; wait for a run to start if none has."),
     reveal: bool = typer.Option(False, "--reveal", help="Show values of secret-looking key=value pairs."),
     as_json: bool = typer.Option(False, "--json", help="One object: run, started_at, ended_at, outcome, truncated, dropped, text (exact, unmasked)."),
@@ -48,9 +48,10 @@ def logs(
     """Print a run's output: its stdout and stderr together, in the order they arrived.
 
     Kept: the first 64KiB and the last 1MiB of each run (log_head and log_tail in the config), with
-    a marker line where bytes were dropped; a run that printed nothing keeps no entry. A job with
-    no output kept yet prints nothing (a note on stderr, exit 0). With --follow: exit 0 when the run completed the job, 4 when it ended otherwise
-    (failed, cancelled, released, lost), or when its worker is gone (the lease expired; `jobctl recover`).
+    a marker line where bytes were dropped. A run that printed nothing keeps nothing: it prints
+    nothing, with a note on stderr (exit 0); so does a job with no output kept yet. With --follow:
+    exit 0 when the run completed the job, 4 when it ended otherwise (failed, cancelled, released,
+    lost), or when its worker is gone (the lease expired; `jobctl recover`).
 
     Example: jobctl logs 42 --follow
     """
@@ -61,17 +62,24 @@ def logs(
         log = q.run_output(job_id, run)
         if log is None and not follow:
             if run is not None:
-                last = q.run_output(job_id)
                 from jobctl.errors import InvalidInput
 
-                have = f"it has {last.runs} run(s) with output" if last is not None else "it has no run with output"
-                raise InvalidInput(f"job {job_id} has no run {run}; {have} (`jobctl logs {job_id}` shows the latest)")
+                have = f"its latest is run {job.attempts}" if job.attempts else "it has not run yet"
+                raise InvalidInput(f"job {job_id} has no run {run}; {have} (`jobctl show {job_id}` lists its runs)")
             if job.status == "pending" and not job.attempts:
                 sys.stderr.write(f"job {job_id} has not run yet\n")
             else:
                 sys.stderr.write(f"job {job_id} has no output kept (it is {job.status}; a run that prints "
                                  "nothing keeps none)\n")
             return
+        if log is not None and not log.kept and not follow:
+            how = f" ({ENDS.get(log.outcome, 'ended')})" if log.outcome else " (still running)" if log.ended_at is None else ""
+            sys.stderr.write(f"run {log.run} of job {job_id}{how} printed nothing\n")
+            if as_json:
+                emit_json(_json(log, job_id))
+            return
+        if log is not None and run is None and not follow and log.run < log.runs:
+            sys.stderr.write(f"run {log.run}, the latest with output (the job's latest is run {log.runs})\n")
         if not follow:
             assert log is not None
             if as_json:

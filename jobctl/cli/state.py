@@ -51,3 +51,17 @@ class State:
                                               server=scheme_of(db) in POSTGRES_SCHEMES),
             allow_network_fs=True if self.allow_network_fs else None,  # else the config's [sqlite] says
         )
+
+
+def tell(line: str) -> None:
+    """A one-line confirmation of what a command did, for a person: on stderr, and only when stderr
+    is a terminal. stdout keeps what scripts read (an id, a state, a count, or nothing), so a
+    script's output never changes with it and cron mails nothing."""
+    try:
+        if not sys.stderr.isatty():
+            return
+    except (AttributeError, ValueError):
+        return
+    from jobctl.untrusted import safe
+
+    sys.stderr.write(safe(line) + "\n")

@@ -73,7 +73,12 @@ def stats(
     configured = {tc.queue for tc in st.settings.types.values() if tc.queue} | {"default"}
     with st.open_queue() as q:
         def snapshot() -> tuple[dict, int]:
-            return q.stats(queues=queue, limit=limit, also_known=configured)
+            figures, now = q.stats(queues=queue, limit=limit, also_known=configured)
+            if queue and figures.get("limits"):  # only the limits of the queues asked for
+                from jobctl.stats import limits_of_queues
+
+                figures["limits"] = limits_of_queues(figures, queue, st.settings.types)
+            return figures, now
 
         if watch and sys.stdout.isatty():
             from jobctl.stats import masked
@@ -81,6 +86,11 @@ def stats(
             _watch(lambda: masked(*snapshot(), st.settings.secret_keys), interval_s, q.location)
             return
         figures, now = snapshot()
+    from jobctl.untrusted import safe
+
+    for d in figures.get("damaged_jobs", []):  # left out of the lists: named, so a person runs doctor
+        sys.stderr.write(f"jobctl: warning: job {d['id']} is damaged and left out: {safe(d['why'])}; "
+                         "`jobctl doctor` says more\n")
 
     if check:
         ok, line = run_check(figures, max_ready_age=age_s, max_buried=max_buried, max_stuck=max_stuck)

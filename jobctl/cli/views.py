@@ -30,14 +30,20 @@ def list_jobs(
     """
     st = state(ctx)
     filters = dict(statuses=status or [], queue=queue, type=type, stuck=stuck, older_than=older_than, held=held)
+    damaged: list = []  # rows that cannot be decoded: the others are still listed, these named on stderr
     with st.open_queue() as q:
-        jobs = q.list_jobs(**filters, limit=limit, sort=sort)
+        jobs = q.list_jobs(**filters, limit=limit, sort=sort, damaged=damaged)
         # Never stop at the limit without a word: a script or a person would take it for all of them.
         total = q.count_jobs(**filters) if limit and len(jobs) >= limit else len(jobs)
         now = q.now()
-    if total > len(jobs):
-        import sys
+    import sys
 
+    from jobctl.untrusted import safe
+
+    for e in damaged:
+        sys.stderr.write(f"jobctl: warning: job {e.job_id} is damaged and left out: {safe(e.reason)}; "
+                         "`jobctl doctor` says more\n")
+    if total > len(jobs) + len(damaged):
         sys.stderr.write(f"showing {len(jobs):,} of {total:,}; --limit 0 for all\n")
     if as_json:
         for job in jobs:
@@ -82,5 +88,14 @@ def show(
         run_output = q.run_output(job_id)
     from jobctl import output
 
-    output.console().print(output.job_panel(job, events, now, st.settings.secret_keys, reveal, explanation=why,
-                                            run_output=run_output))
+    out = output.console()  # in a pipe: COLUMNS, else 80 columns (the history never folds a timestamp)
+    panel = output.job_panel(job, events, now, st.settings.secret_keys, reveal, explanation=why,
+                             run_output=run_output, width=out.width)
+    if out.is_terminal:
+        out.print(panel)
+        return
+    with out.capture() as captured:  # in a pipe, no padding at the ends of lines
+        out.print(panel)
+    import sys
+
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))

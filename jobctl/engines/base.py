@@ -126,18 +126,22 @@ class RunOutput(Record):
 
 
 class RunLog(Record):
-    """One stored run's output: run is its number (1: the job's first run with output kept);
-    ended_at and outcome come from the run's end (None while it runs)."""
+    """One run's output: run is its number, the attempt the claim counted ("run 3 of 5" in the
+    history, JOBCTL_ATTEMPT); runs is the number of the job's latest run; ended_at and outcome
+    come from the run's end (None while it runs). kept=False: a run that started and kept no
+    output (it printed nothing)."""
 
-    __slots__ = ("job_id", "run", "runs", "started_at", "ended_at", "head", "tail", "dropped", "outcome")
+    __slots__ = ("job_id", "run", "runs", "started_at", "ended_at", "head", "tail", "dropped", "outcome", "kept")
 
     def __init__(self, job_id: int, run: int, runs: int, started_at: int, ended_at: int | None, head: bytes,
                  tail: bytes, dropped: int,
-                 outcome: str | None = None):  # how the run ended (the runs table's outcome); None: running
+                 outcome: str | None = None,  # how the run ended (the runs table's outcome); None: running
+                 kept: bool = True):
         self.outcome = outcome
+        self.kept = kept
         self.job_id = job_id
         self.run = run
-        self.runs = runs  # how many runs of the job have output kept
+        self.runs = runs  # the number of the job's latest run
         self.started_at = started_at
         self.ended_at = ended_at
         self.head = head
@@ -307,18 +311,22 @@ class Engine(Protocol):
         """The jobs that exist among job_ids, in that order."""
     def events(self, job_id: int) -> list[Event]: ...
     def run_output(self, job_id: int, run: int | None = None) -> RunLog | None:
-        """A run's stored output (run: 1 for the first run with output, None for the latest),
-        or None when the job has none (or no such run). Raises NoSuchJob."""
+        """A run's stored output. run: the attempt number (as the claim's "run N of M" event
+        says; when several starts share it, a released run's or after a reset, the latest); a run
+        that started and kept no output comes back with kept=False. None: the latest run that
+        kept output. None when there is no such run (or, for None, no output at all). Raises NoSuchJob."""
     def dependencies(self, job_id: int) -> list[tuple[int, str | None]]:
         """The `after` ids of a job with their states (None when that job was purged)."""
     def queue_names(self) -> list[str]:
         """Queues that hold jobs or were ever paused (for shell completion)."""
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                   limit: int = 50, stuck: bool = False, created_older_than_ms: int | None = None,
-                  sort: str = "newest", held_by=None) -> list[Job]:
+                  sort: str = "newest", held_by=None, damaged: list | None = None) -> list[Job]:
         """Jobs matching every filter, in a models.LIST_SORTS order. stuck: only held jobs whose
         lease expired or that ran past their timeout. created_older_than_ms: created longer ago.
-        held_by (a limits.Admission): only ready jobs that it holds back. limit 0: every matching job."""
+        held_by (a limits.Admission): only ready jobs that it holds back. limit 0: every matching job.
+        damaged: None, and a row that cannot be decoded raises DamagedJob; a list, and such a row
+        is left out and its DamagedJob appended to the list."""
     def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                    stuck: bool = False, created_older_than_ms: int | None = None, held_by=None) -> int:
         """How many jobs list_jobs would return without a limit."""
@@ -339,7 +347,9 @@ class Engine(Protocol):
         (those jobs, oldest run_at first, at most `limit`); stuck [Job] (running or
         cancel_requested whose lease expired or that ran past claimed_at + timeout; oldest claim
         first, at most `limit`); stuck_total; buried [Job] (latest finished_at first, at most
-        `limit`); runs_by_minute [(minute, outcome, n)] for runs that ended in (now - 60 min,
+        `limit`); buried_groups [(queue, type, error, count, latest finished_at, latest id)] (the
+        buried jobs grouped by queue, type and error, the latest group first, at most `limit`); damaged
+        [(job id, why)] (rows of those lists that cannot be decoded: left out of them); runs_by_minute [(minute, outcome, n)] for runs that ended in (now - 60 min,
         now], minute 0 being the last 60 s; run_ms and wait_ms (ended - started of
         completed/failed runs, started - ready_at of all runs) of the latest `sample` runs of that
         hour; known [queue names] (every queue with a row in the counts or a pause, even with no

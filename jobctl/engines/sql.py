@@ -33,7 +33,7 @@ from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache, partial
 
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob, RunLog
-from jobctl.errors import InvalidState, JobctlError, NoSuchJob
+from jobctl.errors import DamagedJob, InvalidState, JobctlError, NoSuchJob
 from jobctl.models import FINISHED, JOB_COLUMNS, Event, Job, row_damage
 from jobctl import payloads
 from jobctl.payloads import sha256
@@ -50,6 +50,21 @@ MAX_CLAIMS_KEPT = 4096  # jobs an engine remembers as it claimed them (a worker 
 NOT_PAUSED = (" AND queue NOT IN (SELECT name FROM queues WHERE paused = 1 AND (paused_until IS NULL OR paused_until > ?))"
               " AND NOT EXISTS (SELECT 1 FROM paused_types p WHERE p.queue = jobs.queue AND p.type = jobs.type"
               " AND (p.until IS NULL OR p.until > ?))")
+
+
+def sound_jobs(rows, damaged: list | None) -> list[Job]:
+    """Jobs from rows. Without `damaged`, a row that cannot be decoded raises DamagedJob (exit 8);
+    with it, that row is left out and its DamagedJob appended there, so that a view of many jobs
+    shows the others and names the damaged one instead of failing for the whole database."""
+    if damaged is None:
+        return [Job.from_row(r) for r in rows]
+    jobs = []
+    for r in rows:
+        try:
+            jobs.append(Job.from_row(r))
+        except DamagedJob as e:
+            damaged.append(e)
+    return jobs
 
 
 def details_text(details: dict | None) -> str | None:
@@ -1057,15 +1072,38 @@ class SQLEngine:
         with self._read() as c:
             if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is None:
                 raise NoSuchJob(job_id)
-            runs = c.execute("SELECT count(*) FROM job_logs WHERE job_id = ?", (job_id,)).fetchone()[0]
-            n = runs if run is None else run
-            if not runs or not 1 <= n <= runs:
-                return None
+            from jobctl.runlog import claim_attempts
+
+            starts = claim_attempts((r["at"], r["from_status"], r["to_status"], r["message"])
+                                    for r in self._event_rows(c, job_id))
+            logged = [r[0] for r in c.execute("SELECT started_at FROM job_logs WHERE job_id = ? ORDER BY started_at",
+                                              (job_id,))]
+
+            def attempt_of(started_at: int, fallback: int) -> int:
+                earlier = [n for at, n in starts if at <= started_at]
+                return earlier[-1] if earlier else fallback
+
+            numbered = [(attempt_of(s, i + 1), s) for i, s in enumerate(logged)]
+            latest = starts[-1][1] if starts else (numbered[-1][0] if numbered else 0)
+            if run is None:
+                if not numbered:
+                    return None
+                n, started = numbered[-1]
+            else:
+                found = [s for a, s in numbered if a == run]
+                if not found:  # a run that started and printed nothing: say so, with how it ended
+                    claims = [at for at, a in starts if a == run]
+                    if not claims:
+                        return None
+                    end = self._run_end(c, job_id, claims[-1])
+                    return RunLog(job_id, run, latest, claims[-1], end[0] if end else None, b"", b"", 0,
+                                  end[1] if end else None, kept=False)
+                n, started = run, found[-1]
             r = c.execute("SELECT started_at, ended_at, head, tail, dropped FROM job_logs WHERE job_id = ? "
-                          "ORDER BY started_at LIMIT 1 OFFSET ?", (job_id, n - 1)).fetchone()
+                          "AND started_at = ?", (job_id, started)).fetchone()
             end = self._run_end(c, job_id, r[0])
             ended_at = r[1] if r[1] is not None or end is None else end[0]
-            return RunLog(job_id, n, runs, r[0], ended_at, bytes(r[2]), bytes(r[3]), r[4],
+            return RunLog(job_id, n, max(latest, n), r[0], ended_at, bytes(r[2]), bytes(r[3]), r[4],
                           end[1] if end is not None else None)
 
     _LIST_ORDERS = {"newest": "id DESC", "oldest": "id", "priority": "priority DESC, run_at, id",
@@ -1073,12 +1111,12 @@ class SQLEngine:
 
     def list_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None, limit: int = 50,
                   stuck: bool = False, created_older_than_ms: int | None = None, sort: str = "newest",
-                  held_by=None) -> list[Job]:
-        """limit 0: every matching job."""
+                  held_by=None, damaged: list | None = None) -> list[Job]:
+        """limit 0: every matching job. damaged: see sound_jobs."""
         where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms, held_by)
         sql = f"SELECT * FROM jobs{where} ORDER BY {self._LIST_ORDERS[sort]} LIMIT ?"
         with self._read() as c:
-            return self._with_after(c, [Job.from_row(r) for r in c.execute(sql, [*args, limit or self.NO_LIMIT])])
+            return self._with_after(c, sound_jobs(c.execute(sql, [*args, limit or self.NO_LIMIT]), damaged))
 
     def count_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None,
                    stuck: bool = False, created_older_than_ms: int | None = None, held_by=None) -> int:
@@ -1159,6 +1197,7 @@ class SQLEngine:
         only, only_args = "", []
         if queues:
             only, only_args = f" AND queue IN ({','.join('?' * len(queues))})", list(queues)
+        damaged: list[DamagedJob] = []  # rows that cannot be decoded: left out, named (a view goes on past them)
         with self._read() as c:
             now = self.now()
             counts: dict[str, dict[str, int]] = {}
@@ -1190,17 +1229,24 @@ class SQLEngine:
                     "WHERE status = 'pending' AND waiting_on = 0 AND queue = ? AND run_at <= ? "
                     "ORDER BY run_at, id LIMIT ?", (queue, now, limit),
                 ).fetchall()
-                if rows:
-                    oldest_ready[queue] = rows[0]["run_at"]
-                aging += [Job.from_row(r) for r in rows]
+                ready = sound_jobs(rows, damaged)
+                if ready:
+                    oldest_ready[queue] = ready[0].run_at
+                aging += ready
             aging = sorted(aging, key=lambda j: (j.run_at, j.id))[:limit]
             held = ("SELECT {} FROM jobs WHERE status IN (?, ?) "
                     "AND (lease_expires_at < ? OR claimed_at + timeout_ms < ?)" + only)
             stuck_total = c.execute(held.format("count(*)"), (*HELD, now, now, *only_args)).fetchone()[0]
-            stuck = [Job.from_row(r) for r in c.execute(
-                held.format("*") + " ORDER BY claimed_at, id LIMIT ?", (*HELD, now, now, *only_args, limit))]
-            buried = [Job.from_row(r) for r in c.execute(
+            stuck = sound_jobs(c.execute(
+                held.format("*") + " ORDER BY claimed_at, id LIMIT ?", (*HELD, now, now, *only_args, limit)), damaged)
+            buried = sound_jobs(c.execute(
                 "SELECT * FROM jobs WHERE status = 'buried'" + only + " ORDER BY finished_at DESC, id DESC LIMIT ?",
+                (*only_args, limit)), damaged)
+            # One row per queue, type and error (the same failure buried a hundred times is one
+            # thing to look at), the latest first.
+            buried_groups = [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in c.execute(
+                "SELECT queue, type, error, count(*), max(finished_at), max(id) FROM jobs WHERE status = 'buried'"
+                + only + " GROUP BY queue, type, error ORDER BY max(finished_at) DESC, max(id) DESC LIMIT ?",
                 (*only_args, limit))]
             # Runs that ended in (now - 60 min, now], per minute back from now (bucket 0 = the last minute).
             by_minute = c.execute(
@@ -1214,8 +1260,8 @@ class SQLEngine:
             "now": now, "counts": counts, "paused": paused, "paused_until": paused_until, "paused_types": paused_types,
             "known": sorted(known), "scheduled": scheduled,
             "oldest_ready": oldest_ready,
-            "stuck": stuck, "stuck_total": stuck_total, "buried": buried, "aging": aging,
-            "runs_by_minute": [(r[0], r[1], r[2]) for r in by_minute],
+            "stuck": stuck, "stuck_total": stuck_total, "buried": buried, "buried_groups": buried_groups,
+            "aging": aging, "damaged": [(e.job_id, e.reason) for e in damaged], "runs_by_minute": [(r[0], r[1], r[2]) for r in by_minute],
             "run_ms": [r[0] for r in recent if r[2] in ("completed", "failed")],
             "wait_ms": [r[1] for r in recent if r[1] is not None],
         }

@@ -1,0 +1,68 @@
+"""What a successful command prints: stdout keeps the answer scripts read (an id, a state, a
+count, or nothing); a person at a terminal also gets one line on stderr saying what was done; and
+--json on every command that changes jobs or pauses."""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import JOBCTL, run_on_pty
+
+
+def on_terminal(db, *args):
+    """stdout to a pipe, stderr on a terminal: (exit code, stdout, what the terminal showed)."""
+    code, shown, proc = run_on_pty([*JOBCTL, "--db", db, *args], stdout=subprocess.PIPE)
+    return code, proc.stdout.read().decode(), shown.replace("\r", "")
+
+
+@pytest.fixture
+def running(cli):
+    assert cli("enqueue", "t", "--max-attempts", "1").exit_code == 0
+    return json.loads(cli("claim").stdout)["token"]
+
+
+def test_stdout_stays_the_contract_and_a_terminal_is_told_what_was_done(cli, db, running):
+    steps = [
+        (["heartbeat", "1", "--token", running], "", "lease of job 1 extended to "),
+        (["progress", "1", "--token", running, "-m", "half"], "", "progress of job 1 recorded"),
+        (["complete", "1", "--token", running], "", "job 1 completed"),
+        (["pause", "default", "--for", "30m"], "", "paused queue default until "),
+        (["resume", "default"], "", "resumed queue default"),
+        (["pause", "default", "--type", "t"], "", "paused type t in queue default until `jobctl resume`"),
+        (["resume", "default", "--type", "t"], "", "resumed type t in queue default"),
+    ]
+    for args, out, told in steps:
+        code, stdout, shown = on_terminal(db, *args)
+        assert (code, stdout) == (0, out), (args, shown)
+        assert told in shown, (args, shown)
+    cli("enqueue", "t")
+    cli("enqueue", "t")
+    code, stdout, shown = on_terminal(db, "cancel", "2")
+    assert (code, stdout) == (0, "2 cancelled\n") and "cancel: job 2 is now cancelled" in shown, shown
+    code, stdout, shown = on_terminal(db, "cancel", "-q", "default", "--dry-run")
+    assert (code, stdout) == (0, "1\n") and "would cancel 1 job" in shown and "nothing changed" in shown, shown
+    code, stdout, shown = on_terminal(db, "retry-buried")
+    assert (code, stdout) == (0, "0\n") and "retried 0 buried jobs" in shown, shown
+    code, stdout, shown = on_terminal(db, "purge", "--cancelled-older-than", "0s")
+    assert (code, stdout) == (0, "1\n") and "deleted 1 finished job (cancelled 1)" in shown, shown
+
+
+def test_in_a_pipe_stderr_stays_quiet(cli, running):
+    for args in (["progress", "1", "--token", running, "-m", "x"], ["complete", "1", "--token", running],
+                 ["pause", "default"], ["resume", "default"], ["retry-buried"], ["purge"]):
+        r = cli(*args)
+        assert r.exit_code == 0 and r.stderr == "", (args, r.output)
+
+
+def test_json_for_every_command_that_changes_something(cli, running):
+    job = json.loads(cli("heartbeat", "1", "--token", running, "--json").stdout)
+    assert job["id"] == 1 and job["lease_expires_at"]
+    job = json.loads(cli("progress", "1", "--token", running, "-m", "half", "--percent", "50", "--json").stdout)
+    assert job["progress"] == {"message": "half", "percent": 50}
+    job = json.loads(cli("complete", "1", "--token", running, "--result", '{"ok": 1}', "--json").stdout)
+    assert (job["status"], job["result"]) == ("completed", {"ok": 1})
+    paused = json.loads(cli("pause", "default", "--type", "t", "--json").stdout)
+    assert paused == {"queue": "default", "type": "t", "paused": True, "until": None}
+    assert json.loads(cli("resume", "default", "--type", "t", "--json").stdout) == \
+        {"queue": "default", "type": "t", "paused": False}

@@ -50,6 +50,28 @@ def check_sqlite_version(found: tuple[int, int, int] | None = None) -> None:
             "(a python.org or pyenv build, or the python3 of Debian 12 / Ubuntu 22.04 and later)"
         )
 
+def boot_seconds() -> float:
+    """The host's boot clock (CLOCK_BOOTTIME: seconds since boot, sleep included), which no step
+    of the wall clock moves."""
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME) / 1e9
+
+
+_BOOT_ID: list[int | None] = []  # this boot's number, read once per process (an empty list: not yet)
+
+
+def boot_id() -> int | None:
+    """This boot of the host as a number (the first 60 bits of /proc/sys/kernel/random/boot_id,
+    which changes at every boot); None where there is no boot clock (off Linux)."""
+    if not _BOOT_ID:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+                text = f.read().strip().replace("-", "")
+            _BOOT_ID.append(int(text[:15], 16) if hasattr(time, "CLOCK_BOOTTIME") else None)
+        except (OSError, ValueError):
+            _BOOT_ID.append(None)
+    return _BOOT_ID[0]
+
+
 def _disk_is_full(path: str) -> bool:
     try:
         st = os.statvfs(os.path.dirname(os.path.abspath(path)) or ".")
@@ -177,6 +199,9 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         self.path = path
         self.busy_timeout = busy_timeout
         self.clock = clock  # seconds since the epoch, for tests; None: this host's clock
+        # What times leases besides the wall clock (seconds): None is the host's boot clock, or none
+        # when a test gave `clock` (a test that steps the wall clock alone sets boot_seconds here).
+        self.boot_clock: Callable[[], float] | None = None
         self._data_version: int | None = None
         self._claims: dict = {}
         self._columns: dict[str, list[str]] = {}  # column names of a claim's rows, by its SQL text
@@ -187,6 +212,44 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         if self.clock is not None:
             return int(self.clock() * 1000)
         return time.time_ns() // 1_000_000
+
+    # -- leases on the boot clock ----------------------------------------------------------
+    # Every process that opens the file runs on this host (network filesystems are refused), so a
+    # lease is timed on the host's boot clock, which a step of the wall clock (NTP, a resumed VM,
+    # an admin's `date -s`) does not move: a lease ends at lease_boot_ms of boot lease_boot_id, and
+    # one taken in an earlier boot has expired. lease_expires_at stays the wall-clock time shown
+    # to people. A lease without them (taken before this schema, or copied from another
+    # database) is judged on the wall clock.
+
+    def _boot(self) -> tuple[int, int] | None:
+        """(now on the clock that times leases in ms, the boot it counts from); None off Linux."""
+        boot = boot_id()
+        if boot is None:
+            return None
+        if self.boot_clock is not None:
+            return int(self.boot_clock() * 1000), boot
+        if self.clock is not None:
+            return None  # a test's clock alone: leases on it (a real process then judges them on the wall clock)
+        return time.clock_gettime_ns(time.CLOCK_BOOTTIME) // 1_000_000, boot
+
+    def _time_lease(self, fields: dict, now: int) -> None:
+        boot = self._boot()
+        if boot is not None:
+            fields["lease_boot_ms"] = boot[0] + fields["lease_expires_at"] - now
+            fields["lease_boot_id"] = boot[1]
+
+    def _expired_where(self, now: int) -> tuple[str, list]:
+        boot = self._boot()
+        if boot is None:
+            return super()._expired_where(now)
+        return ("(lease_boot_id <> ? OR lease_boot_ms < ? OR (lease_boot_id IS NULL AND lease_expires_at < ?))",
+                [boot[1], boot[0], now])
+
+    def lease_expired(self, job, now: int) -> bool:
+        boot = self._boot()
+        if boot is None or job.lease_boot_id is None or job.lease_boot_ms is None:
+            return super().lease_expired(job, now)
+        return job.lease_boot_id != boot[1] or job.lease_boot_ms < boot[0]
 
     @property
     def files(self) -> "SQLiteEngine":

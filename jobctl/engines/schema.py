@@ -239,6 +239,8 @@ def _v8(db) -> None:
 LEASE_AND_PROGRESS = (  # (both engines: pg_schema.py)
     "ALTER TABLE jobs RENAME COLUMN expiry_seen_at TO lease_boot_ms",
     "ALTER TABLE jobs RENAME COLUMN expiry_seen_hb TO lease_boot_id",
+    # (a first sighting kept there is no boot-clock lease: such a lease is judged on the wall clock)
+    "UPDATE jobs SET lease_boot_ms = NULL, lease_boot_id = NULL WHERE lease_boot_ms IS NOT NULL OR lease_boot_id IS NOT NULL",
     "ALTER TABLE jobs ADD COLUMN progress_at BIGINT",
 )
 

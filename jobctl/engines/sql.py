@@ -855,7 +855,7 @@ class SQLEngine:
                        dry_run: bool = False) -> list[tuple[Job, Change]]:
         def select(now: int) -> tuple[str, list]:
             expired, params = self._expired_where(now)
-            # (the states as literals: the partial index jobs_held's own, so only held rows are read)
+            # (only held rows are read, through an index on status: tests/test_lease_sweeps.py)
             sql = f"SELECT * FROM jobs WHERE status IN ('running', 'cancel_requested') AND ({expired}"
             if silent_for_ms is not None:
                 sql += " OR COALESCE(heartbeat_at, claimed_at) < ?"

@@ -50,6 +50,7 @@ def check_sqlite_version(found: tuple[int, int, int] | None = None) -> None:
             "(a python.org or pyenv build, or the python3 of Debian 12 / Ubuntu 22.04 and later)"
         )
 
+
 def boot_seconds() -> float:
     """The host's boot clock (CLOCK_BOOTTIME: seconds since boot, sleep included), which no step
     of the wall clock moves."""
@@ -63,12 +64,14 @@ def boot_id() -> int | None:
     """This boot of the host as a number (the first 60 bits of /proc/sys/kernel/random/boot_id,
     which changes at every boot); None where there is no boot clock (off Linux)."""
     if not _BOOT_ID:
-        try:
-            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-                text = f.read().strip().replace("-", "")
-            _BOOT_ID.append(int(text[:15], 16) if hasattr(time, "CLOCK_BOOTTIME") else None)
-        except (OSError, ValueError):
-            _BOOT_ID.append(None)
+        number = None
+        if hasattr(time, "CLOCK_BOOTTIME"):
+            try:
+                with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+                    number = int(f.read().strip().replace("-", "")[:15], 16)
+            except (OSError, ValueError):
+                pass
+        _BOOT_ID.append(number)
     return _BOOT_ID[0]
 
 

@@ -11,6 +11,8 @@ and the handler's own time are untouched, as in a real clock step (NTP, a VM res
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +21,7 @@ import time
 
 import pytest
 
-from .util import jobctl, show_json
+from .util import JOBCTL, jobctl, show_json
 
 SHIFTED_WORKER = textwrap.dedent("""
     import sys, time
@@ -135,3 +137,27 @@ def test_a_worker_whose_clock_stepped_sweeps_as_before(any_db, tmp_path, step):
     job = show_json(db, live)
     assert job["status"] == "running" and job["token"] == live_token
     assert any("sweeper" == e["actor"] and "lost" in (e["message"] or "") for e in show_json(db, dead)["events"])
+
+
+@pytest.mark.skipif(shutil.which("faketime") is None, reason="libfaketime is not installed (apt-get install faketime)")
+@pytest.mark.parametrize("step", ["+1h", "-1h"])
+def test_recover_under_libfaketime(any_db, step):
+    """The same with the process's whole wall clock stepped by libfaketime (every call that reads
+    it, C library included). FAKETIME_DONT_FAKE_MONOTONIC=1: a real step of the clock does not
+    move the monotonic and boot clocks, and by default libfaketime shifts those too."""
+    db = any_db
+    live, _ = claimed(db, "30m")
+    dead, _ = claimed(db, "2s")
+    env = {**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+    def recover() -> list[dict]:
+        r = subprocess.run(["faketime", "-f", step, *JOBCTL, "--db", str(db), "recover", "--json"],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 0, r.stderr
+        return [json.loads(x) for x in r.stdout.splitlines()]
+
+    first = recover()
+    assert live not in [a["id"] for a in first]
+    time.sleep(2.2)
+    assert first + recover() == [{"id": dead, "action": "requeued"}]
+    assert show_json(db, live)["status"] == "running"

@@ -566,8 +566,8 @@ class Queue:
             if job.token in exclude_tokens:
                 return None
             found[job.id] = job
-            silent_before = None if silent_for_ms is None else now - silent_for_ms
-            return transitions.recover(job, now, expired=engine.lease_expired(job, now), silent_before=silent_before)
+            silent = silent_for_ms is not None and engine.lease_silent(job, now, silent_for_ms)
+            return transitions.recover(job, now, expired=engine.lease_expired(job, now), silent=silent)
 
         done = self.engine.update_expired(self._reacting(decide), actor or operator_name(), silent_for_ms=silent_for_ms,
                                           dry_run=dry_run)

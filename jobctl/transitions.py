@@ -179,14 +179,14 @@ def with_reaction(change: Change | None, job: Job, prepare: Callable[[str], NewJ
     return change
 
 
-def recover(job: Job, now: int, *, expired: bool, silent_before: int | None = None) -> Change | None:
-    """A held job whose lease expired (`expired`: the engine judged it on the clock that times its
-    leases, not on the wall clock) or that was silent since before `silent_before`: requeue it,
-    bury it when it has no runs left, or finish its cancellation. One sweep decides."""
+def recover(job: Job, now: int, *, expired: bool, silent: bool = False) -> Change | None:
+    """A held job whose lease expired, or that was silent (no claim or heartbeat) for as long as
+    `recover --older-than` says (both judged by the engine on the clock that times its leases, not
+    on the wall clock): requeue it, bury it when it has no runs left, or finish its cancellation.
+    One sweep decides."""
     if job.status not in HELD:
         return None
     beat = job.heartbeat_at if job.heartbeat_at is not None else job.claimed_at
-    silent = silent_before is not None and beat is not None and beat < silent_before
     if not (expired or silent):
         return None
     lost = f"worker {job.worker} lost: lease expired at {to_rfc3339(job.lease_expires_at)}"

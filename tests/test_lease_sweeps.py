@@ -111,6 +111,24 @@ def test_without_a_boot_clock_a_lease_is_judged_on_the_wall_clock(q, clock):
     assert [a for _, a in q.recover()] == ["requeued"]
 
 
+@pytest.mark.parametrize("step", [3600, -3600], ids=["forward", "back"])
+def test_older_than_judges_silence_on_the_boot_clock_too(q, clock, boot, step):
+    """`recover --older-than`: a job neither claimed nor heartbeated for that long is lost, however
+    long its lease; a step of the wall clock makes no job silent, and hides none."""
+    chatty = q.enqueue("t").id
+    silent = q.enqueue("t").id
+    a = q.claim(worker="chatty", lease="1h")
+    q.claim(worker="silent", lease="1h")
+    clock.t += step
+    assert q.recover(older_than="30m") == []
+    passes(20 * 60, clock, boot)
+    q.heartbeat(chatty, token=a.token, extend="1h")
+    passes(10 * 60 + 1, clock, boot)
+    assert [(j.id, a) for j, a in q.recover(older_than="30m")] == [(silent, "requeued")]
+    assert "silent since" in q.events(silent)[-1].message
+    assert q.get(chatty).status == "running"
+
+
 def test_a_worker_never_recovers_its_own_live_claims(q, clock, boot):
     job = q.enqueue("t").id
     mine = q.claim(worker="me", lease="1s")

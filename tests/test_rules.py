@@ -118,7 +118,7 @@ def test_recover_acts_on_what_the_engine_judged_expired():
     assert t.recover(job("cancel_requested"), NOW, expired=True).to_status == "cancelled"
     # the wall clock says expired, the engine's clock says not: nothing is done
     assert t.recover(expired, NOW, expired=False) is None
-    assert t.recover(job(), NOW, expired=False, silent_before=NOW - 1_000).message.startswith("worker w1 silent")
+    assert t.recover(job(), NOW, expired=False, silent=True).message.startswith("worker w1 silent")
     assert t.recover(job("pending"), NOW, expired=True) is None
 
 

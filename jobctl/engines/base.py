@@ -262,6 +262,10 @@ class Engine(Protocol):
         step of the wall clock does not move (SQLite: the host's boot clock; PostgreSQL: the
         server's clock), so that one sweep can act on what it finds."""
 
+    def lease_silent(self, job: Job, now: int, silent_for_ms: int) -> bool:
+        """Whether a held job was neither claimed nor heartbeated in the last silent_for_ms, on the
+        same clock as lease_expired."""
+
     def update_expired(self, decide: Decide, actor: str, *, silent_for_ms: int | None = None,
                        dry_run: bool = False) -> list[tuple[Job, Change]]:
         """Call decide on every running or cancel_requested job whose lease expired as lease_expired

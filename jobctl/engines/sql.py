@@ -154,6 +154,15 @@ class SQLEngine:
         """Whether a held job's lease has expired (as _expired_where judges it)."""
         return job.lease_expires_at is not None and job.lease_expires_at < now
 
+    def _silent_where(self, now: int, silent_for_ms: int) -> tuple[str, list]:
+        """SQL (and its parameters) true for a held job not claimed or heartbeated in silent_for_ms."""
+        return "COALESCE(heartbeat_at, claimed_at) < ?", [now - silent_for_ms]
+
+    def lease_silent(self, job: Job, now: int, silent_for_ms: int) -> bool:
+        """As _silent_where judges it."""
+        beat = job.heartbeat_at if job.heartbeat_at is not None else job.claimed_at
+        return beat is not None and beat < now - silent_for_ms
+
     def _write(self, *, rollback: bool = False) -> AbstractContextManager[tuple]:
         """One write transaction: yields (connection, now), "now" read once inside it; commits
         at the end (rolls back with rollback=True: a dry run), rolls back on an error."""
@@ -858,8 +867,9 @@ class SQLEngine:
             # (only held rows are read, through an index on status: tests/test_lease_sweeps.py)
             sql = f"SELECT * FROM jobs WHERE status IN ('running', 'cancel_requested') AND ({expired}"
             if silent_for_ms is not None:
-                sql += " OR COALESCE(heartbeat_at, claimed_at) < ?"
-                params.append(now - silent_for_ms)
+                silent, silent_params = self._silent_where(now, silent_for_ms)
+                sql += f" OR {silent}"
+                params += silent_params
             return sql + ") ORDER BY id", params
 
         return self._update_selected(select, decide, actor, dry_run)

@@ -254,6 +254,28 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
             return super().lease_expired(job, now)
         return job.lease_boot_id != boot[1] or job.lease_boot_ms < boot[0]
 
+    # The last claim or heartbeat on the boot clock: lease_expires_at and lease_boot_ms were set
+    # by the same write as it, so it lies as far before lease_boot_ms as it does before lease_expires_at.
+    _BEAT_BOOT = "lease_boot_ms - lease_expires_at + COALESCE(heartbeat_at, claimed_at)"
+
+    def _silent_where(self, now: int, silent_for_ms: int) -> tuple[str, list]:
+        boot = self._boot()
+        if boot is None:
+            return super()._silent_where(now, silent_for_ms)
+        return (f"(lease_boot_id <> ? OR {self._BEAT_BOOT} < ? "
+                "OR (lease_boot_id IS NULL AND COALESCE(heartbeat_at, claimed_at) < ?))",
+                [boot[1], boot[0] - silent_for_ms, now - silent_for_ms])
+
+    def lease_silent(self, job, now: int, silent_for_ms: int) -> bool:
+        boot = self._boot()
+        beat = job.heartbeat_at if job.heartbeat_at is not None else job.claimed_at
+        if (boot is None or job.lease_boot_id is None or job.lease_boot_ms is None or beat is None
+                or job.lease_expires_at is None):
+            return super().lease_silent(job, now, silent_for_ms)
+        if job.lease_boot_id != boot[1]:
+            return True
+        return job.lease_boot_ms - job.lease_expires_at + beat < boot[0] - silent_for_ms
+
     @property
     def files(self) -> "SQLiteEngine":
         """The file capability (backup, checkpoint): this engine has it."""

@@ -93,6 +93,7 @@ def claimed(db, lease: str) -> tuple[int, str]:
     return job["id"], job["token"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step", [3600.0, -3600.0], ids=["forward", "back"])
 def test_one_recover_from_a_host_whose_clock_stepped(any_db, step):
     """`recover` run where the wall clock is an hour off (SQLite: the same host's boot clock times
@@ -139,6 +140,7 @@ def test_a_worker_whose_clock_stepped_sweeps_as_before(any_db, tmp_path, step):
     assert any("sweeper" == e["actor"] and "lost" in (e["message"] or "") for e in show_json(db, dead)["events"])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("faketime") is None, reason="libfaketime is not installed (apt-get install faketime)")
 @pytest.mark.parametrize("step", ["+1h", "-1h"])
 def test_recover_under_libfaketime(any_db, step):

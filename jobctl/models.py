@@ -69,8 +69,8 @@ class Job(Record):
     __slots__ = ("id", "queue", "type", "payload", "priority", "status", "attempts", "max_attempts", "backoff",
                  "timeout_ms", "run_at", "created_at", "updated_at", "idempotency_key", "worker", "claimed_at",
                  "heartbeat_at", "lease_expires_at", "lease_ms", "token", "progress", "error", "result",
-                 "finished_at", "waiting_on", "expiry_seen_at", "expiry_seen_hb", "cost_units", "concurrency_group",
-                 "on_buried", "on_completed", "on_cancelled", "after")
+                 "finished_at", "waiting_on", "lease_boot_ms", "lease_boot_id", "cost_units", "concurrency_group",
+                 "on_buried", "on_completed", "on_cancelled", "progress_at", "after")
 
     def __init__(self, id: int, queue: str, type: str,
                  payload: str,  # compact JSON text, exactly as enqueued
@@ -85,13 +85,14 @@ class Job(Record):
                  result: str | None = None,  # JSON text
                  finished_at: int | None = None,
                  waiting_on: int = 0,  # how many `after` jobs are not completed yet
-                 expiry_seen_at: int | None = None,  # when a sweep first saw its lease expired
-                 expiry_seen_hb: int | None = None,  # ... and the heartbeat it saw then
+                 lease_boot_ms: int | None = None,  # the lease's end on the host's boot clock (SQLite)
+                 lease_boot_id: int | None = None,  # ... of that boot (engines/sqlite.py, boot_clock)
                  cost_units: int = 1,  # what it holds of its concurrency limit while it runs (0: not set, the type's)
                  concurrency_group: str | None = None,  # None: the type's, if any (limits.Limits.resolve)
                  on_buried: str | None = None,  # reaction types: a job of that type is enqueued when it
                  on_completed: str | None = None,  # becomes buried / completed / cancelled (stored at enqueue)
                  on_cancelled: str | None = None,
+                 progress_at: int | None = None,  # when `progress` last changed (None: never reported)
                  after: list[int] | None = None):  # None: a new empty list
         self.id = id
         self.queue = queue
@@ -118,13 +119,14 @@ class Job(Record):
         self.result = result
         self.finished_at = finished_at
         self.waiting_on = waiting_on
-        self.expiry_seen_at = expiry_seen_at
-        self.expiry_seen_hb = expiry_seen_hb
+        self.lease_boot_ms = lease_boot_ms
+        self.lease_boot_id = lease_boot_id
         self.cost_units = cost_units
         self.concurrency_group = concurrency_group
         self.on_buried = on_buried
         self.on_completed = on_completed
         self.on_cancelled = on_cancelled
+        self.progress_at = progress_at
         self.after = [] if after is None else after
 
     def reaction_type(self, status: str) -> str | None:
@@ -194,6 +196,7 @@ class Job(Record):
             "lease_expires_at": to_rfc3339(self.lease_expires_at),
             "token": self.token,
             "progress": json.loads(self.progress) if self.progress else None,
+            "progress_at": to_rfc3339(self.progress_at),
             "error": self.error,
             "result": json.loads(self.result) if self.result is not None else None,
             "created_at": to_rfc3339(self.created_at),
@@ -235,7 +238,7 @@ def _columns_in_order(keys) -> itemgetter | None:
 # What a sound row holds, column by column (only the columns present are checked).
 _INTEGERS = ("id", "priority", "attempts", "max_attempts", "timeout_ms", "waiting_on", "cost_units", "dep_flags")
 _TIMES = ("run_at", "created_at", "updated_at")
-_OPTIONAL_TIMES = ("claimed_at", "heartbeat_at", "lease_expires_at", "finished_at")
+_OPTIONAL_TIMES = ("claimed_at", "heartbeat_at", "lease_expires_at", "finished_at", "progress_at")
 _TEXTS = ("queue", "type", "backoff")
 _OPTIONAL_TEXTS = ("idempotency_key", "worker", "token", "error", "on_buried", "on_completed", "on_cancelled",
                    "concurrency_group", "unique_key")

@@ -203,7 +203,8 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
         ("worker", text(job.worker) if job.worker else None),
         ("claimed", f"{to_rfc3339(job.claimed_at)} ({ago(job.claimed_at, now)})" if job.claimed_at and job.worker else None),
         ("lease until", f"{to_rfc3339(job.lease_expires_at)} ({ago(job.lease_expires_at, now)})" if job.lease_expires_at else None),
-        ("progress", text(mask_text(_progress(job.progress), patterns, reveal)) if job.progress else None),
+        ("progress", text(mask_text(_progress(job.progress), patterns, reveal) + _changed(job.progress_at, now))
+         if job.progress else None),
         ("error", text(mask_text(job.error, patterns, reveal), "red") if job.error else None),
         ("result", text(masked_text(job.result, patterns, reveal)) if job.result is not None else None),
         ("created", to_rfc3339(job.created_at)), ("updated", to_rfc3339(job.updated_at)),
@@ -338,6 +339,12 @@ def failed_runs(events: list[Event]) -> list[tuple[int, str, str | None]]:
             tail = d.get("stderr_tail")
             runs.append((run, how, tail if isinstance(tail, str) and tail.strip() else None))
     return runs
+
+
+def _changed(at: int | None, now: int) -> str:
+    """When a job's progress last changed: a stalled job (the same report, or none, for long) is
+    told from a live one."""
+    return f" · changed {ago(at, now)}" if at is not None else ""
 
 
 def _progress(progress_text: str) -> str:

@@ -556,33 +556,31 @@ class Queue:
 
     def recover(self, *, older_than=None, dry_run: bool = False, actor: str | None = None,
                 exclude_tokens: frozenset[str] | set[str] = frozenset()) -> list[tuple[Job, str]]:
-        """Requeue or bury jobs whose worker is gone (lease expired, or silent for `older_than`).
-
-        A job is judged lost only by a second sweep, some seconds after the one that first saw it
-        expired, that finds its heartbeat unchanged (transitions.recover): the first sweep only
-        notes it (action "watching"), so a step of the wall clock expires nothing.
+        """Requeue or bury jobs whose worker is gone (lease expired, or silent for `older_than`), in
+        one sweep. The engine judges a lease on the clock that times it (engines/sql.py, _boot), so
+        a step of the wall clock neither expires a live lease nor delays a dead one.
         exclude_tokens: claims the caller holds itself and knows to be alive (a worker's own
         running jobs), never recovered whatever their lease says.
         Returns each job as it was found (its lost worker and expired lease), with the action:
-        requeued, buried, cancelled, or watching."""
+        requeued, buried or cancelled."""
         silent_for_ms = None
         if older_than is not None:
             silent_for_ms = int(parse_duration(older_than, what="--older-than") * 1000)
 
         found: dict[int, Job] = {}
+        engine = self.engine
 
         def decide(job: Job, now: int):
             if job.token in exclude_tokens:
                 return None
             found[job.id] = job
-            silent_before = None if silent_for_ms is None else now - silent_for_ms
-            return transitions.recover(job, now, silent_before=silent_before)
+            silent = silent_for_ms is not None and engine.lease_silent(job, now, silent_for_ms)
+            return transitions.recover(job, now, expired=engine.lease_expired(job, now), silent=silent)
 
         done = self.engine.update_expired(self._reacting(decide), actor or operator_name(), silent_for_ms=silent_for_ms,
                                           dry_run=dry_run)
         actions = {"pending": "requeued", "buried": "buried", "cancelled": "cancelled"}
-        return [(found[job.id], "watching" if transitions.is_watch(change, found[job.id]) else actions[change.to_status])
-                for job, change in done]
+        return [(found[job.id], actions[change.to_status]) for job, change in done]
 
     def release(self, job_id: int, *, token: str, actor: str | None = None, reason: str = "worker shutting down",
                 output=None) -> Job:

@@ -22,12 +22,10 @@ REACTING = ("buried", "completed", "cancelled")  # the states a job may react to
 
 # What a finished claim leaves behind: no worker, lease or token.
 CLEAR_CLAIM = {"worker": None, "lease_expires_at": None, "lease_ms": None, "token": None, "heartbeat_at": None,
-               "expiry_seen_at": None, "expiry_seen_hb": None}
+               "lease_boot_ms": None, "lease_boot_id": None}
 
-# A lease that looks expired is recovered only when a second sweep, at least this long after the
-# first one saw it expired, finds its heartbeat unchanged: a step of the wall clock makes every
-# lease look expired at once, but a live worker renews within its heartbeat interval (at most 20 s).
-LOST_AFTER_MS_MAX = 30_000
+# What a requeue leaves behind: no claim at all, its start included (a pending job was not claimed).
+REQUEUE = {**CLEAR_CLAIM, "claimed_at": None}
 
 
 def refuse(job: Job, action: str, hint: str = "") -> InvalidState:
@@ -69,7 +67,7 @@ def complete(job: Job, now: int, *, token: str | None, result_text: str | None) 
     if job.status not in HELD:
         raise refuse(job, "complete it (only a running job can be completed)")
     check_token(job, token, "complete")
-    return Change("completed", {**CLEAR_CLAIM, "result": result_text, "progress": None},
+    return Change("completed", {**CLEAR_CLAIM, "result": result_text, "progress": None, "progress_at": None},
                   message="completed", run="completed")
 
 
@@ -88,7 +86,7 @@ def fail(job: Job, now: int, *, token: str | None, error: str, bury: bool = Fals
         why = (bury_reason or "--bury") if bury else f"no runs left ({job.attempts} of {job.max_attempts})"
         return Change("buried", fields, message=f"{error}; buried: {why}", details=details, run="failed")
     delay = retry_in if retry_in is not None else backoff_delay(job.backoff, job.attempts) * jitter
-    fields["run_at"] = now + int(delay * 1000)
+    fields.update(REQUEUE, run_at=now + int(delay * 1000))
     return Change("pending", fields, details=details, run="failed",
                   message=f"{error}; retry in {format_duration(delay)} (run {job.attempts} of {job.max_attempts})")
 
@@ -98,15 +96,16 @@ def heartbeat(job: Job, now: int, *, token: str | None, extend_ms: int | None) -
         raise refuse(job, "heartbeat it (only a running job holds a lease)")
     check_token(job, token, "heartbeat")
     ms = extend_ms if extend_ms is not None else (job.lease_ms or job.timeout_ms)
-    return Change(job.status, {"lease_expires_at": now + ms, "heartbeat_at": now,
-                               "expiry_seen_at": None, "expiry_seen_hb": None})
+    return Change(job.status, {"lease_expires_at": now + ms, "heartbeat_at": now})  # (the engine times it: _lease)
 
 
 def progress(job: Job, now: int, *, token: str | None, progress_text: str) -> Change:
     if job.status not in HELD:
         raise refuse(job, "record progress (only a running job has progress)")
     check_token(job, token, "progress")
-    return Change(job.status, {"progress": progress_text})
+    if progress_text == job.progress:  # the same report again: progress did not change since progress_at
+        return Change(job.status, {"progress": progress_text})
+    return Change(job.status, {"progress": progress_text, "progress_at": now})
 
 
 def release(job: Job, now: int, *, token: str, reason: str) -> Change:
@@ -117,7 +116,7 @@ def release(job: Job, now: int, *, token: str, reason: str) -> Change:
     if job.status == "cancel_requested":
         return Change("cancelled", {**CLEAR_CLAIM}, message=f"stopped ({reason}); cancellation completed",
                       run="cancelled")
-    return Change("pending", {**CLEAR_CLAIM, "attempts": max(job.attempts - 1, 0), "run_at": now},
+    return Change("pending", {**REQUEUE, "attempts": max(job.attempts - 1, 0), "run_at": now},
                   message=f"released: {reason}; this run does not count", run="released")
 
 
@@ -142,7 +141,7 @@ def cancel(job: Job, now: int, *, token: str | None, reason: str | None) -> Chan
 def retry(job: Job, now: int, *, reset_attempts: bool) -> Change:
     if job.status != "buried":
         raise refuse(job, "retry it (only a buried job can be retried)")
-    fields: dict = {"run_at": now}
+    fields: dict = {"run_at": now, "claimed_at": None}  # (its last claim's start: a pending job has none)
     if reset_attempts:
         fields["attempts"] = 0
     elif job.attempts >= job.max_attempts:  # one more run allowed, and said so: RUNS reads 3/4, never 4/3
@@ -182,31 +181,16 @@ def with_reaction(change: Change | None, job: Job, prepare: Callable[[str], NewJ
     return change
 
 
-def lost_after_ms(job: Job) -> int:
-    """How long after a first sighting of an expired lease a second sweep may judge it lost."""
-    return min(job.lease_ms or job.timeout_ms, LOST_AFTER_MS_MAX)
-
-
-def recover(job: Job, now: int, *, silent_before: int | None = None, confirm: bool = True) -> Change | None:
-    """A held job whose lease expired (or that was silent since before `silent_before`): requeue it,
-    bury it when it has no runs left, or finish its cancellation.
-
-    With `confirm`, the job is judged lost only when an earlier sweep, at least lost_after_ms ago,
-    saw the same heartbeat: the first sweep only notes what it saw (a Change that keeps the state
-    and writes no event), so a step of the wall clock alone expires nothing."""
+def recover(job: Job, now: int, *, expired: bool, silent: bool = False) -> Change | None:
+    """A held job whose lease expired, or that was silent (no claim or heartbeat) for as long as
+    `recover --older-than` says (both judged by the engine on the clock that times its leases, not
+    on the wall clock): requeue it, bury it when it has no runs left, or finish its cancellation.
+    One sweep decides."""
     if job.status not in HELD:
         return None
     beat = job.heartbeat_at if job.heartbeat_at is not None else job.claimed_at
-    expired = job.lease_expires_at is not None and job.lease_expires_at < now
-    silent = silent_before is not None and beat is not None and beat < silent_before
     if not (expired or silent):
         return None
-    if confirm:
-        seen_at, seen_hb = job.expiry_seen_at, job.expiry_seen_hb
-        if seen_at is None or seen_hb != beat or now < seen_at:
-            return Change(job.status, {"expiry_seen_at": now, "expiry_seen_hb": beat})
-        if now - seen_at < lost_after_ms(job):
-            return None
     lost = f"worker {job.worker} lost: lease expired at {to_rfc3339(job.lease_expires_at)}"
     if not expired:
         lost = f"worker {job.worker} silent since {to_rfc3339(beat)}"
@@ -215,13 +199,8 @@ def recover(job: Job, now: int, *, silent_before: int | None = None, confirm: bo
     if job.attempts >= job.max_attempts:
         return Change("buried", {**CLEAR_CLAIM, "error": one_line(f"{lost} (no runs left)")},
                       message=f"{lost}; no runs left", run="lost")
-    return Change("pending", {**CLEAR_CLAIM, "run_at": now, "error": one_line(lost)},
+    return Change("pending", {**REQUEUE, "run_at": now, "error": one_line(lost)},
                   message=f"{lost}; requeued", run="lost")
-
-
-def is_watch(change: Change, job: Job) -> bool:
-    """Whether a recover Change only notes a first sighting (the job stays held)."""
-    return change.to_status == job.status and change.run is None
 
 
 ERROR_MAX_CHARS = 500

@@ -468,17 +468,6 @@ def q(db, clock):
     queue.close()
 
 
-def note_expired_leases(db, seconds_ago: float = 60, **recover_options):
-    """A first sweep, `seconds_ago` in the past, that notes which leases look expired: a lease is
-    judged lost only by a later sweep that finds its heartbeat unchanged (transitions.recover)."""
-    from jobctl.queue import Queue
-
-    with Queue.open(db, clock=Clock(time.time() - seconds_ago)) as q:
-        noted = q.recover(**recover_options)
-    assert all(action == "watching" for _, action in noted), noted
-    return [job.id for job, _ in noted]
-
-
 def start_worker(tmp_path, db, *args, name="worker", env=None, stdout=subprocess.PIPE):
     """`jobctl work` as a real process, its log (stderr) in tmp_path/NAME.log."""
     log = open(tmp_path / f"{name}.log", "wb")

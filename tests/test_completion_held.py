@@ -66,7 +66,7 @@ def test_the_completion_of_a_held_job_reads_no_row_and_writes_what_the_general_p
     assert a_done.status == b_done.status == "completed" and a_done.result == b_done.result == '{"r":1}'
     assert a_done.finished_at is not None and a_done.updated_at == a_done.finished_at and a_done.token is None
     cols = ("status, attempts, worker, token IS NULL, lease_expires_at IS NULL, heartbeat_at IS NULL, lease_ms, "
-            "result, progress, finished_at = updated_at, error, expiry_seen_at")
+            "result, progress, finished_at = updated_at, error, lease_boot_ms, progress_at")
     ra, rb = (table(db, f"SELECT {cols} FROM jobs WHERE id = ?", (i,))[0] for i in (a.id, b.id))
     assert ra == rb
     times = dict.fromkeys(("id", "payload", "run_at", "created_at", "claimed_at", "updated_at", "finished_at"))

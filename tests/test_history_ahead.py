@@ -144,6 +144,9 @@ def test_a_v7_file_gets_the_table_and_keeps_its_history(tmp_path):
     conn.execute("INSERT INTO events (job_id, at, from_status, to_status, actor, message) SELECT job_id, at, "
                  "from_status, to_status, actor, message FROM history_log WHERE outcome IS NULL ORDER BY id")
     conn.execute("DROP TABLE history_log")
+    conn.execute("ALTER TABLE jobs RENAME COLUMN lease_boot_ms TO expiry_seen_at")  # (and v9 undone)
+    conn.execute("ALTER TABLE jobs RENAME COLUMN lease_boot_id TO expiry_seen_hb")
+    conn.execute("ALTER TABLE jobs DROP COLUMN progress_at")
     conn.execute("PRAGMA user_version = 7")
     conn.execute("COMMIT")
     conn.close()

@@ -1,57 +1,150 @@
-"""A lease is judged lost only when a second sweep, some seconds after the first saw it expired,
-finds its heartbeat unchanged: a step of the wall clock (NTP) makes every lease look expired at
-once, but a live worker renews within its heartbeat interval, so the step alone recovers nothing."""
+"""One sweep of `recover` acts, whatever the wall clock does. On SQLite a lease is timed on the
+host's boot clock (with the boot it was taken in) besides the wall-clock lease_expires_at that
+people see, so a step of the wall clock (NTP, a resumed VM, `date -s`) neither expires a live
+lease nor delays a dead one. Here the wall clock is injected and steps; the boot clock is a second
+injected clock that only moves as time passes, or the real one (boot_seconds)."""
 
-from conftest import T0
+import sqlite3
+import time
+
+import pytest
+
+from conftest import Clock
+from jobctl.engines.sqlite import boot_id, boot_seconds
+
+pytestmark = pytest.mark.skipif(boot_id() is None, reason="no boot clock here (Linux only)")
 
 
-def test_a_clock_step_alone_recovers_nothing(q, clock):
+@pytest.fixture
+def boot(q):
+    """The clock that times q's leases: it moves only when the test lets time pass."""
+    clock = Clock(1000.0)
+    q.engine.boot_clock = clock
+    return clock
+
+
+def passes(seconds, *clocks):
+    for c in clocks:
+        c.t += seconds
+
+
+@pytest.mark.parametrize("step", [3600, -3600], ids=["forward", "back"])
+def test_a_wall_clock_step_neither_expires_a_live_lease_nor_delays_a_dead_one(q, clock, boot, step):
     live = q.enqueue("t").id
     dead = q.enqueue("t").id
     a = q.claim(worker="alive", lease="60s")
     q.claim(worker="dead", lease="60s")
-    clock.t = T0 + 3600  # the wall clock steps forward an hour
-    assert [(j.id, action) for j, action in q.recover()] == [(live, "watching"), (dead, "watching")]
-    assert {q.get(live).status, q.get(dead).status} == {"running"}
-    clock.t += 10
-    q.heartbeat(live, token=a.token)  # the live worker renews within its interval
-    assert q.recover() == []  # too soon after the first sighting to judge
-    clock.t += 25
+    clock.t += step  # the wall clock steps an hour; no time passes
+    assert q.recover() == []
+    assert q.engine.count_expired() == 0  # (doctor's "expired leases")
+    passes(40, clock, boot)
+    q.heartbeat(live, token=a.token)  # the live worker renews; the dead one does not
+    passes(21, clock, boot)  # the dead lease ran out 1 s ago
     acted = [(j.id, action) for j, action in q.recover()]
-    assert acted == [(dead, "requeued")]  # the silent one is lost; the live one only looks expired
+    assert acted == [(dead, "requeued")]  # one sweep, at once
     assert q.get(live).status == "running" and q.get(dead).status == "pending"
 
 
-def test_a_worker_never_recovers_its_own_live_claims(q, clock):
+def test_one_sweep_requeues_buries_and_cancels(q, clock, boot):
+    requeue = q.enqueue("t", max_attempts=3).id
+    bury = q.enqueue("t", max_attempts=1).id
+    cancel = q.enqueue("t", max_attempts=3).id
+    for _ in range(3):
+        q.claim(worker="gone", lease="1s")
+    q.cancel(cancel)
+    passes(2, clock, boot)
+    assert [(j.id, a) for j, a in q.recover(dry_run=True)] == [(requeue, "requeued"), (bury, "buried"),
+                                                               (cancel, "cancelled")]
+    assert {j.status for j in q.list_jobs()} == {"running", "cancel_requested"}  # the dry run changed nothing
+    assert [(j.id, a) for j, a in q.recover()] == [(requeue, "requeued"), (bury, "buried"), (cancel, "cancelled")]
+    assert [q.get(i).status for i in (requeue, bury, cancel)] == ["pending", "buried", "cancelled"]
+    assert q.recover() == []
+
+
+def test_a_heartbeat_extends_the_lease_on_the_boot_clock(q, clock, boot):
+    job = q.enqueue("t").id
+    claim = q.claim(worker="w", lease="10s")
+    passes(8, clock, boot)
+    q.heartbeat(job, token=claim.token)  # until 18 s after the claim
+    clock.t -= 3600  # the wall clock steps back: no effect on the lease
+    passes(8, clock, boot)
+    assert q.recover() == []
+    q.heartbeat(job, token=claim.token, extend="5s")  # until 21 s after the claim
+    clock.t += 7200
+    passes(4, clock, boot)
+    assert q.recover() == []
+    passes(2, clock, boot)
+    assert [a for _, a in q.recover()] == ["requeued"]
+
+
+def test_a_lease_taken_in_an_earlier_boot_has_expired(q, db, clock, boot):
+    job = q.enqueue("t").id
+    q.claim(worker="w", lease="1h")
+    assert q.recover() == []
+    raw = sqlite3.connect(db)
+    raw.execute("UPDATE jobs SET lease_boot_id = lease_boot_id + 1")  # the host rebooted since
+    raw.commit()
+    raw.close()
+    assert [(j.id, a) for j, a in q.recover()] == [(job, "requeued")]
+
+
+def test_the_real_boot_clock_beside_a_stepping_wall_clock(q, clock):
+    q.engine.boot_clock = boot_seconds
+    live = q.enqueue("t").id
+    dead = q.enqueue("t").id
+    q.claim(worker="alive", lease="1h")
+    q.claim(worker="dead", lease="1s")
+    clock.t += 7200  # two hours forward on the wall clock: nothing expired on the boot clock
+    assert q.recover() == []
+    time.sleep(1.2)
+    clock.t -= 3 * 3600  # now an hour behind the claims: the dead lease is found at once all the same
+    assert [(j.id, a) for j, a in q.recover()] == [(dead, "requeued")]
+    assert q.get(live).status == "running"
+
+
+def test_without_a_boot_clock_a_lease_is_judged_on_the_wall_clock(q, clock):
+    """A lease taken before the schema had boot-clock columns (or copied from PostgreSQL)."""
+    job = q.enqueue("t").id
+    q.claim(worker="w", lease="1s")
+    assert q.get(job).lease_boot_ms is None  # (an injected clock alone: no boot clock)
+    clock.t += 2
+    assert [a for _, a in q.recover()] == ["requeued"]
+
+
+@pytest.mark.parametrize("step", [3600, -3600], ids=["forward", "back"])
+def test_older_than_judges_silence_on_the_boot_clock_too(q, clock, boot, step):
+    """`recover --older-than`: a job neither claimed nor heartbeated for that long is lost, however
+    long its lease; a step of the wall clock makes no job silent, and hides none."""
+    chatty = q.enqueue("t").id
+    silent = q.enqueue("t").id
+    a = q.claim(worker="chatty", lease="1h")
+    q.claim(worker="silent", lease="1h")
+    clock.t += step
+    assert q.recover(older_than="30m") == []
+    passes(20 * 60, clock, boot)
+    q.heartbeat(chatty, token=a.token, extend="1h")
+    passes(10 * 60 + 1, clock, boot)
+    assert [(j.id, a) for j, a in q.recover(older_than="30m")] == [(silent, "requeued")]
+    assert "silent since" in q.events(silent)[-1].message
+    assert q.get(chatty).status == "running"
+
+
+def test_a_worker_never_recovers_its_own_live_claims(q, clock, boot):
     job = q.enqueue("t").id
     mine = q.claim(worker="me", lease="1s")
-    clock.t += 120
     for _ in range(3):
+        passes(60, clock, boot)
         assert q.recover(exclude_tokens={mine.token}) == []
-        clock.t += 60
     assert q.get(job).status == "running"
 
 
-def test_dry_run_notes_nothing(q, clock):
-    q.enqueue("t")
-    q.claim(worker="w", lease="1s")
-    clock.t += 120
-    assert [a for _, a in q.recover(dry_run=True)] == ["watching"]
-    clock.t += 60
-    assert [a for _, a in q.recover(dry_run=True)] == ["watching"]  # the dry run kept no sighting
-    q.recover()
-    clock.t += 60
-    assert [a for _, a in q.recover(dry_run=True)] == ["requeued"]
-    assert q.get(1).status == "running"
-
-
-def test_a_new_claim_forgets_an_old_sighting(q, clock):
-    q.enqueue("t", max_attempts=5)
-    q.claim(worker="w", lease="1s")
-    clock.t += 120
-    q.recover()
-    clock.t += 60
-    assert [a for _, a in q.recover()] == ["requeued"]
-    q.claim(worker="w2", lease="1s")
-    clock.t += 120
-    assert [a for _, a in q.recover()] == ["watching"]  # not judged on the old claim's sighting
+def test_the_sweep_reads_only_held_jobs_through_an_index(q, boot):
+    for _ in range(50):
+        q.enqueue("t")
+    q.claim(worker="w")
+    expired, args = q.engine._expired_where(q.now())
+    assert "lease_boot_ms" in expired
+    for sql in (f"SELECT * FROM jobs WHERE status IN ('running', 'cancel_requested') AND ({expired})",
+                f"SELECT count(*) FROM jobs WHERE status IN ('running', 'cancel_requested') AND ({expired})"):
+        plan = " ".join(r[3] for r in q.engine.conn.execute("EXPLAIN QUERY PLAN " + sql, args))
+        assert "USING" in plan and "INDEX" in plan and "SCAN jobs" not in plan.replace("SCAN jobs USING", ""), plan

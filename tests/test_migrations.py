@@ -56,3 +56,32 @@ def test_a_0_1_0_database_is_migrated_and_keeps_every_job(tmp_path):
     assert run_cli("--db", db, "complete", 2, "--token", "tok").exit_code == 0
     checks = {c["check"]: c for c in json.loads(run_cli("--db", db, "doctor", "--json").stdout)["checks"]}
     assert all(checks[name]["ok"] for name in ("integrity", "schema", "journal mode", "job rows")), checks
+
+
+def test_a_v8_database_with_a_sighted_lease_keeps_its_live_job(tmp_path):
+    """v9 times leases on the boot clock in the columns where v2-v8 kept the first sighting of an
+    expired lease: a sighting left there is cleared, not read as a lease of another boot."""
+    db = tmp_path / "v8.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("BEGIN IMMEDIATE")
+    for version in range(1, 9):
+        schema.MIGRATIONS[version](sqlite_utils.Database(conn))
+    conn.execute("PRAGMA user_version = 8")
+    conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
+    now = int(time.time() * 1000)
+    conn.execute(
+        "INSERT INTO jobs (queue, type, payload, payload_hash, priority, status, attempts, max_attempts, backoff, "
+        "timeout_ms, run_at, created_at, updated_at, worker, token, lease_expires_at, claimed_at, heartbeat_at, "
+        "expiry_seen_at, expiry_seen_hb) VALUES ('default', 't', '{}', ?, 10, 'running', 1, 3, 'exponential', "
+        "60000, ?, ?, ?, 'w', 'tok', ?, ?, ?, ?, ?)",
+        (_hash({}), now, now, now, now + 600_000, now, now, now - 5_000, now - 60_000))
+    conn.execute("COMMIT")
+    conn.close()
+    r = run_cli("--db", db, "recover", "--json")
+    assert (r.exit_code, r.stdout) == (0, ""), r.output  # its lease runs 10 more minutes
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+    assert conn.execute("SELECT status, lease_boot_ms, lease_boot_id, progress_at FROM jobs").fetchall() == [
+        ("running", None, None, None)]
+    conn.close()

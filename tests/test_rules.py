@@ -57,13 +57,31 @@ def test_backoff_strategies():
 
 
 def test_heartbeat_and_progress():
-    c = t.heartbeat(job(expiry_seen_at=NOW - 1, expiry_seen_hb=NOW - 5_000), NOW, token="tok", extend_ms=None)
+    c = t.heartbeat(job(), NOW, token="tok", extend_ms=None)
     assert c.to_status == "running" and c.fields["lease_expires_at"] == NOW + 30_000
-    assert c.fields["expiry_seen_at"] is None and c.message is None  # a beat clears a sighting, writes no event
+    assert c.fields["heartbeat_at"] == NOW and c.message is None  # a beat writes no event
     assert t.heartbeat(job(), NOW, token=None, extend_ms=1_000).fields["lease_expires_at"] == NOW + 1_000
     with pytest.raises(InvalidState):
         t.heartbeat(job("pending"), NOW, token=None, extend_ms=None)
-    assert t.progress(job(), NOW, token="tok", progress_text="{}").fields == {"progress": "{}"}
+    # progress_at: when the progress last changed; the same report again leaves it as it was
+    assert t.progress(job(), NOW, token="tok", progress_text="{}").fields == {"progress": "{}", "progress_at": NOW}
+    same = job(progress="{}", progress_at=NOW - 60_000)
+    assert t.progress(same, NOW, token="tok", progress_text="{}").fields == {"progress": "{}"}
+    assert t.complete(same, NOW, token="tok", result_text=None).fields["progress_at"] is None
+
+
+def test_every_requeue_clears_the_claim_and_its_start():
+    """A pending job was not claimed: no worker, no claim time, no lease (fail with runs left,
+    recover, release, retry)."""
+    ended = {"worker": None, "claimed_at": None, "lease_expires_at": None, "token": None, "lease_boot_ms": None}
+    changes = [t.fail(job(), NOW, token="tok", error="boom"),
+               t.recover(job(lease_expires_at=NOW - 1), NOW, expired=True),
+               t.release(job(), NOW, token="tok", reason="shutting down"),
+               t.retry(job("buried", claimed_at=NOW - 9_000), NOW, reset_attempts=False)]
+    for c in changes:
+        assert c.to_status == "pending"
+        assert {k: c.fields[k] for k in ended if k in c.fields} == {k: None for k in ended if k in c.fields}
+        assert "claimed_at" in c.fields
 
 
 def test_release_does_not_count_the_run():
@@ -84,38 +102,31 @@ def test_cancel():
 
 
 def test_retry():
-    assert t.retry(job("buried", attempts=3), NOW, reset_attempts=False).fields == {"run_at": NOW}
+    assert t.retry(job("buried", attempts=3), NOW, reset_attempts=False).fields == {"run_at": NOW, "claimed_at": None}
     assert t.retry(job("buried"), NOW, reset_attempts=True).fields["attempts"] == 0
     with pytest.raises(InvalidState):
         t.retry(job("pending"), NOW, reset_attempts=False)
 
 
-def test_recover_needs_two_sightings_of_an_unmoved_heartbeat():
+def test_recover_acts_on_what_the_engine_judged_expired():
+    """One sweep decides: the engine says whether the lease expired (on the clock that times it),
+    the rule does what the states say."""
     expired = job(lease_expires_at=NOW - 1)
-    first = t.recover(expired, NOW)
-    assert t.is_watch(first, expired) and first.fields == {"expiry_seen_at": NOW, "expiry_seen_hb": NOW - 5_000}
-    seen = job(lease_expires_at=NOW - 10, expiry_seen_at=NOW, expiry_seen_hb=NOW - 5_000)
-    assert t.recover(seen, NOW + 10_000) is None  # too soon after the first sighting: wait
-    lost = t.recover(seen, NOW + 30_000)
+    lost = t.recover(expired, NOW, expired=True)
     assert lost.to_status == "pending" and lost.run == "lost" and "lost" in lost.fields["error"]
-    # the heartbeat moved since the first sighting: a new first sighting, nothing recovered
-    moved = job(lease_expires_at=NOW - 1, heartbeat_at=NOW - 100, expiry_seen_at=NOW - 60_000,
-                expiry_seen_hb=NOW - 5_000)
-    assert t.is_watch(t.recover(moved, NOW), moved)
-    # a sighting from the future (the clock stepped back) starts again
-    assert t.is_watch(t.recover(seen, NOW - 1), seen)
-    assert t.recover(job(), NOW) is None  # not expired
-    assert t.recover(expired, NOW, confirm=False).to_status == "pending"
-    assert t.recover(job(lease_expires_at=NOW - 1, attempts=3), NOW, confirm=False).to_status == "buried"
-    assert t.recover(job("cancel_requested", lease_expires_at=NOW - 1), NOW, confirm=False).to_status == "cancelled"
-    assert t.recover(job(), NOW, silent_before=NOW - 1_000, confirm=False).message.startswith("worker w1 silent")
+    assert t.recover(job(attempts=3), NOW, expired=True).to_status == "buried"
+    assert t.recover(job("cancel_requested"), NOW, expired=True).to_status == "cancelled"
+    # the wall clock says expired, the engine's clock says not: nothing is done
+    assert t.recover(expired, NOW, expired=False) is None
+    assert t.recover(job(), NOW, expired=False, silent=True).message.startswith("worker w1 silent")
+    assert t.recover(job("pending"), NOW, expired=True) is None
 
 
 def test_rules_are_pure():
     """The same inputs give the same Change: an engine may call a rule again after a retry."""
     cases = [
         lambda: t.fail(job(), NOW, token="tok", error="e"),
-        lambda: t.recover(job(lease_expires_at=NOW - 1), NOW),
+        lambda: t.recover(job(lease_expires_at=NOW - 1), NOW, expired=True),
         lambda: t.release(job(), NOW, token="tok", reason="r"),
         lambda: t.heartbeat(job(), NOW, token=None, extend_ms=None),
     ]

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import note_expired_leases, JOBCTL, Clock, run_on_pty
+from conftest import JOBCTL, Clock, run_on_pty
 from jobctl import output
 from jobctl.queue import Queue
 
@@ -145,7 +145,6 @@ def test_recover_dry_run_fits_80_columns(db):
         for n, queue in enumerate(QUEUES):
             q.enqueue("resize-image-thumbnails", {}, queue=queue)
             q.claim(worker=f"worker-{n}.eu-west-1.compute.internal:12345", lease="1m")
-    note_expired_leases(db)
     code, drawn, _ = run_on_pty([*JOBCTL, "--db", db, "recover", "--dry-run"], columns=80)
     assert code == 0
     lines = [line for line in ANSI.sub("", drawn).replace("\r\n", "\n").splitlines() if line.strip()]

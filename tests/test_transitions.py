@@ -13,7 +13,7 @@ import pytest
 
 from jobctl.errors import InvalidState, StaleToken
 from jobctl.queue import Queue
-from conftest import Clock, note_expired_leases, snapshot
+from conftest import Clock, snapshot
 
 
 @pytest.fixture
@@ -125,7 +125,6 @@ def test_running_to_pending_by_recover(cli, db):
         job_id = old.enqueue("t").id
         old.claim(worker="w1", lease="1m")  # an hour ago: long expired
     before = time.time()
-    note_expired_leases(db)
     r = ok(cli("recover", "--json"))
     assert json.loads(r.stdout) == {"id": job_id, "action": "requeued"}
     with Queue.open(db) as q:
@@ -158,7 +157,6 @@ def test_running_to_buried_by_recover_with_no_runs_left(cli, db):
     with Queue.open(db, create=True, clock=Clock(time.time() - 3600)) as old:
         job_id = old.enqueue("t", max_attempts=1).id
         old.claim(worker="w1", lease="1m")
-    note_expired_leases(db)
     r = ok(cli("recover", "--json"))
     assert json.loads(r.stdout) == {"id": job_id, "action": "buried"}
     job = show(cli, job_id)
@@ -199,7 +197,6 @@ def test_cancel_requested_to_cancelled_by_recover(cli, db):
         job_id = old.enqueue("t", max_attempts=5).id
         old.claim(worker="w1", lease="1m")
         old.cancel(job_id)
-    note_expired_leases(db)
     r = ok(cli("recover", "--json"))
     assert json.loads(r.stdout) == {"id": job_id, "action": "cancelled"}
     assert show(cli, job_id)["status"] == "cancelled"
@@ -319,7 +316,6 @@ def reclaimed(db):
     with Queue.open(db, create=True, clock=clock) as old:
         job_id = old.enqueue("t").id
         stale = old.claim(worker="w-old", lease="1m").token
-    note_expired_leases(db)
     with Queue.open(db) as q:
         assert [a for _, a in q.recover()] == ["requeued"]
         fresh = q.claim(worker="w-new").token

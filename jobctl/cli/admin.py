@@ -40,22 +40,20 @@ def recover(
 ):
     """Requeue (or bury) running jobs whose lease expired: their worker is gone.
 
-    A lease is judged lost by the second sweep that finds it expired with its heartbeat unchanged,
-    30s or more after the first (which lists it as "watching"): a step of the clock alone
-    recovers nothing. Workers sweep by themselves every 30s.
+    One run acts on every lease expired at that moment. Leases are timed on a clock that a step
+    of the wall clock does not move (SQLite: the host's boot clock; PostgreSQL: the server's), so
+    such a step neither expires a live worker's jobs nor delays a dead one's. Workers also sweep by
+    themselves every 30s.
 
     Example: jobctl --db /var/lib/jobctl/jobs.db recover --dry-run
     """
     with state(ctx).open_queue() as q:
         done = q.recover(older_than=older_than, dry_run=dry_run)
         now = q.now()
-    acted = [(job, action) for job, action in done if action != "watching"]
-    if as_json:  # only what was (or would be) done: a job being watched is still running
-        for job, action in acted:
+    if as_json:
+        for job, action in done:
             emit_json({"id": job.id, "action": action, **({"dry_run": True} if dry_run else {})})
         return
-    if quiet:  # cron: a sweep that only noted leases for the next one has nothing to report
-        done = acted
     from jobctl import output
 
     out = output.console()
@@ -65,7 +63,7 @@ def recover(
         return
     rows = [[str(j.id), output.text(j.queue), output.text(j.type), output.text(j.worker or "-"),
              f"{j.attempts}/{j.max_attempts}", output.ago(j.lease_expires_at, now),
-             action if action == "watching" else ("would be " if dry_run else "") + action] for j, action in done]
+             ("would be " if dry_run else "") + action] for j, action in done]
     if out.is_terminal:  # one line per job at the screen's width: names and workers are cut, not folded
         from rich.console import Group
 
@@ -77,12 +75,6 @@ def recover(
         out.print(Group(*output.grid_lines(cols, rows, out.width)), crop=False)
     else:
         output.print_view(output.simple_table(["ID", "QUEUE", "TYPE", "WORKER", "RUNS", "LEASE EXPIRED", "ACTION"], rows), out)
-    if len(acted) < len(done):
-        import sys
-
-        sys.stderr.write("watching: a lease that looks expired is recovered only by a later sweep, 30s or more "
-                         "after this one, that finds its heartbeat unchanged (a step of the clock alone recovers "
-                         "nothing); workers sweep by themselves\n")
 
 
 @app.command()

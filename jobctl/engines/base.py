@@ -263,9 +263,19 @@ class Engine(Protocol):
         the job as this engine claimed it) is, and the call does the rest, with the same result
         as update_jobs_and_claim at that moment."""
 
+    def lease_expired(self, job: Job, now: int) -> bool:
+        """Whether a held job's lease has expired, judged on the clock that times leases: one that a
+        step of the wall clock does not move (SQLite: the host's boot clock; PostgreSQL: the
+        server's clock), so that one sweep can act on what it finds."""
+
+    def lease_silent(self, job: Job, now: int, silent_for_ms: int) -> bool:
+        """Whether a held job was neither claimed nor heartbeated in the last silent_for_ms, on the
+        same clock as lease_expired."""
+
     def update_expired(self, decide: Decide, actor: str, *, silent_for_ms: int | None = None,
                        dry_run: bool = False) -> list[tuple[Job, Change]]:
-        """Call decide on every running or cancel_requested job whose lease expired (or, with
+        """Call decide on every running or cancel_requested job whose lease expired as lease_expired
+        judges it (or, with
         silent_for_ms, that was claimed or heartbeated longer ago), one transaction; apply what it
         returns. Concurrent sweeps act on each job exactly once."""
 

@@ -91,7 +91,7 @@ def _claim_sql(by_queue: bool, types: int, after_done: bool) -> str:
     sql = (f", taken AS (UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = {NOW}, "
            f"heartbeat_at = {NOW}, lease_ms = COALESCE(?::bigint, timeout_ms), "
            f"lease_expires_at = {NOW} + COALESCE(?::bigint, timeout_ms), token = ?, progress = NULL, "
-           f"updated_at = {NOW}, expiry_seen_at = NULL, expiry_seen_hb = NULL "
+           f"progress_at = NULL, updated_at = {NOW} "
            f"WHERE {gate}status = 'pending' AND id = ({pick}) RETURNING *)"
            ", taken_event AS (INSERT INTO events (job_id, at, from_status, to_status, actor, message) "
            "SELECT id, claimed_at, 'pending', 'running', worker, 'run ' || attempts || ' of ' || max_attempts "

@@ -22,7 +22,7 @@ states plus the changes since the last fold, never the number of finished jobs.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # A pending job waiting on `after` jobs counts as 'blocked' (as in SQLite's job_counts).
 _STATE = "CASE WHEN status = 'pending' AND waiting_on > 0 THEN 'blocked' ELSE status END"
@@ -171,7 +171,16 @@ def _v2() -> list[str]:
     return ["DROP INDEX jobs_ready_by_type", READY_BY_TYPE]
 
 
-MIGRATIONS = {1: _v1, 2: _v2}
+def _v3() -> list[str]:
+    """As SQLite's v9: the columns of a lease on the boot clock (never written here: the server's
+    clock times leases) in place of the old first sighting of an expired lease, and when a job's
+    progress last changed."""
+    from jobctl.engines.schema import LEASE_AND_PROGRESS
+
+    return list(LEASE_AND_PROGRESS)
+
+
+MIGRATIONS = {1: _v1, 2: _v2, 3: _v3}
 
 # Reading the counts: the folded totals plus the changes not yet folded (one snapshot).
 STATE_COUNTS = ("SELECT queue, state, sum(n) FROM (SELECT queue, state, n FROM job_counts "

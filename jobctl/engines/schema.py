@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 APPLICATION_ID = 0x6A6F6263  # "jobc"
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 def _v1(db) -> None:
@@ -236,7 +236,27 @@ def _v8(db) -> None:
     )
 
 
-MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8}
+LEASE_AND_PROGRESS = (  # (both engines: pg_schema.py)
+    "ALTER TABLE jobs RENAME COLUMN expiry_seen_at TO lease_boot_ms",
+    "ALTER TABLE jobs RENAME COLUMN expiry_seen_hb TO lease_boot_id",
+    # (a first sighting kept there is no boot-clock lease: such a lease is judged on the wall clock)
+    "UPDATE jobs SET lease_boot_ms = NULL, lease_boot_id = NULL WHERE lease_boot_ms IS NOT NULL OR lease_boot_id IS NOT NULL",
+    "ALTER TABLE jobs ADD COLUMN progress_at BIGINT",
+)
+
+
+def _v9(db) -> None:
+    """A lease is timed on the host's boot clock, not the wall clock, so that one sweep can judge
+    it whatever the wall clock did (sqlite.py, SQLiteEngine.boot_clock): the lease's end in boot-clock
+    milliseconds and the boot it was taken in (a number made from the boot id). They take the
+    place of v2's first sighting of an expired lease, which a second sweep used to confirm (never
+    written on PostgreSQL, whose server clock times leases). And when a job's progress last
+    changed, so that a stalled job can be told from a live one."""
+    for statement in LEASE_AND_PROGRESS:
+        db.execute(statement)
+
+
+MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9}
 
 
 def migrate(conn: sqlite3.Connection, from_version: int) -> None:

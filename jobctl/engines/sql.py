@@ -99,11 +99,14 @@ def _pick_sql(indexed: str, by_queue: bool, types: int, skip_locked: str, paused
 
 
 @lru_cache(maxsize=64)
-def _take_sql(pick: str) -> str:
-    """The claim: the job that `pick` finds, moved to running (the same text for the same pick)."""
+def _take_sql(pick: str, boot: bool) -> str:
+    """The claim: the job that `pick` finds, moved to running (the same text for the same pick);
+    with `boot`, its lease also timed on the engine's boot clock (SQLEngine._boot)."""
+    lease_boot = ("lease_boot_ms = ? + COALESCE(?, timeout_ms), lease_boot_id = ?" if boot else
+                  "lease_boot_ms = NULL, lease_boot_id = NULL")
     return ("UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = ?, "
             "heartbeat_at = ?, lease_ms = COALESCE(?, timeout_ms), lease_expires_at = ? + COALESCE(?, timeout_ms), "
-            "token = ?, progress = NULL, updated_at = ?, expiry_seen_at = NULL, expiry_seen_hb = NULL "
+            f"token = ?, progress = NULL, progress_at = NULL, updated_at = ?, {lease_boot} "
             f"WHERE status = 'pending' AND id = ({pick}) RETURNING *")
 
 
@@ -147,6 +150,34 @@ class SQLEngine:
     def _errors(self) -> AbstractContextManager[None]:
         """A context that turns the driver's errors into jobctl's (errors by cause)."""
         raise NotImplementedError
+
+    # How leases are timed. Here: on now() (PostgreSQL: the server's clock, which every host shares).
+    # An engine whose own clock a step of the wall clock moves (SQLite: this host's) times them on
+    # a boot clock as well (lease_boot_ms, lease_boot_id) and judges them on that.
+
+    def _boot(self) -> tuple[int, int] | None:
+        """(now in ms, the boot it counts from) on the clock that times leases besides now(); None: none."""
+        return None
+
+    def _time_lease(self, fields: dict, now: int) -> None:
+        """Inside a write that sets fields["lease_expires_at"] (a heartbeat): time it on the boot clock too."""
+
+    def _expired_where(self, now: int) -> tuple[str, list]:
+        """SQL (and its parameters) true for a held job whose lease has expired."""
+        return "lease_expires_at < ?", [now]
+
+    def lease_expired(self, job: Job, now: int) -> bool:
+        """Whether a held job's lease has expired (as _expired_where judges it)."""
+        return job.lease_expires_at is not None and job.lease_expires_at < now
+
+    def _silent_where(self, now: int, silent_for_ms: int) -> tuple[str, list]:
+        """SQL (and its parameters) true for a held job not claimed or heartbeated in silent_for_ms."""
+        return "COALESCE(heartbeat_at, claimed_at) < ?", [now - silent_for_ms]
+
+    def lease_silent(self, job: Job, now: int, silent_for_ms: int) -> bool:
+        """As _silent_where judges it."""
+        beat = job.heartbeat_at if job.heartbeat_at is not None else job.claimed_at
+        return beat is not None and beat < now - silent_for_ms
 
     def _write(self, *, rollback: bool = False) -> AbstractContextManager[tuple]:
         """One write transaction: yields (connection, now), "now" read once inside it; commits
@@ -350,10 +381,14 @@ class SQLEngine:
         One statement picks and takes the job, so no other claim can take it in between: on SQLite
         the transaction holds the write lock; where rows are locked, the pick locks its row and
         skips rows that other claims hold (SKIP_LOCKED)."""
+        boot = self._boot()
+        params = [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now]
+        if boot is not None:
+            params += [boot[0], request.lease_ms, boot[1]]
+        params += pick_params
+        sql = _take_sql(pick, boot is not None)
         while True:
-            rows = self._claimed_rows(c, _take_sql(pick), [request.worker, now, now, request.lease_ms, now,
-                                                           request.lease_ms, request.token, now, *pick_params],
-                                      request.token)
+            rows = self._claimed_rows(c, sql, params, request.token)
             if not rows:
                 return None
             damage = row_damage(rows[0], check_hash=True)
@@ -605,8 +640,8 @@ class SQLEngine:
         error = damage if damage.startswith("payload damaged") else f"damaged: {damage}"
         c.execute(
             "UPDATE jobs SET status = 'buried', attempts = attempts - 1, worker = NULL, claimed_at = NULL, "
-            "heartbeat_at = NULL, lease_ms = NULL, lease_expires_at = NULL, token = NULL, error = ?, "
-            "finished_at = ?, updated_at = ? WHERE id = ?", (error, now, now, job_id))
+            "heartbeat_at = NULL, lease_ms = NULL, lease_expires_at = NULL, lease_boot_ms = NULL, lease_boot_id = NULL, "
+            "token = NULL, error = ?, finished_at = ?, updated_at = ? WHERE id = ?", (error, now, now, job_id))
         self._event(c, job_id, now, "pending", "buried", actor, f"{error}; buried instead of handed out")
 
     # -- transitions -----------------------------------------------------------------------
@@ -755,6 +790,8 @@ class SQLEngine:
             fields.setdefault("finished_at", now)
         elif change.to_status not in FINISHED:
             fields.setdefault("finished_at", None)
+        if fields.get("lease_expires_at") is not None:
+            self._time_lease(fields, now)
         assignments = ", ".join(f"{k} = ?" for k in fields)
         reacting = change.to_status != job.status and change.to_status in REACTING
         # The changed row is the one read before with these values written, and is built so, unless
@@ -870,11 +907,13 @@ class SQLEngine:
     def update_expired(self, decide: Decide, actor: str, *, silent_for_ms: int | None = None,
                        dry_run: bool = False) -> list[tuple[Job, Change]]:
         def select(now: int) -> tuple[str, list]:
-            sql = "SELECT * FROM jobs WHERE status IN (?, ?) AND (lease_expires_at < ?"
-            params: list = [*HELD, now]
+            expired, params = self._expired_where(now)
+            # (only held rows are read, through an index on status: tests/test_lease_sweeps.py)
+            sql = f"SELECT * FROM jobs WHERE status IN ('running', 'cancel_requested') AND ({expired}"
             if silent_for_ms is not None:
-                sql += " OR COALESCE(heartbeat_at, claimed_at) < ?"
-                params.append(now - silent_for_ms)
+                silent, silent_params = self._silent_where(now, silent_for_ms)
+                sql += f" OR {silent}"
+                params += silent_params
             return sql + ") ORDER BY id", params
 
         return self._update_selected(select, decide, actor, dry_run)
@@ -1139,8 +1178,9 @@ class SQLEngine:
             args.append(type)
         now = self.now()
         if stuck:  # held, and its lease expired or it ran past its timeout
-            clauses.append("status IN ('running', 'cancel_requested') AND (lease_expires_at < ? OR claimed_at + timeout_ms < ?)")
-            args += [now, now]
+            expired, expired_args = self._expired_where(now)
+            clauses.append(f"status IN ('running', 'cancel_requested') AND ({expired} OR claimed_at + timeout_ms < ?)")
+            args += [*expired_args, now]
         if created_older_than_ms is not None:
             clauses.append("created_at < ?")
             args.append(now - created_older_than_ms)
@@ -1234,11 +1274,13 @@ class SQLEngine:
                     oldest_ready[queue] = ready[0].run_at
                 aging += ready
             aging = sorted(aging, key=lambda j: (j.run_at, j.id))[:limit]
+            expired, expired_args = self._expired_where(now)
             held = ("SELECT {} FROM jobs WHERE status IN (?, ?) "
-                    "AND (lease_expires_at < ? OR claimed_at + timeout_ms < ?)" + only)
-            stuck_total = c.execute(held.format("count(*)"), (*HELD, now, now, *only_args)).fetchone()[0]
+                    f"AND ({expired} OR claimed_at + timeout_ms < ?)" + only)
+            stuck_total = c.execute(held.format("count(*)"), (*HELD, *expired_args, now, *only_args)).fetchone()[0]
             stuck = sound_jobs(c.execute(
-                held.format("*") + " ORDER BY claimed_at, id LIMIT ?", (*HELD, now, now, *only_args, limit)), damaged)
+                held.format("*") + " ORDER BY claimed_at, id LIMIT ?", (*HELD, *expired_args, now, *only_args, limit)),
+                damaged)
             buried = sound_jobs(c.execute(
                 "SELECT * FROM jobs WHERE status = 'buried'" + only + " ORDER BY finished_at DESC, id DESC LIMIT ?",
                 (*only_args, limit)), damaged)
@@ -1330,9 +1372,10 @@ class SQLEngine:
 
     def count_expired(self) -> int:
         """Held jobs whose lease has expired."""
+        expired, args = self._expired_where(self.now())
         with self._read() as c:
             return c.execute(
-                "SELECT count(*) FROM jobs WHERE status IN (?, ?) AND lease_expires_at < ?", (*HELD, self.now())
+                f"SELECT count(*) FROM jobs WHERE status IN ('running', 'cancel_requested') AND ({expired})", args
             ).fetchone()[0]
 
     def pending_types(self) -> dict[str, int]:

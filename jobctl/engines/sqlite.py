@@ -51,6 +51,31 @@ def check_sqlite_version(found: tuple[int, int, int] | None = None) -> None:
             "(a python.org or pyenv build, or the python3 of Debian 12 / Ubuntu 22.04 and later)"
         )
 
+
+def boot_seconds() -> float:
+    """The host's boot clock (CLOCK_BOOTTIME: seconds since boot, sleep included), which no step
+    of the wall clock moves."""
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME) / 1e9
+
+
+_BOOT_ID: list[int | None] = []  # this boot's number, read once per process (an empty list: not yet)
+
+
+def boot_id() -> int | None:
+    """This boot of the host as a number (the first 60 bits of /proc/sys/kernel/random/boot_id,
+    which changes at every boot); None where there is no boot clock (off Linux)."""
+    if not _BOOT_ID:
+        number = None
+        if hasattr(time, "CLOCK_BOOTTIME"):
+            try:
+                with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+                    number = int(f.read().strip().replace("-", "")[:15], 16)
+            except (OSError, ValueError):
+                pass
+        _BOOT_ID.append(number)
+    return _BOOT_ID[0]
+
+
 def _disk_is_full(path: str) -> bool:
     try:
         st = os.statvfs(os.path.dirname(os.path.abspath(path)) or ".")
@@ -218,6 +243,9 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         self.path = path
         self.busy_timeout = busy_timeout
         self.clock = clock  # seconds since the epoch, for tests; None: this host's clock
+        # What times leases besides the wall clock (seconds): None is the host's boot clock, or none
+        # when a test gave `clock` (a test that steps the wall clock alone sets boot_seconds here).
+        self.boot_clock: Callable[[], float] | None = None
         self._data_version: int | None = None
         self._claims: dict = {}
         self._columns: dict[str, list[str]] = {}  # column names of a claim's rows, by its SQL text
@@ -228,6 +256,66 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         if self.clock is not None:
             return int(self.clock() * 1000)
         return time.time_ns() // 1_000_000
+
+    # -- leases on the boot clock ----------------------------------------------------------
+    # Every process that opens the file runs on this host (network filesystems are refused), so a
+    # lease is timed on the host's boot clock, which a step of the wall clock (NTP, a resumed VM,
+    # an admin's `date -s`) does not move: a lease ends at lease_boot_ms of boot lease_boot_id, and
+    # one taken in an earlier boot has expired. lease_expires_at stays the wall-clock time shown
+    # to people. A lease without them (taken before this schema, or copied from another
+    # database) is judged on the wall clock.
+
+    def _boot(self) -> tuple[int, int] | None:
+        """(now on the clock that times leases in ms, the boot it counts from); None off Linux."""
+        boot = boot_id()
+        if boot is None:
+            return None
+        if self.boot_clock is not None:
+            return int(self.boot_clock() * 1000), boot
+        if self.clock is not None:
+            return None  # a test's clock alone: leases on it (a real process then judges them on the wall clock)
+        return time.clock_gettime_ns(time.CLOCK_BOOTTIME) // 1_000_000, boot
+
+    def _time_lease(self, fields: dict, now: int) -> None:
+        boot = self._boot()
+        if boot is not None:
+            fields["lease_boot_ms"] = boot[0] + fields["lease_expires_at"] - now
+            fields["lease_boot_id"] = boot[1]
+
+    def _expired_where(self, now: int) -> tuple[str, list]:
+        boot = self._boot()
+        if boot is None:
+            return super()._expired_where(now)
+        return ("(lease_boot_id <> ? OR lease_boot_ms < ? OR (lease_boot_id IS NULL AND lease_expires_at < ?))",
+                [boot[1], boot[0], now])
+
+    def lease_expired(self, job, now: int) -> bool:
+        boot = self._boot()
+        if boot is None or job.lease_boot_id is None or job.lease_boot_ms is None:
+            return super().lease_expired(job, now)
+        return job.lease_boot_id != boot[1] or job.lease_boot_ms < boot[0]
+
+    # The last claim or heartbeat on the boot clock: lease_expires_at and lease_boot_ms were set
+    # by the same write as it, so it lies as far before lease_boot_ms as it does before lease_expires_at.
+    _BEAT_BOOT = "lease_boot_ms - lease_expires_at + COALESCE(heartbeat_at, claimed_at)"
+
+    def _silent_where(self, now: int, silent_for_ms: int) -> tuple[str, list]:
+        boot = self._boot()
+        if boot is None:
+            return super()._silent_where(now, silent_for_ms)
+        return (f"(lease_boot_id <> ? OR {self._BEAT_BOOT} < ? "
+                "OR (lease_boot_id IS NULL AND COALESCE(heartbeat_at, claimed_at) < ?))",
+                [boot[1], boot[0] - silent_for_ms, now - silent_for_ms])
+
+    def lease_silent(self, job, now: int, silent_for_ms: int) -> bool:
+        boot = self._boot()
+        beat = job.heartbeat_at if job.heartbeat_at is not None else job.claimed_at
+        if (boot is None or job.lease_boot_id is None or job.lease_boot_ms is None or beat is None
+                or job.lease_expires_at is None):
+            return super().lease_silent(job, now, silent_for_ms)
+        if job.lease_boot_id != boot[1]:
+            return True
+        return job.lease_boot_ms - job.lease_expires_at + beat < boot[0] - silent_for_ms
 
     @property
     def files(self) -> "SQLiteEngine":

@@ -168,7 +168,6 @@ class Worker:
                                   lease=options.lease)
         self.max_time_at: float | None = None
         self.next_recover = self.next_purge = 0.0
-        self._clock_mark: tuple[float, float] | None = None  # (monotonic, wall) at the last look
 
     # compatibility: what the old single class exposed
     @property
@@ -579,17 +578,9 @@ class Worker:
 
     # -- heartbeats and housekeeping -------------------------------------------------------
 
-    def _clock_jumped(self, now: float) -> bool:
-        """Whether the wall clock (the queue's leases) moved unlike the monotonic one since the
-        last look: a step of the clock (NTP, a resumed VM) makes leases look expired."""
-        wall = self.q.now() / 1000
-        mark, self._clock_mark = self._clock_mark, (now, wall)
-        return mark is not None and abs((wall - mark[1]) - (now - mark[0])) > 1.0
-
     def _heartbeats(self, now: float) -> None:
-        if self.sup.running and self._clock_jumped(now):
-            for r in self.sup.running:  # renew every lease now, before anyone's recovery sweep
-                r.next_heartbeat = min(r.next_heartbeat, now)
+        # (`now` is the monotonic clock; the leases themselves are timed by the engine on a clock
+        # that a step of the wall clock does not move: a step needs no renewal ahead of time)
         for r in self.sup.running:
             if now < r.next_heartbeat or r.stop_reason == "lost":
                 continue
@@ -622,8 +613,6 @@ class Worker:
             mine = frozenset(r.job.token for r in self.sup.running if r.job.token)
             try:
                 for job, action in self.rec.db(self.q.recover, actor=self.o.worker_id, exclude_tokens=mine):
-                    if action == "watching":  # seen expired once: a later sweep judges it
-                        continue
                     self.log("recovered", f"{action}: worker {job.worker} lost its lease", job)
             except Retry:
                 self.next_recover = now + min(self.o.recover_every, 5.0)

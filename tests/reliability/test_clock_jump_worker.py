@@ -10,13 +10,18 @@ and the handler's own time are untouched, as in a real clock step (NTP, a VM res
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
-from .util import jobctl, show_json
+from .util import JOBCTL, jobctl, show_json
 
 SHIFTED_WORKER = textwrap.dedent("""
     import sys, time
@@ -58,3 +63,103 @@ def test_a_wall_clock_jump_does_not_let_a_handler_overrun(tmp_path, jump):
     job = run_shifted_worker(tmp_path, jump, sleep=30, timeout="1s")
     assert job["status"] == "buried", job
     assert job["error"].startswith("timed out after 1s"), job
+
+
+# -- leases: recover in one run, whatever the wall clock does ---------------------------------
+
+STEPPED = textwrap.dedent("""
+    import sys, time
+    real_time, real_ns = time.time, time.time_ns
+    step = float(sys.argv[1])
+    time.time = lambda: real_time() + step
+    time.time_ns = lambda: real_ns() + int(step * 1e9)  # the SQLite engine's wall clock; the boot clock is not moved
+    from jobctl.cli import main
+    sys.argv = ["jobctl", *sys.argv[2:]]
+    main()
+""")
+
+
+def stepped(step: float, db, *args) -> list[str]:
+    """jobctl ARGS in a process whose wall clock is `step` seconds off."""
+    return [sys.executable, "-c", STEPPED, str(step), "--db", str(db), *map(str, args)]
+
+
+def claimed(db, lease: str) -> tuple[int, str]:
+    r = jobctl("enqueue", "t", db=db)
+    assert r.exit_code == 0, r.output
+    r = jobctl("claim", "--worker", f"w-{lease}", "--lease", lease, db=db)
+    assert r.exit_code == 0, r.output
+    job = json.loads(r.stdout)
+    return job["id"], job["token"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", [3600.0, -3600.0], ids=["forward", "back"])
+def test_one_recover_from_a_host_whose_clock_stepped(any_db, step):
+    """`recover` run where the wall clock is an hour off (SQLite: the same host's boot clock times
+    leases; PostgreSQL: the server's clock): a 30-minute lease is left alone, a 3-second one that
+    ran out is recovered by the first run."""
+    db = any_db
+    live, _ = claimed(db, "30m")
+    dead, _ = claimed(db, "3s")
+    first = subprocess.run(stepped(step, db, "recover", "--json"), capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0, first.stderr
+    assert live not in [json.loads(x)["id"] for x in first.stdout.splitlines()]
+    time.sleep(3.2)
+    r = subprocess.run(stepped(step, db, "recover", "--json"), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x) for x in (first.stdout + r.stdout).splitlines()] == [{"id": dead, "action": "requeued"}]
+    assert show_json(db, live)["status"] == "running" and show_json(db, dead)["status"] == "pending"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", [3600.0, -3600.0], ids=["forward", "back"])
+def test_a_worker_whose_clock_stepped_sweeps_as_before(any_db, tmp_path, step):
+    """A worker's own sweeps where its wall clock is an hour off: the live lease of another worker
+    is left alone, the dead one is recovered within a sweep or two of its end."""
+    db = any_db
+    config = tmp_path / "jobctl.toml"
+    config.write_text('[worker]\nrecover_every = "0.5s"\n\n[types.other]\ncommand = ["true"]\n')
+    live, live_token = claimed(db, "30m")
+    dead, _ = claimed(db, "2s")
+    worker = subprocess.Popen(stepped(step, db, "--config", config, "work", "--queue", "elsewhere",
+                                      "--worker", "sweeper"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while show_json(db, dead)["status"] != "pending":
+            assert worker.poll() is None and time.monotonic() < deadline, "the dead lease was not recovered"
+            time.sleep(0.3)
+        time.sleep(1.0)  # a couple more sweeps
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    job = show_json(db, live)
+    assert job["status"] == "running" and job["token"] == live_token
+    assert any("sweeper" == e["actor"] and "lost" in (e["message"] or "") for e in show_json(db, dead)["events"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("faketime") is None, reason="libfaketime is not installed (apt-get install faketime)")
+@pytest.mark.parametrize("step", ["+1h", "-1h"])
+def test_recover_under_libfaketime(any_db, step):
+    """The same with the process's whole wall clock stepped by libfaketime (every call that reads
+    it, C library included). FAKETIME_DONT_FAKE_MONOTONIC=1: a real step of the clock does not
+    move the monotonic and boot clocks, and by default libfaketime shifts those too."""
+    db = any_db
+    live, _ = claimed(db, "30m")
+    dead, _ = claimed(db, "2s")
+    env = {**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+    def recover() -> list[dict]:
+        r = subprocess.run(["faketime", "-f", step, *JOBCTL, "--db", str(db), "recover", "--json"],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 0, r.stderr
+        return [json.loads(x) for x in r.stdout.splitlines()]
+
+    first = recover()
+    assert live not in [a["id"] for a in first]
+    time.sleep(2.2)
+    assert first + recover() == [{"id": dead, "action": "requeued"}]
+    assert show_json(db, live)["status"] == "running"

@@ -102,7 +102,10 @@ def test_cancel():
 
 
 def test_retry():
-    assert t.retry(job("buried", attempts=3), NOW, reset_attempts=False).fields == {"run_at": NOW, "claimed_at": None}
+    assert t.retry(job("buried", attempts=3), NOW, reset_attempts=False).fields == {"run_at": NOW, "claimed_at": None,
+                                                                                    "max_attempts": 4}
+    assert t.retry(job("buried", attempts=1, max_attempts=3), NOW, reset_attempts=False).fields == {
+        "run_at": NOW, "claimed_at": None}
     assert t.retry(job("buried"), NOW, reset_attempts=True).fields["attempts"] == 0
     with pytest.raises(InvalidState):
         t.retry(job("pending"), NOW, reset_attempts=False)

@@ -96,7 +96,8 @@ def raw_output(url, ids) -> dict:
         for i in ids:
             run = 1
             while (log := q.run_output(i, run)) is not None:
-                found[(i, run)] = (log.head, log.tail, log.dropped, log.started_at, log.ended_at, log.outcome)
+                if log.kept:  # (a run that printed nothing has no output to copy)
+                    found[(i, run)] = (log.head, log.tail, log.dropped, log.started_at, log.ended_at, log.outcome)
                 run += 1
     return found
 

@@ -239,6 +239,9 @@ def expected_layout() -> set[str]:
                          if words and words[0].upper() not in ("PRIMARY", "UNIQUE", "CONSTRAINT", "FOREIGN", "CHECK"))
         elif m := re.match(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", sql):
             found.add(f"column {m.group(1)}.{m.group(2)}")
+        elif m := re.match(r"ALTER TABLE (\w+) RENAME COLUMN (\w+) TO (\w+)", sql):
+            found.discard(f"column {m.group(1)}.{m.group(2)}")
+            found.add(f"column {m.group(1)}.{m.group(3)}")
         elif m := re.match(r"CREATE (?:UNIQUE )?INDEX (\w+) ON", sql):
             found.add(f"index {m.group(1)}")
         elif m := re.match(r"DROP INDEX (\w+)", sql):

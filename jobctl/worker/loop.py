@@ -26,6 +26,7 @@ from jobctl.config import Settings
 from jobctl.durations import format_duration
 from jobctl.errors import CancelRequested, DatabaseUnusable, InvalidInput, InvalidState, JobctlError, NoSuchJob
 from jobctl.models import Job, Record
+from jobctl.worker.keeper import Keeper
 from jobctl.worker.log import Log
 from jobctl.worker.outcomes import Outcome, Recorder, Retry
 from jobctl.worker.output import RunOutputBuffer
@@ -185,6 +186,7 @@ class Worker:
         if self.real:
             check_commands(self.settings, self.types)
             close_inherited_fds()
+            self.sup.keeper = Keeper.start(warn=lambda m: self.log("keeper", m))
         wake_r, saved = self._install_signals()
         self.begin()
         hold, release = getattr(self.log, "hold", None), getattr(self.log, "release", None)
@@ -218,6 +220,8 @@ class Worker:
         finally:
             self._abandon()
             self.sup.close()
+            if self.sup.keeper is not None:
+                self.sup.keeper.close()
             self._restore_signals(saved)
         self.log("stopped", f"{self.claimed} job(s) started")
         return self.exit_code

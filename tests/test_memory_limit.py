@@ -147,3 +147,16 @@ def test_run_says_the_memory_limit_of_a_run_that_failed_under_one(tmp_path, db):
     r = subprocess.run([*JOBCTL, "--db", str(db), "--config", cfg, "run", "hog"], capture_output=True, text=True,
                        timeout=60)
     assert (r.returncode, r.stdout, r.stderr) == (0, "fine\n", "")  # a run that succeeds: not a word
+
+
+def test_doctor_says_the_memory_limits_are_per_process_only_when_a_type_has_one(tmp_path, db):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[types.hog]\ncommand = ["true"]\nmemory_limit = "200MiB"\n[types.free]\ncommand = ["true"]\n')
+    assert run_cli("--config", cfg, "--db", db, "init").exit_code == 0
+    r = run_cli("--config", cfg, "--db", db, "doctor", "--json")
+    assert r.exit_code == 0, r.output  # a note, not a problem
+    check = next(c for c in json.loads(r.stdout)["checks"] if c["check"] == "memory limits")
+    assert check["ok"] and check["detail"].startswith("per process:") and "(hog 200MiB)" in check["detail"], check
+    cfg.write_text('[types.free]\ncommand = ["true"]\n')
+    r = run_cli("--config", cfg, "--db", db, "doctor", "--json")
+    assert "memory limits" not in [c["check"] for c in json.loads(r.stdout)["checks"]]

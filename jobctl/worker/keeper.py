@@ -45,6 +45,8 @@ class Keeper:
     @classmethod
     def start(cls, warn=None) -> Keeper | None:
         """The keeper of this process, started; None (said once through `warn`) where it cannot be."""
+        if not sys.platform.startswith("linux"):
+            return None  # (it needs /proc and epoll; elsewhere the next worker's orphan check remains)
         r = w = -1
         try:
             r, w = os.pipe()
@@ -202,6 +204,8 @@ def main(argv: list[str]) -> int:
             break
         _prune(handlers)
     _read_records(0, buf, handlers)
+    if os.getppid() == worker:
+        _prune(handlers)  # the worker is leaving as it should: the handlers it reaped are not to kill
     _kill_all(handlers)
     return 0
 

@@ -738,8 +738,11 @@ class Queue:
         checks.append(Check("handler commands", not broken,
                             "every command can be run" if not broken else
                             "; ".join(f"type {t}: {p}" for t, p in broken.items()) + " (workers refuse to start)"))
-        limited = {t: self.settings.memory_limit_of(t) for t, tc in sorted(self.settings.types.items()) if tc.command}
-        limited = {t: n for t, n in limited.items() if n is not None}
+        limited: dict[str, int] = {}
+        for t, tc in sorted(self.settings.types.items()):
+            n = self.settings.memory_limit_of(t)
+            if tc.command and n is not None:
+                limited[t] = n
         if limited:
             from jobctl.durations import format_size
 

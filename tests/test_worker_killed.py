@@ -212,3 +212,40 @@ def test_a_concurrency_limit_holds_when_a_worker_is_killed(tmp_path):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def _keeper_of(worker_pid: int) -> int | None:
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"keeper.py") for a in argv) and str(worker_pid).encode() in argv and _alive(int(name)):
+            return int(name)
+    return None
+
+
+def test_a_worker_whose_keeper_was_killed_says_so_once_and_works_on(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[types.t]\ncommand = ["true"]\n[worker]\npoll = "100ms"\n')
+    _enqueue(tmp_path, cfg, 1)
+    w = _worker(tmp_path, cfg)
+    try:
+        assert _wait_for(lambda: _keeper_of(w.pid) is not None, 20)
+        os.kill(_keeper_of(w.pid), signal.SIGKILL)
+        _enqueue(tmp_path, cfg, 2)
+
+        def done():
+            with sqlite3.connect(tmp_path / "q.db") as conn:
+                return conn.execute("SELECT count(*) FROM jobs WHERE status = 'completed'").fetchone()[0] == 3
+
+        assert _wait_for(done, 30, 0.2), (tmp_path / "worker.log").read_text()
+        w.send_signal(signal.SIGTERM)
+        assert w.wait(30) == 0
+        log = (tmp_path / "worker.log").read_text()
+        assert log.count(" keeper: ") == 1 and "a handler would outlive a killed worker" in log, log
+    finally:
+        if w.poll() is None:
+            w.kill()
+            w.wait()

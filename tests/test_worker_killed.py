@@ -94,7 +94,7 @@ def test_a_worker_that_exits_normally_ends_its_keeper(tmp_path):
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if any(a.endswith(b"keeper.py") for a in argv) and me in argv and _alive(int(name)):
+        if any(b"import keeper" in a for a in argv) and me in argv and _alive(int(name)):
             left.append(name)
     assert not left
 
@@ -221,7 +221,7 @@ def _keeper_of(worker_pid: int) -> int | None:
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if any(a.endswith(b"keeper.py") for a in argv) and str(worker_pid).encode() in argv and _alive(int(name)):
+        if any(b"import keeper" in a for a in argv) and str(worker_pid).encode() in argv and _alive(int(name)):
             return int(name)
     return None
 

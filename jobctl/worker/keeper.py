@@ -3,7 +3,7 @@
 A worker killed with SIGKILL (or by the kernel's OOM killer) cannot stop its handlers, which run
 in sessions of their own: they would run on after their leases expire, while other workers run
 the same slots' next jobs, and a concurrency limit would no longer hold. So a worker starts, once,
-this program (`python -I -S keeper.py WORKER_PID`, in a session of its own so that a signal to the
+this program (`python -I -S -c "…import keeper…" FOLDER WORKER_PID`, in a session of its own so that a signal to the
 worker's process group leaves it be) and tells it through a pipe, at each start, the handler's pid
 (= its process group), the range its /proc start time lies in, and its claim's token. The keeper
 wakes every PERIOD to read the pipe and forget the handlers that are gone; nothing wakes it per
@@ -34,6 +34,9 @@ HEADER = struct.Struct("<iqqH")  # pid, start time range in ticks (-1: unknown),
 PIPE_SIZE = 1024 * 1024
 
 
+_RUN = "import sys; sys.path.insert(0, sys.argv[1]); import keeper; sys.exit(keeper.main(sys.argv[1:]))"
+
+
 class Keeper:
     """The worker's side: start the keeper, tell it each handler, close at the end."""
 
@@ -56,7 +59,9 @@ class Keeper:
                 fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
             except OSError:
                 pass  # the default 64 KiB: the keeper reads it often enough
-            pid = os.posix_spawn(sys.executable, [sys.executable, "-I", "-S", __file__, str(os.getpid())],
+            # Imported by name, not run as a script, so that its compiled form is used (~10 ms less).
+            argv = [sys.executable, "-I", "-S", "-c", _RUN, os.path.dirname(os.path.abspath(__file__)), str(os.getpid())]
+            pid = os.posix_spawn(sys.executable, argv,
                                  os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, r, 0), (os.POSIX_SPAWN_DUP2, 2, 1)],
                                  setsid=True, setsigmask=())
         except OSError as e:
@@ -191,7 +196,10 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, signal.SIG_IGN)  # only the worker's end ends the keeper
     os.set_blocking(0, False)
     ep = select.epoll()
-    ep.register(0, 0)  # the pipe: only its hang-up (the worker's end) wakes the keeper, not each record
+    try:
+        ep.register(0, 0)  # the pipe: only its hang-up (the worker's end) wakes the keeper, not each record
+    except OSError:
+        pass  # (not a pipe: its end is still seen by the read of every PERIOD)
     try:
         ep.register(os.pidfd_open(worker), select.EPOLLIN)  # readable once the worker has exited
     except (AttributeError, OSError):

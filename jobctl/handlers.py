@@ -407,10 +407,14 @@ def result_line(f, max_bytes: int):
 
 
 # What a process says or does when an allocation fails under RLIMIT_AS: Python's MemoryError,
-# libc's ENOMEM text, C++'s bad_alloc, Go's and the JVM's messages; or dying of the signal an
-# unchecked NULL, an abort() or an allocator's kill gives.
-_MEMORY_WORDS = ("memoryerror", "cannot allocate memory", "out of memory", "bad_alloc", "memory exhausted",
-                 "failed to allocate", "outofmemoryerror", "enomem", "mmap failed")
+# libc's ENOMEM text ("Cannot allocate memory"), bash's "xmalloc: cannot allocate N bytes" (and
+# xrealloc's), C++'s std::bad_alloc, Go's "runtime: out of memory", Node's "Allocation failed -
+# JavaScript heap out of memory", Rust's "memory allocation of N bytes failed", Perl's "Out of
+# memory!", the JVM's OutOfMemoryError; or dying of the signal an unchecked NULL, an abort() or an
+# allocator's kill gives.
+_MEMORY_WORDS = ("memoryerror", "cannot allocate", "out of memory", "bad_alloc", "memory exhausted",
+                 "failed to allocate", "allocation failed", "memory allocation of", "outofmemoryerror", "enomem",
+                 "mmap failed")
 
 
 def memory_failure(returncode: int, stderr_tail: str) -> bool:

@@ -748,6 +748,20 @@ class Queue:
         checks.append(Check("handler commands", not broken,
                             "every command can be run" if not broken else
                             "; ".join(f"type {t}: {p}" for t, p in broken.items()) + " (workers refuse to start)"))
+        limited: dict[str, int] = {}
+        for t, tc in sorted(self.settings.types.items()):
+            n = self.settings.memory_limit_of(t)
+            if tc.command and n is not None:
+                limited[t] = n
+        if limited:
+            from jobctl.durations import format_size
+
+            # Not a problem (it does not fail doctor), but what the limit means here must be plain.
+            checks.append(Check("memory limits", True,
+                                "per process: each process of a handler may use up to its type's memory_limit "
+                                "(address space, RLIMIT_AS), not the handler's whole tree; a handler that starts "
+                                "4 processes may use 4 times it (" + ", ".join(
+                                    f"{t} {format_size(n)}" for t, n in limited.items()) + ")"))
         return checks
 
     def _own_limits_check(self):

@@ -1,6 +1,8 @@
 """memory_limit: a type's handler runs with its address space capped (RLIMIT_AS); a run that hits
 the cap fails with an error that says so, not a bare exit code."""
 
+import json
+import shutil
 import subprocess
 import textwrap
 
@@ -77,3 +79,84 @@ def test_defaults_give_every_type_a_limit_and_a_type_may_lift_it(tmp_path):
     s = load_settings(str(cfg))
     assert (s.memory_limit_of("a"), s.memory_limit_of("b"), s.memory_limit_of("c"), s.memory_limit_of("zzz")) == (
         1024**3, None, 64 * 1024**2, 1024**3)
+
+
+# -- allocation failures of other runtimes: the same message, only under a limit ------------------
+
+BASH_HOG = 'x=$(head -c 300000000 /dev/zero | tr "\\0" a); echo ${#x}'  # bash: xrealloc: cannot allocate …
+NODE_HOG = "const a = []; while (true) a.push(new Array(1e6).fill(1.5))"  # Allocation failed - JavaScript heap …
+CPP_HOG = "#include <vector>\nint main() { std::vector<char> v(500000000); return v[1]; }\n"  # std::bad_alloc
+
+
+def hog_config(tmp_path, command: list[str], limit: str | None) -> str:
+    cfg = tmp_path / "jobctl.toml"
+    lines = ["[types.hog]", f"command = {json.dumps(command)}", "max_attempts = 1"]
+    if limit:
+        lines.append(f'memory_limit = "{limit}"')
+    cfg.write_text("\n".join(lines + ["[worker]", 'poll = "100ms"', ""]))
+    return str(cfg)
+
+
+def cpp_hog(tmp_path) -> list[str]:
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ here")
+    (tmp_path / "hog.cpp").write_text(CPP_HOG)
+    subprocess.run(["g++", "-o", str(tmp_path / "hog"), str(tmp_path / "hog.cpp")], check=True, timeout=120)
+    return [str(tmp_path / "hog")]
+
+
+HOGS = {
+    "bash": (lambda tmp_path: ["bash", "-c", BASH_HOG], "64MiB", "cannot allocate"),
+    "python": (lambda tmp_path: ["python3", "-c", HOG, "512"], "128MiB", "MemoryError"),
+    "node": (lambda tmp_path: ["node", "-e", NODE_HOG] if shutil.which("node") else pytest.skip("no node here"),
+             "1GiB", "heap out of memory"),
+    "c++": (cpp_hog, "128MiB", "bad_alloc"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", HOGS)
+def test_an_allocation_failure_under_a_memory_limit_says_so_whatever_the_runtime(tmp_path, db, runtime):
+    make, limit, words = HOGS[runtime]
+    cfg = hog_config(tmp_path, make(tmp_path), limit)
+    assert run_cli("--config", cfg, "--db", db, "enqueue", "hog").exit_code == 0
+    assert work(db, cfg).returncode == 0
+    job = json.loads(run_cli("--config", cfg, "--db", db, "show", "1", "--json").stdout)
+    assert job["status"] == "buried"
+    assert job["error"].startswith(f"out of memory: the handler hit its memory limit of {limit} ("), job["error"]
+    assert words in json.dumps(job), job
+
+
+def test_an_allocation_message_without_a_memory_limit_is_a_plain_failure(tmp_path, db):
+    cfg = hog_config(tmp_path, ["bash", "-c", "echo 'bash: xrealloc: cannot allocate 62566400 bytes' >&2; exit 2"],
+                     None)
+    assert run_cli("--config", cfg, "--db", db, "enqueue", "hog").exit_code == 0
+    assert work(db, cfg).returncode == 0
+    job = json.loads(run_cli("--config", cfg, "--db", db, "show", "1", "--json").stdout)
+    assert job["error"] == "exit 2: bash: xrealloc: cannot allocate 62566400 bytes"
+
+
+def test_run_says_the_memory_limit_of_a_run_that_failed_under_one(tmp_path, db):
+    cfg = hog_config(tmp_path, ["bash", "-c", BASH_HOG], "64MiB")
+    r = subprocess.run([*JOBCTL, "--db", str(db), "--config", cfg, "run", "hog"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2
+    assert "xrealloc: cannot allocate" in r.stderr
+    assert "jobctl: the handler of hog failed (exit 2) under a memory limit of 64MiB" in r.stderr, r.stderr
+    cfg = hog_config(tmp_path, ["bash", "-c", "echo fine"], "64MiB")
+    r = subprocess.run([*JOBCTL, "--db", str(db), "--config", cfg, "run", "hog"], capture_output=True, text=True,
+                       timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "fine\n", "")  # a run that succeeds: not a word
+
+
+def test_doctor_says_the_memory_limits_are_per_process_only_when_a_type_has_one(tmp_path, db):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[types.hog]\ncommand = ["true"]\nmemory_limit = "200MiB"\n[types.free]\ncommand = ["true"]\n')
+    assert run_cli("--config", cfg, "--db", db, "init").exit_code == 0
+    r = run_cli("--config", cfg, "--db", db, "doctor", "--json")
+    assert r.exit_code == 0, r.output  # a note, not a problem
+    check = next(c for c in json.loads(r.stdout)["checks"] if c["check"] == "memory limits")
+    assert check["ok"] and check["detail"].startswith("per process:") and "(hog 200MiB)" in check["detail"], check
+    cfg.write_text('[types.free]\ncommand = ["true"]\n')
+    r = run_cli("--config", cfg, "--db", db, "doctor", "--json")
+    assert "memory limits" not in [c["check"] for c in json.loads(r.stdout)["checks"]]

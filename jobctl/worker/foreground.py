@@ -96,11 +96,17 @@ def run_foreground(settings, type: str, payload_text: str | bytes | None, *, db:
 
         raise HandlerTimedOut(f"the handler of {type} ran past its timeout of {format_duration(job.timeout_ms / 1000)} "
                               f"and was stopped (SIGTERM to its process group, SIGKILL after {format_duration(kill_grace)})")
-    if memory_limit is not None and rc != 0 and handlers.memory_failure(rc, ""):
+    if memory_limit is not None and rc != 0:
+        # Only on a failure (a run that succeeds is not told of its limit): the handler's stderr
+        # is the terminal's, so jobctl cannot read it, and says the limit whatever the failure.
         from jobctl.durations import format_size
 
-        sys.stderr.write(f"jobctl: the handler of {type} was killed ({handlers.describe_exit(rc)}) while running with a "
-                         f"memory limit of {format_size(memory_limit)}: it probably hit the limit\n")
+        if handlers.memory_failure(rc, ""):
+            sys.stderr.write(f"jobctl: the handler of {type} was killed ({handlers.describe_exit(rc)}) while running with "
+                             f"a memory limit of {format_size(memory_limit)}: it probably hit the limit\n")
+        else:
+            sys.stderr.write(f"jobctl: the handler of {type} failed ({handlers.describe_exit(rc)}) under a memory limit "
+                             f"of {format_size(memory_limit)}; if it could not allocate memory, raise the type's memory_limit\n")
     return rc if rc >= 0 else 128 - rc
 
 

@@ -26,6 +26,7 @@ from jobctl.config import Settings
 from jobctl.durations import format_duration
 from jobctl.errors import CancelRequested, DatabaseUnusable, InvalidInput, InvalidState, JobctlError, NoSuchJob
 from jobctl.models import Job, Record
+from jobctl.worker.keeper import Keeper
 from jobctl.worker.log import Log
 from jobctl.worker.outcomes import Outcome, Recorder, Retry
 from jobctl.worker.output import RunOutputBuffer
@@ -186,6 +187,7 @@ class Worker:
         if self.real:
             check_commands(self.settings, self.types)
             close_inherited_fds()
+            self.sup.keeper = Keeper.start(warn=lambda m: self.log("keeper", m))
         wake_r, saved = self._install_signals()
         self.begin()
         hold, release = getattr(self.log, "hold", None), getattr(self.log, "release", None)
@@ -220,6 +222,8 @@ class Worker:
             self._abandon()
             self.sup.close()
             self.handler_db.close()
+            if self.sup.keeper is not None:
+                self.sup.keeper.close()
             self._restore_signals(saved)
             self._give_back_the_log()
         self.log("stopped", f"{self.claimed} job(s) started")

@@ -26,11 +26,14 @@ import errno
 import os
 import signal
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from jobctl import handlers
 from jobctl.models import Job, Record
 from jobctl.worker.output import RunOutputBuffer
+
+if TYPE_CHECKING:
+    from jobctl.worker.keeper import Keeper
 
 # errno values of a spawn that failed on the worker's side: the job is not to blame.
 RESOURCE_ERRORS = {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM, errno.ENOSPC, errno.EINTR}
@@ -384,6 +387,7 @@ class Supervisor:
         self.log = log
         self.running: list[Running] = []
         self.unregistered: list[Running] = []  # started, not yet in the orphan registry
+        self.keeper: Keeper | None = None  # kills the handlers if this worker dies (set by the loop)
         self._spare: tuple[int, ...] | None = None  # the next handler's pipes, made beforehand (prepare)
 
     # -- starting ------------------------------------------------------------------------------
@@ -422,6 +426,8 @@ class Supervisor:
                     output=new_output() if new_output is not None else RunOutputBuffer(0, 0, 1024 * 1024 + 4096, STDERR_KEEP))
         self.running.append(r)
         r.spawn_ticks = (before, handlers.boot_ticks())
+        if self.keeper is not None:
+            self.keeper.add(proc.pid, *r.spawn_ticks, job.token)
         if self.registry is not None:
             self.unregistered.append(r)
         return r

@@ -240,6 +240,19 @@ fi
 '''
 
 
+def _keeper_of(worker_pid: int) -> int | None:
+    """The keeper process of a worker (jobctl/worker/keeper.py), by its command line."""
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(b"import keeper" in a for a in argv) and str(worker_pid).encode() in argv:
+            return int(name)
+    return None
+
+
 def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -251,6 +264,7 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_next_worker_does_not_rerun_a_job_while_the_killed_workers_handler_lives(env):
+    """What the keeper cannot reach (it was killed with its worker, as here) the next worker stops."""
     e = env(command=["/bin/sh", "-c", ESCAPER], lease="1s", recover_every="200ms")
     [job_id] = e.enqueue(1)
     escaped_file = Path(f"{e.runlog}.escaped")
@@ -261,10 +275,14 @@ def test_next_worker_does_not_rerun_a_job_while_the_killed_workers_handler_lives
     escaped = int(escaped_file.read_text())
     try:
         assert alive(leader) and alive(escaped)
-        a.send_signal(signal.SIGKILL)  # the worker dies; its handler and the escaped child live on
+        keeper = _keeper_of(a.pid)
+        assert keeper is not None
+        os.kill(keeper, signal.SIGKILL)  # first its keeper (which kills a killed worker's handlers)
+        time.sleep(0.2)
+        a.send_signal(signal.SIGKILL)  # then the worker; its handler and the escaped child live on
         a.wait()
         time.sleep(0.3)
-        assert alive(leader) and alive(escaped), "kill -9 of a worker does not reach its handler"
+        assert alive(leader) and alive(escaped), "kill -9 of a worker and its keeper does not reach its handler"
         b = e.worker("next", "--max-jobs", "1")
         wait_for(lambda: len(e.runs().get(job_id, [])) >= 2, what="the second run")
         # by the time the second run started, the first run's processes were gone

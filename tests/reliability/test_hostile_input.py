@@ -300,9 +300,9 @@ BOUNDARIES = [
     (["progress", "1", "--percent", "101"], 2, "0 to 100"),
     (["progress", "1", "--percent=-1"], 2, "0 to 100"),
     (["progress", "1", "--percent", BIG_INT], 2, "0 to 100"),
-    (["list", "--limit", "-1"], 2, "1000000"),
-    (["list", "--limit", "1000001"], 2, "1000000"),
-    (["list", "--limit", BIG_INT], 2, "1000000"),
+    (["list", "--limit", "-1"], 2, "1,000,000"),
+    (["list", "--limit", "1000001"], 2, "1,000,000"),
+    (["list", "--limit", BIG_INT], 2, "1,000,000"),
     (["recover", "--older-than", BIG_INT], 2, "10 years"),
     (["purge", "--completed-older-than", BIG_INT], 2, "10 years"),
 ]

@@ -118,14 +118,21 @@ def _enqueue_many(st, path: str, *, chain: bool, defaults: dict, as_json: bool, 
     # A chain's first job waits on --after; every later one on the job before it.
     later = {**defaults, "after": None} if chain else defaults
     with JobSpool() as spool:
-        with progress_bar("checking") as on_progress:
-            for n, text in _batch_lines(path, st.settings.max_payload_bytes, on_progress):
-                job = checker.prepare_batch_line(text, n, later if len(spool) else defaults)
-                if job is None:
-                    continue
-                if chain and len(spool):
-                    job.after_previous = True
-                spool.add(job)
+        try:
+            with progress_bar("checking") as on_progress:
+                for n, text in _batch_lines(path, st.settings.max_payload_bytes, on_progress):
+                    job = checker.prepare_batch_line(text, n, later if len(spool) else defaults)
+                    if job is None:
+                        continue
+                    if chain and len(spool):
+                        job.after_previous = True
+                    spool.add(job)
+        except KeyboardInterrupt:  # (an endless input ended with Ctrl-C: the database was not even opened)
+            from jobctl.cli import _fail
+
+            _fail(f"interrupted before the end of the input{f' (after {len(spool)} jobs)' if len(spool) else ''}; "
+                  "nothing was enqueued", 130)
+            raise typer.Exit(130) from None
         if chain and not len(spool):
             raise InvalidInput("--chain: no jobs in the input; nothing was enqueued")
         with st.open_queue(create=True) as q:

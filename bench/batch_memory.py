@@ -37,15 +37,15 @@ def jobctl(src: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
-def run_child(cmd: list[str], env: dict | None, stdin) -> tuple[float, int, int, bytes]:
-    """(seconds, peak RSS KiB, exit code, stderr) of one child process, its peak from wait4."""
+def run_child(cmd: list[str], env: dict | None, stdin) -> tuple[float, int, int, bytes, float]:
+    """(seconds, peak RSS KiB, exit code, stderr, CPU seconds) of one child process, from wait4."""
     t = time.perf_counter()
     p = subprocess.Popen(cmd, env=env, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     err = p.stderr.read()  # type: ignore[union-attr]
     _pid, status, usage = os.wait4(p.pid, 0)
     elapsed = time.perf_counter() - t
     p.returncode = os.waitstatus_to_exitcode(status)
-    return elapsed, usage.ru_maxrss, p.returncode, err
+    return elapsed, usage.ru_maxrss, p.returncode, err, usage.ru_utime + usage.ru_stime
 
 
 def feed_lines(n: int) -> subprocess.Popen:
@@ -59,7 +59,7 @@ def memory(src: str, tmp: Path, n: int) -> dict:
     db = tmp / f"mem-{n}.db"
     feeder = feed_lines(n)
     cmd = [*jobctl(src), "--db", str(db), "enqueue", "--batch", "-"]
-    elapsed, rss, code, err = run_child(cmd, None, feeder.stdout)
+    elapsed, rss, code, err, _cpu = run_child(cmd, None, feeder.stdout)
     feeder.stdout.close()  # type: ignore[union-attr]
     feeder.wait()
     inserted = count_jobs(str(db)) if db.exists() else 0
@@ -69,18 +69,19 @@ def memory(src: str, tmp: Path, n: int) -> dict:
             "stderr": err.decode(errors="replace")[-300:]}
 
 
-def speed(src: str, tmp: Path, n: int, impl: str, source: Path) -> float:
+def speed(src: str, tmp: Path, n: int, impl: str, source: Path) -> tuple[float, float]:
+    """(jobs per second of wall time, jobs per CPU second of the child: moves less with the load)."""
     db = tmp / f"speed-{impl}.db"
     subprocess.run([*jobctl(src), "--db", str(db), "init"], check=True, stdout=subprocess.DEVNULL)
     cmd = ([*jobctl(src), "--db", str(db), "enqueue", "--batch", "-"] if impl == "jobctl"
            else [sys.executable, str(BENCH / "ref_batch.py"), str(db)])
     with open(source, "rb") as stdin:
-        elapsed, _rss, code, err = run_child(cmd, None, stdin)
+        elapsed, _rss, code, err, cpu = run_child(cmd, None, stdin)
     if code != 0 or count_jobs(str(db)) != n:
         raise SystemExit(f"{impl} failed: {err.decode(errors='replace')[-500:]}")
     for p in tmp.glob(f"speed-{impl}.db*"):
         p.unlink()
-    return n / elapsed
+    return n / elapsed, n / cpu
 
 
 def main() -> None:
@@ -106,19 +107,19 @@ def main() -> None:
         if args.speed_jobs:
             source = tmp / "speed.ndjson"
             source.write_bytes(ndjson(args.speed_jobs))
-            rates: dict[str, list[float]] = {}
+            rates: dict[str, list[tuple[float, float]]] = {}
             order = [(src, "jobctl") for src in srcs] + [(".", "ref")]
             for r in range(args.rounds):
                 for src, impl in (order if r % 2 == 0 else order[::-1]):
                     rates.setdefault(f"{impl} {src}" if impl == "jobctl" else "ref", []).append(
                         speed(src, tmp, args.speed_jobs, impl, source))
-            ref = statistics.median(rates["ref"])
+            ref = [statistics.median(v[i] for v in rates["ref"]) for i in (0, 1)]
             print(f"enqueue --batch of {args.speed_jobs:,} jobs (a file on stdin), median of {args.rounds} round(s):")
             for name, values in rates.items():
-                med = statistics.median(values)
-                print(f"  {name}: {med:,.0f} jobs/s ({med / ref * 100:.0f}% of the reference; rounds: "
-                      + ", ".join(f"{v:,.0f}" for v in values) + ")")
-
+                wall, cpu = (statistics.median(v[i] for v in values) for i in (0, 1))
+                print(f"  {name}: {wall:,.0f} jobs/s ({wall / ref[0] * 100:.0f}% of the reference), "
+                      f"{cpu:,.0f} jobs per CPU second ({cpu / ref[1] * 100:.0f}%); rounds: "
+                      + ", ".join(f"{v[0]:,.0f}" for v in values))
 
 if __name__ == "__main__":
     main()

@@ -26,8 +26,8 @@ MAX_ID = 2**63 - 1
 BATCH_KEYS = {"type", "payload", "queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
               "key", "unique", "after", "cost", "group", "on_buried", "on_completed", "on_cancelled"}
 REACTIONS = ("on_buried", "on_completed", "on_cancelled")
-BATCH_OPTIONS = ("queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout", "key", "unique", "after",
-                 "cost", "group", *REACTIONS)  # the batch keys that are prepare()'s options of the same name
+BATCH_OPTIONS = frozenset(("queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout", "key", "unique",
+                           "after", "cost", "group", *REACTIONS))  # the batch keys that are prepare()'s options
 
 
 def validate_job_id(value) -> int:
@@ -326,7 +326,7 @@ class Queue:
                                    f"(known: {', '.join(sorted(BATCH_KEYS))})")
             if "type" not in obj:
                 raise InvalidInput("missing \"type\"")
-            opts = {k: obj[k] for k in BATCH_OPTIONS if obj.get(k) is not None}  # null: not given
+            opts = {k: v for k, v in obj.items() if v is not None and k in BATCH_OPTIONS}  # null: not given
             if not isinstance(opts.get("after", []), list):
                 raise InvalidInput("\"after\" must be a list of job ids")
             for k, v in (defaults or {}).items():

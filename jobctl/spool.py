@@ -10,6 +10,7 @@ while a slow or endless producer writes its lines.
 from __future__ import annotations
 
 import marshal
+from operator import attrgetter
 from typing import BinaryIO, Iterator
 
 from jobctl.engines.base import NewJob
@@ -18,6 +19,7 @@ from jobctl.errors import InvalidInput
 CHUNK = 1000  # jobs a marshal chunk
 MEMORY = 8 * 1024 * 1024  # bytes of chunks kept in memory before they go to a temporary file
 _FIELDS = NewJob.__slots__  # the order of NewJob's __init__ parameters (tests/test_batch_stream.py checks)
+_row = attrgetter(*_FIELDS)  # a job's fields as one tuple, in C
 
 
 class JobSpool:
@@ -35,7 +37,7 @@ class JobSpool:
         return self._n
 
     def add(self, job: NewJob) -> None:
-        self._rows.append(tuple([getattr(job, k) for k in _FIELDS]))
+        self._rows.append(_row(job))
         self._n += 1
         if len(self._rows) >= CHUNK:
             self._flush()

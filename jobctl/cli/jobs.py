@@ -116,7 +116,8 @@ def _enqueue_many(st, path: str, *, chain: bool, defaults: dict, as_json: bool, 
     if options:
         checker.prepare("batch-options", **options)  # a bad option is named once, not as line 1's
     # A chain's first job waits on --after; every later one on the job before it.
-    later = {**defaults, "after": None} if chain else defaults
+    defaults = {k: v for k, v in defaults.items() if v is not None}
+    later = {k: v for k, v in defaults.items() if k != "after"} if chain else defaults
     with JobSpool() as spool:
         try:
             with progress_bar("checking") as on_progress:

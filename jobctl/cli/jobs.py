@@ -153,13 +153,9 @@ def _enqueue_many(st, path: str, *, chain: bool, defaults: dict, as_json: bool, 
                     for job_id, created in chunk:
                         emit_json({**by_id[job_id].to_dict(), "created": created})
                 return
-    ids: list[str] = []
-    for job_id in inserted.ids():
-        ids.append(f"{job_id}\n")
-        if len(ids) >= 10_000:
-            sys.stdout.write("".join(ids))
-            ids = []
-    sys.stdout.write("".join(ids))
+    for first, last in inserted.id_runs():
+        for start in range(first, last + 1, 10_000):
+            sys.stdout.write("\n".join(map(str, range(start, min(start + 10_000, last + 1)))) + "\n")
 
 
 def _wait(q, job_ids: list[int], wait_s, *, as_json: bool, placeholders: bool = False) -> None:

@@ -99,6 +99,15 @@ class Inserted:
             runs.extend((job_id, 1, 1 if created else 0))
         self._n += 1
 
+    def append_run(self, first: int, count: int, created: bool) -> None:
+        """`count` jobs under the consecutive ids first, first + 1, ..."""
+        runs = self._runs
+        if runs and runs[-1] == created and runs[-3] + runs[-2] == first:
+            runs[-2] += count
+        else:
+            runs.extend((first, count, 1 if created else 0))
+        self._n += count
+
     def __len__(self) -> int:
         return self._n
 
@@ -110,7 +119,9 @@ class Inserted:
                 yield job_id, created
 
     def ids(self) -> Iterator[int]:
-        return (job_id for job_id, _created in self)
+        runs = self._runs
+        for i in range(0, len(runs), 3):
+            yield from range(runs[i], runs[i] + runs[i + 1])
 
     @property
     def last_id(self) -> int:

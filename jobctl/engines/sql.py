@@ -258,8 +258,12 @@ class SQLEngine:
             self._jobs_may_be_ready(c)
             for chunk in itertools.chain((first,), chunks):
                 if all(not (j.idempotency_key or j.unique or j.after or j.after_previous) for j in chunk):
-                    for job_id, created in self._insert_many(c, chunk, now, actor):
-                        done.append(job_id, created)
+                    pairs = self._insert_many(c, chunk, now, actor)
+                    if pairs[-1][0] - pairs[0][0] + 1 == len(pairs):  # ascending ids: consecutive (SQLite's are)
+                        done.append_run(pairs[0][0], len(pairs), True)
+                    else:
+                        for job_id, created in pairs:
+                            done.append(job_id, created)
                 else:
                     for j in chunk:
                         if j.after_previous and done:

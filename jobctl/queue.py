@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from jobctl import payloads, transitions
 from jobctl.config import Settings, duration_in_range, parse_backoff, parse_cost
 from jobctl.durations import parse_duration, parse_priority, parse_time, validate_name
-from jobctl.engines.base import ClaimRequest, Engine, NewJob
+from jobctl.engines.base import ClaimRequest, Engine, Inserted, NewJob
 from jobctl.errors import CancelRequested, InvalidInput, NoSuchJob
 from jobctl.models import Event, Job, Record
 from jobctl.transitions import backoff_delay, one_line  # noqa: F401  (re-exported: tests and scripts use them)
@@ -26,6 +26,8 @@ MAX_ID = 2**63 - 1
 BATCH_KEYS = {"type", "payload", "queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
               "key", "unique", "after", "cost", "group", "on_buried", "on_completed", "on_cancelled"}
 REACTIONS = ("on_buried", "on_completed", "on_cancelled")
+BATCH_OPTIONS = frozenset(("queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout", "key", "unique",
+                           "after", "cost", "group", *REACTIONS))  # the batch keys that are prepare()'s options
 
 
 def validate_job_id(value) -> int:
@@ -292,18 +294,25 @@ class Queue:
         inside the one transaction (so a later failure still leaves nothing inserted)."""
         if not jobs:
             return []
+        inserted = self.insert_stream(jobs, len(jobs), actor=actor, on_progress=on_progress)
+        return [EnqueueResult(i, c) for i, c in inserted]
+
+    def insert_stream(self, jobs: Iterable[NewJob], total: int, *, actor: str | None = None,
+                      on_progress: Callable[[int, int], None] | None = None) -> Inserted:
+        """insert() for more jobs than fit in memory: `jobs` may be iterated more than once, each
+        time from its first job (a JobSpool); the (id, created) pairs come back compactly."""
         try:
-            inserted = self.engine.insert_jobs(jobs, actor or operator_name(), on_progress=on_progress)
+            return self.engine.insert_stream(jobs, total, actor or operator_name(), on_progress=on_progress)
         except NoSuchJob as e:  # an `after` id: name the batch line that asked for it
             source = next((j.source for j in jobs if e.job_id in j.after and j.source), None)
             if source is None:
                 raise
             raise NoSuchJob(e.job_id, where=f"{source}: \"after\": ") from None
-        return [EnqueueResult(i, c) for i, c in inserted]
 
     def prepare_batch_line(self, text: str, lineno: int, defaults: dict | None = None) -> NewJob | None:
         """One NDJSON line of `enqueue --batch` (None for a blank line); errors name the line.
-        defaults: options for a line that does not give them (the reactions of --on-buried, ...)."""
+        defaults: {batch key: value} for a line that does not give that key (or gives null): the
+        options given with --batch/--chain, in the forms of prepare()."""
         if not text.strip():
             return None
         try:
@@ -318,18 +327,16 @@ class Queue:
                                    f"(known: {', '.join(sorted(BATCH_KEYS))})")
             if "type" not in obj:
                 raise InvalidInput("missing \"type\"")
-            opts = {k: obj[k] for k in ("queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
-                                       "key", "cost", "group", *REACTIONS) if obj.get(k) is not None}
-            for k, v in (defaults or {}).items():
-                if v is not None and obj.get(k) is None:
-                    opts[k] = v
-            after = obj.get("after") or []
-            if not isinstance(after, list):
+            opts = {k: v for k, v in obj.items() if v is not None and k in BATCH_OPTIONS}  # null: not given
+            if not isinstance(opts.get("after", []), list):
                 raise InvalidInput("\"after\" must be a list of job ids")
+            for k, v in (defaults or {}).items():
+                # A line that gives "delay" or "at" gives its start time: neither default applies.
+                if v is not None and k not in opts and not (k in ("delay", "at") and ("delay" in opts or "at" in opts)):
+                    opts[k] = v
             if "payload" in obj and obj["payload"] is None:
                 opts["payload_text"] = "null"  # an explicit null is a payload, not "use the default {}"
-            job = self.prepare(obj["type"], obj.get("payload", {}), unique=obj.get("unique", False) or False,
-                               after=after, **opts)
+            job = self.prepare(obj["type"], obj.get("payload", {}), **opts)
             job.source = f"line {lineno}"
             return job
         except InvalidInput as e:

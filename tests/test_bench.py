@@ -86,3 +86,12 @@ def test_postgres_workloads_run_and_process_every_job_once(tmp_path, pg_base):
         assert result["postgres"]["median"] > 0 and result["sqlite"]["median"] > 0, (workload, result)
     targets = {t["target"] for t in report["targets"]}
     assert {"enqueue on PostgreSQL ≤ 1.6× SQLite", "wake-up on PostgreSQL: median < 100 ms"} <= targets
+
+
+@pytest.mark.slow
+def test_batch_memory_bench_runs(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "batch_memory.py"), "--lines", "3000",
+                           "--speed-jobs", "500", "--rounds", "1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    assert "3,000 lines:" in proc.stdout and "exit 0, 3,000 inserted" in proc.stdout, proc.stdout
+    assert "% of the reference" in proc.stdout, proc.stdout

@@ -3,8 +3,11 @@ retry, retry-buried, reschedule. The first five are called from shell loops: kee
 
 from __future__ import annotations
 
+import itertools
+import os
+import stat
 import sys
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import typer
 
@@ -13,9 +16,13 @@ from jobctl.cli.state import tell
 from jobctl.completion import complete_backoff, complete_priority, complete_queue, complete_type
 from jobctl.errors import InvalidInput, NothingToClaim
 
+REACTION_KEYS = ("on_buried", "on_completed", "on_cancelled")
+
 
 def _open_source(path: str):
     if path == "-":
+        if sys.stdin is None or not hasattr(sys.stdin, "buffer"):  # started with stdin closed (`<&-`)
+            raise InvalidInput("standard input is closed: pipe the input in, or give a file instead of -")
         return sys.stdin.buffer
     try:
         return open(path, "rb")
@@ -24,7 +31,7 @@ def _open_source(path: str):
 
 
 def _read_source(path: str) -> bytes:
-    """All of a file or stdin. Unbounded: for job input use _read_payload_file or _read_batch_lines."""
+    """All of a file or stdin. Unbounded: for job input use _read_payload_file or _batch_lines."""
     f = _open_source(path)
     try:
         return f.read()
@@ -55,30 +62,129 @@ def _read_payload_file(path: str, limit: int) -> bytes:
 BATCH_LINE_ROOM = 64 * 1024  # a --batch line's keys besides the payload: type, queue, key, after, ...
 
 
-def _read_batch_lines(path: str, payload_limit: int) -> list[str]:
-    """The NDJSON lines of --batch, read line by line: a line longer than the payload limit plus
-    the other keys' room is refused without reading the rest of it."""
+def _batch_lines(path: str, payload_limit: int, on_progress=None) -> Iterator[tuple[int, str]]:
+    """(number, text) of each NDJSON line of --batch, read line by line and never held whole: a line
+    longer than the payload limit plus the other keys' room is refused without reading the rest of
+    it. on_progress(bytes read, bytes in all) for a regular file (a pipe's size is unknown)."""
     most = payload_limit + BATCH_LINE_ROOM
     f = _open_source(path)
-    lines: list[str] = []
+    size, done = 0, 0
     try:
+        try:
+            st = os.fstat(f.fileno())
+            if stat.S_ISREG(st.st_mode):
+                size = st.st_size - f.tell()
+        except (OSError, ValueError, AttributeError):  # (a test's stand-in for stdin has no descriptor)
+            size = 0
+        n = 0
         while True:
             raw = f.readline(most + 1)
             if not raw:
-                return lines
+                if on_progress is not None and size:
+                    on_progress(done, done)
+                return
+            n += 1
             if not raw.endswith(b"\n") and len(raw) > most:
                 raise InvalidInput(
-                    f"line {len(lines) + 1}: longer than {most} bytes (the payload limit, max_payload_bytes in "
+                    f"line {n}: longer than {most} bytes (the payload limit, max_payload_bytes in "
                     f"the config, plus {BATCH_LINE_ROOM} for the other keys); nothing was enqueued")
             try:
-                lines.append(raw.decode("utf-8").rstrip("\n"))
+                text = raw.decode("utf-8").rstrip("\n")
             except UnicodeDecodeError:
-                raise InvalidInput(f"line {len(lines) + 1}: not UTF-8 text; nothing was enqueued") from None
+                raise InvalidInput(f"line {n}: not UTF-8 text; nothing was enqueued") from None
+            yield n, text
+            if on_progress is not None and size:
+                done += len(raw)
+                if n % 1000 == 0:
+                    on_progress(done, max(size, done))
     except OSError as e:
         raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
     finally:
         if f is not sys.stdin.buffer:
             f.close()
+
+
+def _enqueue_many(st, path: str, *, chain: bool, defaults: dict, as_json: bool, wait: bool, wait_s) -> None:
+    """enqueue --batch/--chain: every line checked first, into a JobSpool (memory stays flat however
+    many lines), then one transaction inserts them all; the ids are printed once it committed."""
+    from jobctl.cli.progress import progress_bar
+    from jobctl.errors import NoSuchJob
+    from jobctl.queue import Queue
+    from jobctl.spool import JobSpool
+
+    checker = Queue(None, st.settings)  # bad input is refused before the file is created
+    options = {k: v for k, v in defaults.items() if v is not None and k not in REACTION_KEYS}
+    if options:
+        checker.prepare("batch-options", **options)  # a bad option is named once, not as line 1's
+    # A chain's first job waits on --after; every later one on the job before it.
+    defaults = {k: v for k, v in defaults.items() if v is not None}
+    later = {k: v for k, v in defaults.items() if k != "after"} if chain else defaults
+    with JobSpool() as spool:
+        try:
+            with progress_bar("checking") as on_progress:
+                for n, text in _batch_lines(path, st.settings.max_payload_bytes, on_progress):
+                    job = checker.prepare_batch_line(text, n, later if len(spool) else defaults)
+                    if job is None:
+                        continue
+                    if chain and len(spool):
+                        job.after_previous = True
+                    spool.add(job)
+        except KeyboardInterrupt:  # (an endless input ended with Ctrl-C: the database was not even opened)
+            from jobctl.cli import _fail
+
+            _fail(f"interrupted before the end of the input{f' (after {len(spool)} jobs)' if len(spool) else ''}; "
+                  "nothing was enqueued", 130)
+            raise typer.Exit(130) from None
+        if chain and not len(spool):
+            raise InvalidInput("--chain: no jobs in the input; nothing was enqueued")
+        with st.open_queue(create=True) as q:
+            with progress_bar("enqueueing", unit="jobs") as on_progress:
+                try:
+                    inserted = q.insert_stream(spool, len(spool), on_progress=on_progress)
+                except NoSuchJob as e:
+                    if e.job_id in (defaults.get("after") or ()):
+                        raise NoSuchJob(e.job_id, where="--after: ") from None
+                    raise
+            if wait:  # one line per job, in input order: its result, or null when it did not complete
+                return _wait(q, list(inserted.ids()), wait_s, as_json=as_json, placeholders=True)
+            if as_json:
+                pairs = iter(inserted)
+                while chunk := list(itertools.islice(pairs, 1000)):  # the jobs read a thousand at a time
+                    by_id = {job.id: job for job in q.get_many(list({i for i, _ in chunk}))}
+                    for job_id, created in chunk:
+                        emit_json({**by_id[job_id].to_dict(), "created": created})
+                return
+    for first, last in inserted.id_runs():
+        for start in range(first, last + 1, 10_000):
+            sys.stdout.write("\n".join(map(str, range(start, min(start + 10_000, last + 1)))) + "\n")
+
+
+def _wait(q, job_ids: list[int], wait_s, *, as_json: bool, placeholders: bool = False) -> None:
+    """enqueue --wait: wait_and_print; interrupted (Ctrl-C), say which jobs stay queued and how to wait again."""
+    from jobctl.cli.foreground import wait_and_print
+
+    try:
+        wait_and_print(q, job_ids, wait_s, results=True, as_json=as_json, placeholders=placeholders)
+    except KeyboardInterrupt:
+        from jobctl.cli import _fail
+
+        _fail(f"interrupted; {_still_queued(job_ids)}", 130)
+        raise typer.Exit(130) from None
+
+
+def _still_queued(job_ids: list[int]) -> str:
+    """What an interrupted `enqueue --wait` leaves: the jobs, which keep their places, and the wait command."""
+    ids = list(dict.fromkeys(job_ids))
+    if len(ids) == 1:
+        return f"job {ids[0]} was enqueued and keeps its place: `jobctl wait {ids[0]}`"
+    if ids == list(range(ids[0], ids[0] + len(ids))):
+        return (f"jobs {ids[0]} to {ids[-1]} were enqueued and keep their places: "
+                f"`jobctl wait $(seq {ids[0]} {ids[-1]})`")
+    if len(ids) <= 20:
+        shown = " ".join(map(str, ids))
+        return f"jobs {shown} were enqueued and keep their places: `jobctl wait {shown}`"
+    return (f"{len(ids)} jobs were enqueued ({ids[0]}, {ids[1]}, … {ids[-1]}) and keep their places; "
+            "`jobctl list --status pending` shows them")
 
 
 @app.command()
@@ -98,7 +204,7 @@ def enqueue(
     timeout: Optional[str] = typer.Option(None, "--timeout", metavar="DUR", help="Longest a run may take (default 10m)."),
     key: Optional[str] = typer.Option(None, "--key", metavar="K", help="Idempotency key: the same key returns the same job."),
     unique: bool = typer.Option(False, "--unique", help="Return a pending or running twin instead of adding a job."),
-    after: Optional[List[int]] = typer.Option(None, "--after", metavar="ID", help="Run only after job ID completed (repeatable)."),
+    after: Optional[List[int]] = typer.Option(None, "--after", metavar="ID", help="Run only after job ID completed (repeatable). With --chain: the first job."),
     cost: Optional[str] = typer.Option(None, "--cost", metavar="N", help="Cost units the job holds of its concurrency limit while it runs (default: the type's cost_units, else 1)."),
     group: Optional[str] = typer.Option(None, "--group", metavar="G", help="Concurrency group whose limit the job counts against (default: the type's concurrency_group)."),
     on_buried: Optional[str] = typer.Option(None, "--on-buried", metavar="TYPE", autocompletion=complete_type, help="When the job is buried, enqueue a job of TYPE with it in the payload (default: the type's on_buried). With --batch/--chain: for every job that names none."),
@@ -110,12 +216,26 @@ def enqueue(
 ):
     """Add a job; print its id.
 
+    With --batch or --chain: one JSON object a line (NDJSON), all added or
+    none, the ids printed in input order. The keys of a line:
+
+    \b
+      type (required), payload, queue, priority, delay, at, max_attempts,
+      backoff, timeout, key, unique, after (a list of ids), cost, group,
+      on_buried, on_completed, on_cancelled
+
+    each in the form of its option (durations "5m" or seconds). Options given
+    with --batch/--chain are the default of each line without that key (a
+    line's delay or at replaces both); --key and a payload are refused. With
+    --chain, the first job waits on --after and each later job on the one
+    before it.
+
     Example: jobctl enqueue send-invoice '{"order": 42}' -q billing -p high --key order-42
     """
     st = state(ctx)
     if wait_timeout is not None and not wait:
         raise InvalidInput("--wait-timeout is a limit of --wait: give --wait too")
-    from jobctl.cli.foreground import parse_wait_timeout, wait_and_print
+    from jobctl.cli.foreground import parse_wait_timeout
 
     wait_s = parse_wait_timeout(wait_timeout, "--wait-timeout")
     reactions = {"on_buried": on_buried, "on_completed": on_completed, "on_cancelled": on_cancelled}
@@ -125,31 +245,14 @@ def enqueue(
         flag = "--batch" if batch is not None else "--chain"
         if type is not None or payload is not None or payload_file is not None:
             raise InvalidInput(f"{flag} reads every job from NDJSON; give no TYPE, PAYLOAD or --payload-file with it")
-        lines = _read_batch_lines(batch if batch is not None else chain, st.settings.max_payload_bytes)  # type: ignore[arg-type]
-        from jobctl.cli.progress import progress_bar
-        from jobctl.queue import Queue
-
-        checker = Queue(None, st.settings)  # bad input is refused before the file is created
-        with progress_bar("checking", unit="lines") as on_progress:
-            prepared = checker.prepare_batch(lines, on_progress=on_progress, defaults=reactions)
-        if chain is not None:
-            if not prepared:
-                raise InvalidInput("--chain: no jobs in the input; nothing was enqueued")
-            for job in prepared[1:]:
-                job.after_previous = True
-        with st.open_queue(create=True) as q:
-            with progress_bar("enqueueing", unit="jobs") as on_progress:
-                results = q.insert(prepared, on_progress=on_progress)
-            if wait:  # one line per job, in input order: its result, or null when it did not complete
-                return wait_and_print(q, [r.id for r in results], wait_s, results=True, as_json=as_json,
-                                      placeholders=True)
-            if as_json:
-                jobs = q.get_many([r.id for r in results])
-                for job, r in zip(jobs, results):
-                    emit_json({**job.to_dict(), "created": r.created})
-                return
-        sys.stdout.write("".join(f"{r.id}\n" for r in results))
-        return
+        if key is not None:
+            raise InvalidInput(f"--key names one job; with {flag} give each line its own \"key\"")
+        # Every option is the default of the lines that do not give its key.
+        defaults = {"queue": queue, "priority": priority, "delay": delay, "at": at, "max_attempts": max_attempts,
+                    "backoff": backoff, "timeout": timeout, "unique": True if unique else None, "after": after or None,
+                    "cost": cost, "group": group, **reactions}
+        return _enqueue_many(st, batch if batch is not None else chain, chain=chain is not None,  # type: ignore[arg-type]
+                             defaults=defaults, as_json=as_json, wait=wait, wait_s=wait_s)
     if type is None:
         raise InvalidInput("missing TYPE: `jobctl enqueue TYPE [PAYLOAD]`, or --batch PATH")
     if payload is not None and payload_file is not None:
@@ -164,7 +267,7 @@ def enqueue(
     with st.open_queue(create=True) as q:
         r = q.insert([new_job])[0]
         if wait:
-            return wait_and_print(q, [r.id], wait_s, results=True, as_json=as_json)
+            return _wait(q, [r.id], wait_s, as_json=as_json)
         if as_json:
             emit_json({**q.get(r.id).to_dict(), "created": r.created})
         else:

@@ -30,7 +30,7 @@ clock, schema and files, wake-ups, health checks) through the hooks that module 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Iterable, Iterator, Protocol
 
 from jobctl.models import Event, Job, Record
 
@@ -75,6 +75,70 @@ class NewJob(Record):
 
     def run_at(self, now: int) -> int:
         return max(now + self.delay_ms, self.not_before or 0)
+
+
+class Inserted:
+    """(id, created) of each job of one insert, in order, kept small however many there are: runs
+    of consecutive ids with the same `created`, three integers a run, so a batch of a million jobs
+    under consecutive ids takes a few bytes, not a list of a million tuples."""
+
+    __slots__ = ("_runs", "_n")
+
+    def __init__(self, pairs: Iterable[tuple[int, bool]] = ()):
+        from array import array
+
+        self._runs = array("q")  # start, count, created (0 or 1) of each run
+        self._n = 0
+        for job_id, created in pairs:
+            self.append(job_id, created)
+
+    def append(self, job_id: int, created: bool) -> None:
+        runs = self._runs
+        if runs and runs[-1] == created and runs[-3] + runs[-2] == job_id:
+            runs[-2] += 1
+        else:
+            runs.extend((job_id, 1, 1 if created else 0))
+        self._n += 1
+
+    def append_run(self, first: int, count: int, created: bool) -> None:
+        """`count` jobs under the consecutive ids first, first + 1, ..."""
+        runs = self._runs
+        if runs and runs[-1] == created and runs[-3] + runs[-2] == first:
+            runs[-2] += count
+        else:
+            runs.extend((first, count, 1 if created else 0))
+        self._n += count
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __iter__(self) -> Iterator[tuple[int, bool]]:
+        runs = self._runs
+        for i in range(0, len(runs), 3):
+            created = bool(runs[i + 2])
+            for job_id in range(runs[i], runs[i] + runs[i + 1]):
+                yield job_id, created
+
+    def ids(self) -> Iterator[int]:
+        runs = self._runs
+        for i in range(0, len(runs), 3):
+            yield from range(runs[i], runs[i] + runs[i + 1])
+
+    @property
+    def last_id(self) -> int:
+        return self._runs[-3] + self._runs[-2] - 1
+
+    def id_runs(self) -> list[tuple[int, int]]:
+        """(first, last) of each run of consecutive ids."""
+        runs = self._runs
+        out: list[tuple[int, int]] = []
+        for i in range(0, len(runs), 3):
+            first, last = runs[i], runs[i] + runs[i + 1] - 1
+            if out and out[-1][1] + 1 == first:
+                out[-1] = (out[-1][0], last)
+            else:
+                out.append((first, last))
+        return out
 
 
 class Change(Record):
@@ -230,6 +294,12 @@ class Engine(Protocol):
         `after_previous` also waits for the job listed before it (its id, or the existing job that
         it returned), so a list of such jobs is a chain.
         on_progress(done, total) is called between chunks, inside the one transaction."""
+
+    def insert_stream(self, jobs: Iterable[NewJob], total: int, actor: str, *,
+                      on_progress: Callable[[int, int], None] | None = None) -> Inserted:
+        """insert_jobs for more jobs than fit in memory: `jobs` is iterated once in chunks inside
+        the one transaction (it may be iterated again from the start, when a server engine runs
+        the transaction again), `total` is only for on_progress. Returns the ids compactly."""
 
     def claim(self, request: ClaimRequest) -> Job | None:
         """Atomically move the best ready job to running and return it. Ready: pending, run_at

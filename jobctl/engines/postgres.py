@@ -30,7 +30,7 @@ import hashlib
 import re
 import select
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 from contextlib import contextmanager
 from functools import partial
@@ -43,7 +43,7 @@ import psycopg2.extensions
 from jobctl import payloads
 from jobctl.config import DEFAULT_PG_SCHEMA, PG_SCHEMA_NAME
 from jobctl.engines import SEARCH_PATH_OPTION, display, password_span, pg_onestatement, pg_schema
-from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob
+from jobctl.engines.base import Change, Check, ClaimRequest, Decide, Inserted, NewJob
 from jobctl.engines.pg_schema import SCHEMA_VERSION
 from jobctl.engines.sql import SQLEngine, schema_check
 from jobctl.engines.transfer import PostgresTransfer
@@ -1022,17 +1022,17 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         _refuse_nul(j)
         return super()._insert_one(c, j, now, actor, message)
 
-    def insert_jobs(self, jobs: list[NewJob], actor: str, *,
-                    on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
+    def insert_stream(self, jobs: Iterable[NewJob], total: int, actor: str, *,
+                      on_progress: Callable[[int, int], None] | None = None) -> Inserted:
         """As the core's, and when another process committed a job with the same idempotency key
-        at the same moment (KeyRace), once more: nothing was kept, and this time the lookup finds
-        that job, as on SQLite, where enqueues take turns."""
+        at the same moment (KeyRace), once more from the first job: nothing was kept, and this
+        time the lookup finds that job, as on SQLite, where enqueues take turns."""
         for _ in range(2):
             try:
-                return super().insert_jobs(jobs, actor, on_progress=on_progress)
+                return super().insert_stream(jobs, total, actor, on_progress=on_progress)
             except KeyRace:
                 pass
-        return super().insert_jobs(jobs, actor, on_progress=on_progress)
+        return super().insert_stream(jobs, total, actor, on_progress=on_progress)
 
     # -- the worker's hot path: one statement per step (pg_onestatement.py) ---------------------
 

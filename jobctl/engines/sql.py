@@ -27,12 +27,13 @@ _held_rows_now (the held jobs a claim under limits counts, with the time it goes
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache, partial
 
-from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob, RunLog
+from jobctl.engines.base import Change, Check, ClaimRequest, Decide, Inserted, NewJob, RunLog
 from jobctl.errors import DamagedJob, InvalidState, JobctlError, NoSuchJob
 from jobctl.models import FINISHED, JOB_COLUMNS, Event, Job, row_damage
 from jobctl import payloads
@@ -119,6 +120,16 @@ def _completion_sql(columns: tuple[str, ...], nulls: tuple[bool, ...]) -> str:
     assignments = "".join(f", {k} = NULL" if null else f", {k} = ?" for k, null in zip(columns, nulls))
     return (f"UPDATE jobs SET status = 'completed', updated_at = ?, finished_at = ?{assignments} "
             f"WHERE id = ? AND status = 'running' AND token = ? AND dep_flags & {DEPENDED_ON} = 0")
+
+
+def _chunks(jobs: Iterable[NewJob], size: int) -> Iterator[list[NewJob]]:
+    """Lists of at most `size` jobs, in order (a stream is never held whole)."""
+    it = iter(jobs)
+    while True:
+        chunk = list(itertools.islice(it, size))
+        if not chunk:
+            return
+        yield chunk
 
 
 class SQLEngine:
@@ -279,21 +290,36 @@ class SQLEngine:
 
     def insert_jobs(self, jobs: list[NewJob], actor: str, *,
                     on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
-        if not jobs:
-            return []  # (an empty batch: no transaction, and no multi-row INSERT without rows)
+        return list(self.insert_stream(jobs, len(jobs), actor, on_progress=on_progress))
+
+    BULK_STEP = 10_000  # jobs a chunk when nobody watches the progress (they are in memory at once)
+
+    def insert_stream(self, jobs: Iterable[NewJob], total: int, actor: str, *,
+                      on_progress: Callable[[int, int], None] | None = None) -> Inserted:
+        done = Inserted()
+        chunks = _chunks(jobs, self.PROGRESS_STEP if on_progress is not None else self.BULK_STEP)
+        first = next(chunks, None)
+        if first is None:
+            return done  # (an empty batch: no transaction, and no multi-row INSERT without rows)
         with self._write() as (c, now):
             self._jobs_may_be_ready(c)
-            if all(not (j.idempotency_key or j.unique or j.after or j.after_previous) for j in jobs):
-                return self._insert_many(c, jobs, now, actor, on_progress)
-            done: list[tuple[int, bool]] = []
-            for j in jobs:
-                if j.after_previous and done:
-                    j = NewJob(**{k: getattr(j, k) for k in NewJob.__slots__})
-                    j.after = [*j.after, done[-1][0]]
-                done.append(self._insert_one(c, j, now, actor))
-                if on_progress is not None and (len(done) % self.PROGRESS_STEP == 0 or len(done) == len(jobs)):
-                    on_progress(len(done), len(jobs))
-            return done
+            for chunk in itertools.chain((first,), chunks):
+                if all(not (j.idempotency_key or j.unique or j.after or j.after_previous) for j in chunk):
+                    pairs = self._insert_many(c, chunk, now, actor)
+                    if pairs[-1][0] - pairs[0][0] + 1 == len(pairs):  # ascending ids: consecutive (SQLite's are)
+                        done.append_run(pairs[0][0], len(pairs), True)
+                    else:
+                        for job_id, created in pairs:
+                            done.append(job_id, created)
+                else:
+                    for j in chunk:
+                        if j.after_previous and done:
+                            j = NewJob(**{k: getattr(j, k) for k in NewJob.__slots__})
+                            j.after = [*j.after, done.last_id]
+                        done.append(*self._insert_one(c, j, now, actor))
+                if on_progress is not None:
+                    on_progress(len(done), max(total, len(done)))
+        return done
 
     def _insert_one(self, c, j: NewJob, now: int, actor: str, message: str = "enqueued") -> tuple[int, bool]:
         if j.idempotency_key is not None:

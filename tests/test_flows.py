@@ -310,9 +310,16 @@ def test_reschedule_refusals(cli):
         r.one_error_line()
 
 
+NEW_OPTIONS = {"cancel": ["--with-dependents", "-q, --queue QUEUE", "-t, --type TYPE", "-s, --status STATE", "--dry-run"],
+               "reschedule": ["--now", "--in DUR", "--at TIME"]}
+
+
 @pytest.mark.parametrize("command", ["cancel", "reschedule"])
 def test_help_names_the_new_options(cli, command):
-    assert cli(command, "--help").exit_code == 0
+    r = cli(command, "--help", env={"COLUMNS": "100"})
+    assert r.exit_code == 0, r.output
+    for option in NEW_OPTIONS[command]:
+        assert option in r.stdout, (option, r.stdout)
 
 
 def test_queue_reaction_without_queue_layer_is_refused(db):

@@ -47,9 +47,12 @@ def test_each_error_of_a_many_id_command_is_escaped_too(cli, db, tmp_path):
     bad = tmp_path / "p\x1b[2J\u202e.json"
     r = cli("enqueue", "t", "--payload-file", bad)
     assert_inert(refused_line(r, "cannot read"))
-    r = cli("cancel", "1", "99")
+    r = cli("cancel", "1", "99", "98")
     assert r.exit_code == 3, r.output
-    assert all(line.startswith("jobctl: error: ") for line in r.stderr.splitlines())
+    assert r.stdout == "1 cancelled\n", r.output
+    lines = r.stderr.splitlines()
+    assert [line.split(";")[0] for line in lines] == ["jobctl: error: no job with id 99",
+                                                      "jobctl: error: no job with id 98"], r.output
 
 
 def test_a_path_with_a_lone_surrogate_is_printed_escaped_not_a_crash(tmp_path):

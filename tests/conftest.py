@@ -516,3 +516,8 @@ def refused_line(r, *needles) -> str:
     for n in needles:
         assert n in line, line
     return line
+
+
+def pg_named(url: str, app: str) -> str:
+    """The URL with an application_name, so a test can find that engine's server processes."""
+    return f"{url}&application_name={app}"

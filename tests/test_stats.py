@@ -120,7 +120,8 @@ def test_stats_json_from_the_command_line(cli, db):
 
 def test_missing_database_is_exit_8(cli, db):
     r = cli("stats")
-    assert r.exit_code == 8, r.output and not db.exists()
+    assert r.exit_code == 8, r.output
+    assert not db.exists()
 
 
 EXPECTED_TABLES = """\
@@ -192,7 +193,7 @@ def test_prometheus_output_parses_and_names_the_same_counts(cli, db):
     paused = {s.labels["queue"]: s.value for s in families["jobctl_queue_paused"].samples}
     assert paused == {"billing": 0, "default": 0, "email": 0, "idle": 1}
     runs = {(s.labels["outcome"], s.labels["window"]): s.value for s in families["jobctl_runs"].samples}
-    assert runs[("completed", "60m")] >= 0
+    assert (runs[("completed", "60m")], runs[("failed", "60m")], runs[("completed", "1m")]) == (2, 1, 0)
     assert all(f.type == "gauge" for f in families.values())
 
 

@@ -507,3 +507,17 @@ def any_db(request, tmp_path):
     if request.param == "postgres":
         return request.getfixturevalue("pg_url")
     return tmp_path / "q" / "jobs.db"
+
+
+def refused_line(r, *needles) -> str:
+    """r is a usage error (exit 2) in one jobctl line holding each of needles: that line."""
+    assert r.exit_code == 2, r.output
+    line = r.one_error_line()
+    for n in needles:
+        assert n in line, line
+    return line
+
+
+def pg_named(url: str, app: str) -> str:
+    """The URL with an application_name, so a test can find that engine's server processes."""
+    return f"{url}&application_name={app}"

@@ -208,3 +208,52 @@ def test_bad_claim_options(cli):
     for args in (["--wait", "soon"], ["--lease", "0"], ["--queue", "no spaces"], ["--type", "-x"]):
         r = cli("claim", *args)
         assert r.exit_code == 2, (args, r.output)
+
+
+# -- pause, resume and claim of queues that do not exist or are not paused -------------------------
+
+def test_resume_refuses_an_unknown_queue_and_creates_nothing(cli, db):
+    import sqlite3
+
+    cli("enqueue", "t", "-q", "billing")
+    r = cli("resume", "bilnig")
+    line = r.one_error_line()
+    assert r.exit_code == 2 and "no queue named 'bilnig'" in line and "known queues: billing" in line
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT count(*) FROM queues").fetchone()[0] == 0
+    finally:
+        conn.close()
+
+
+def test_resume_refuses_a_queue_that_is_not_paused(cli):
+    cli("enqueue", "t", "-q", "billing")
+    cli("enqueue", "t", "-q", "email")
+    assert cli("pause", "email").exit_code == 0
+    r = cli("resume", "billing")
+    line = r.one_error_line()
+    assert r.exit_code == 2 and "queue billing is not paused" in line and "paused queues: email" in line
+    assert cli("resume", "email").exit_code == 0
+    r = cli("resume", "email")  # twice: the second one has nothing to do
+    assert r.exit_code == 2 and "not paused; paused queues: none" in r.one_error_line()
+
+
+def test_pause_ahead_of_time_works_and_says_the_queue_has_no_jobs(cli):
+    cli("enqueue", "t", "-q", "billing")
+    r = cli("pause", "reports")
+    assert r.exit_code == 0 and r.stdout == ""
+    assert r.stderr == "jobctl: note: queue reports has no jobs yet; paused ahead of time (known queues: billing)\n"
+    cli("enqueue", "t", "-q", "reports")
+    assert cli("claim", "-q", "reports").exit_code == 5  # the pause holds for the jobs that come
+    r = cli("pause", "billing")
+    assert (r.exit_code, r.stdout, r.stderr) == (0, "", "")
+
+
+def test_claim_of_a_paused_queue_says_it_is_paused(cli):
+    cli("enqueue", "t", "-q", "billing")
+    cli("pause", "billing")
+    r = cli("claim", "--queue", "billing")
+    assert r.exit_code == 5 and r.stdout == ""
+    assert r.one_error_line() == "jobctl: error: no job is ready; queue billing is paused (`jobctl resume billing`)"
+    r = cli("claim")  # without --queue: a paused queue is not the claimer's business
+    assert r.exit_code == 5 and r.one_error_line() == "jobctl: error: no job is ready"

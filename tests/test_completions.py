@@ -94,3 +94,106 @@ def test_a_read_only_open_refuses_a_file_that_would_need_migrating(db):
     conn.close()
     with pytest.raises(DatabaseUnusable, match="schema v0"):
         SQLiteEngine.open(db, read_only=True)
+
+
+# -- fixed choices, the config's types, zsh from the first TAB -------------------------------------
+
+def _complete_bash(words, cword, cwd=None):
+    import os
+    import subprocess
+
+    from conftest import JOBCTL
+
+    env = {**os.environ, "_JOBCTL_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
+    r = subprocess.run(JOBCTL, env=env, capture_output=True, text=True, timeout=30, cwd=cwd)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    return r.stdout.split()
+
+
+def test_completion_offers_the_fixed_choices():
+    assert _complete_bash("jobctl list --status ", 3) == [
+        "pending", "running", "cancel_requested", "completed", "buried", "cancelled"]
+    assert _complete_bash("jobctl list -s b", 3) == ["buried"]
+    assert _complete_bash("jobctl list --sort ", 3) == ["newest", "oldest", "priority", "run-at", "updated"]
+    assert _complete_bash("jobctl stats --format p", 3) == ["prometheus"]
+    assert _complete_bash("jobctl stats -f ", 3) == ["table", "json", "prometheus"]
+    assert _complete_bash("jobctl enqueue t --priority ", 4) == ["low", "normal", "high", "critical"]
+
+
+def test_completion_offers_the_types_of_the_config(tmp_path):
+    (tmp_path / "jobctl.toml").write_text('[types.send-invoice]\ncommand = ["true"]\n[types.resize]\ncommand = ["true"]\n')
+    assert _complete_bash("jobctl enqueue ", 2, cwd=tmp_path) == ["resize", "send-invoice"]
+    assert _complete_bash("jobctl enqueue s", 2, cwd=tmp_path) == ["send-invoice"]
+    for cmd in ("list --type", "list -t", "claim --type", "work --type", "retry-buried -t"):
+        assert _complete_bash(f"jobctl {cmd} r", 1 + len(cmd.split()), cwd=tmp_path) == ["resize"], cmd
+    other = tmp_path / "other.toml"
+    other.write_text('[types.report]\ncommand = ["true"]\n')
+    assert _complete_bash(f"jobctl --config {other} list --type ", 5, cwd=tmp_path) == ["report"]
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[types.report\n")
+    assert _complete_bash(f"jobctl --config {broken} list --type ", 5, cwd=tmp_path) == []  # silent
+
+
+def _zsh_tab(tmp_path, typed: str, expect: str) -> str:
+    """Type `typed` (ending in a TAB) into an interactive zsh on a pseudo-terminal whose $fpath holds
+    completions/_jobctl, as a user who copied it there; return what the terminal showed."""
+    import os
+    import pty
+    import select
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    fpath, bin_dir = tmp_path / "zfunc", tmp_path / "bin"
+    fpath.mkdir()
+    bin_dir.mkdir()
+    shutil.copy(ROOT / "completions" / "_jobctl", fpath / "_jobctl")
+    (bin_dir / "jobctl").write_text(f"#!/bin/sh\nexec {sys.executable} -m jobctl \"$@\"\n")
+    (bin_dir / "jobctl").chmod(0o755)
+    master, slave = pty.openpty()
+    env = {**os.environ, "TERM": "dumb", "HOME": str(tmp_path), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    proc = subprocess.Popen(["zsh", "-f", "-i"], stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True,
+                            cwd=tmp_path)
+    os.close(slave)
+    seen = b""
+
+    def read_until(marker: bytes, timeout: float, or_else: bytes = b"\0") -> None:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while marker not in seen and or_else not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    seen += os.read(master, 65536)
+                except OSError:
+                    return
+
+    try:
+        os.write(master, f"fpath=({fpath} $fpath); autoload -U compinit; compinit -u -D; echo READY\n".encode())
+        read_until(b"READY\r\n", 30)
+        seen = b""
+        os.write(master, typed.encode())
+        read_until(expect.encode(), 15, or_else=b"\x07")  # the line as completed, or a bell: nothing to complete
+        os.write(master, b"\x15echo END-OF-TEST\n")  # clear the line, then a marker
+        read_until(b"END-OF-TEST\r\n", 15)
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(master)
+    return seen.decode("utf-8", "replace")
+
+
+def test_zsh_completes_from_the_first_tab(tmp_path):
+    import shutil
+
+    import pytest
+
+    if shutil.which("zsh") is None:
+        pytest.skip("zsh is not installed (apt-get install -y --no-install-recommends zsh)")
+    shown = _zsh_tab(tmp_path, "jobctl lis\t", "jobctl list ")
+    assert "jobctl list " in shown and "\x07" not in shown, repr(shown)
+    (tmp_path / "again").mkdir()
+    shown = _zsh_tab(tmp_path / "again", "jobctl list --status bu\t", "--status buried ")
+    assert "jobctl list --status buried " in shown, repr(shown)

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from conftest import run_cli
+from conftest import open_pg, run_cli
 from jobctl.cli import run
 from jobctl.engines.sqlite import SQLiteEngine, translate
 from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull
@@ -144,3 +144,28 @@ def test_the_sqlite_table(tmp_path, db):
     cfg.write_text('[sqlite]\nsynchronus = "full"\n')
     r = run_cli("--config", cfg, "--db", db, "config", "show")
     assert r.exit_code == 2 and "sqlite.synchronus" in r.one_error_line()
+
+
+# -- PostgreSQL: errors by their SQLSTATE ----------------------------------------------------------
+
+@pytest.mark.parametrize("code, exit_code", [
+    ("XX001", 8), ("XX002", 8), ("58030", 8),  # damaged data or index, an I/O error: unusable, as on SQLite
+    ("55P03", 6), ("57014", 6), ("40P01", 6), ("40001", 6),  # busy: nothing changed, safe to retry
+    ("25006", 8), ("53100", 8), ("53200", 8), ("42501", 8), ("42P01", 8),
+    ("22P02", None), ("XX000", None),  # anything else: the driver's error as it is (an internal error), never busy
+])
+def test_errors_by_cause(pg_url, code, exit_code):
+    import psycopg2
+
+    class ServerError(psycopg2.DatabaseError):
+        pgcode = code
+
+    e = open_pg(pg_url)
+    try:
+        translated = e._translate(ServerError(f"ERROR: a server error {code}\n"))
+        if exit_code is None:
+            assert isinstance(translated, psycopg2.Error)
+        else:
+            assert translated.exit_code == exit_code and "\n" not in str(translated)
+    finally:
+        e.close()

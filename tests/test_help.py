@@ -7,7 +7,7 @@ import re
 import pytest
 import typer.main
 
-from conftest import run_inproc
+from conftest import run_cli, run_inproc
 from jobctl.cli import typer_app
 
 
@@ -83,3 +83,37 @@ def test_a_usage_error_is_one_jobctl_line(args, line):
     r = run_inproc(*args)
     assert r.exit_code == 2, r.output
     assert r.one_error_line() == f"jobctl: error: {line}"
+
+
+# -- jobctl alone, a group alone, and a global option after the command ----------------------------
+
+def test_bare_jobctl_prints_help_and_succeeds():
+    r = run_cli()
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("Usage: jobctl [OPTIONS] COMMAND"), r.output
+    assert "enqueue" in r.stdout and "stats" in r.stdout and "\n" in r.stdout.strip()
+    assert r.stderr == ""
+
+
+def test_bare_group_prints_its_usage_and_subcommands_as_a_usage_error():
+    r = run_cli("config")
+    assert r.exit_code == 2, r.output
+    assert r.stdout == ""
+    assert r.stderr.startswith("Usage: jobctl config [OPTIONS] COMMAND"), r.output
+    assert "init" in r.stderr and "show" in r.stderr and "jobctl: error" not in r.stderr
+    assert len(r.stderr.splitlines()) > 3  # real help, not squeezed into one line
+
+
+def test_global_option_after_the_command_says_where_to_put_it(tmp_path):
+    r = run_cli("list", "--db", "x.db")
+    line = r.one_error_line()
+    assert r.exit_code == 2
+    assert line == "jobctl: error: --db is a global option: put it before the command: jobctl --db x.db list"
+    r = run_cli("--config", "c.toml", "list", "-s", "pending", "--busy-timeout", "2s", "-n", "3")
+    assert r.one_error_line() == ("jobctl: error: --busy-timeout is a global option: put it before the command: "
+                                  "jobctl --config c.toml --busy-timeout 2s list -s pending -n 3")
+    r = run_cli("config", "show", "--db=a b.db")
+    assert r.one_error_line() == ("jobctl: error: --db is a global option: put it before the command: "
+                                  "jobctl '--db=a b.db' config show")
+    r = run_cli("list", "--frobnicate")  # other unknown options: as before
+    assert "no such option --frobnicate" in r.one_error_line() and r.exit_code == 2

@@ -12,9 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JOBCTL, file_history, pg_admin, run_cli, run_inproc, run_on_pty, snapshot
+from conftest import (JOBCTL, file_history, new_job, open_pg, pg_admin, pg_named, pg_sql, run_cli, run_inproc, run_on_pty,
+                      snapshot, with_schema)
 from jobctl.engines.base import RunOutput
 from jobctl.queue import Queue
+
+new = new_job
+sql = pg_sql
+named = pg_named
 
 BINARY = bytes(range(256)) + b"\xff\xfe not UTF-8 \x00\x80"
 
@@ -333,3 +338,102 @@ def test_a_progress_bar_on_a_terminal_and_nothing_on_a_pipe(files):
     assert f"copied 3000 jobs (3000 events, 0 runs, 0 logs, 0 pauses) from {source} to {target}" in seen
     r = run_cli("migrate", "--to", target.parent / "again.db", db=source)
     assert r.exit_code == 0 and r.stderr == "", r.output
+
+
+# -- a PostgreSQL target: ids past the copied ones, no SQL from a crafted source, a lost source named ---
+
+@pytest.mark.parametrize("source_kind", ["sqlite", "postgres"])
+def test_after_a_migrate_into_postgresql_new_events_runs_and_logs_never_collide(source_kind, tmp_path, pg_base):
+    """Not only jobs: the events, runs and logs a new run writes take ids from their own sequences,
+    which the copy must have moved past the copied rows (PostgreSQL to PostgreSQL too)."""
+    import secrets
+
+    from jobctl.engines.base import RunOutput
+    from jobctl.queue import Queue
+
+    schemas = [f"jt_{secrets.token_hex(6)}" for _ in range(2)]
+    source = tmp_path / "old.db" if source_kind == "sqlite" else with_schema(pg_base, schemas[0])
+    target = with_schema(pg_base, schemas[1])
+    try:
+        with Queue.open(source, create=True) as q:
+            for i in range(3):
+                q.enqueue("t", {"i": i})
+                job = q.claim(worker="w")
+                q.complete(job.id, token=job.token, output=RunOutput(b"out\n", b"", 0))
+            q.enqueue("t", {"i": "left"})
+        r = run_cli("--db", source, "migrate", "--to", target)
+        assert r.exit_code == 0, r.output
+        with Queue.open(target) as q:
+            job = q.claim(worker="w2")
+            q.fail(job.id, token=job.token, error="boom", retry_in=0, output=RunOutput(b"err\n", b"", 0))
+            job = q.claim(worker="w2")
+            q.complete(job.id, token=job.token, output=RunOutput(b"again\n", b"", 0))
+            new_id = q.enqueue("t", {"i": "new"}).id
+            assert new_id == 5
+            assert q.get(job.id).status == "completed" and q.run_output(job.id, 2).head == b"again\n"
+        counts = sql(pg_base, f'SELECT (SELECT count(*) FROM "{schemas[1]}".runs), '
+                              f'(SELECT count(*) FROM "{schemas[1]}".job_logs)')
+        assert counts == [(5, 5)]
+    finally:
+        for schema in schemas:
+            sql(pg_base, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_a_crafted_source_file_cannot_inject_sql_into_the_migrate_target(tmp_path, pg_url, pg_base, pg_schema):
+    """migrate names the source's columns in the target's INSERTs, and a PostgreSQL target runs a
+    page as one query string: a SQLite file whose jobs table had a column named
+    `on_cancelled) SELECT ...; CREATE TABLE ...; COMMIT; INSERT INTO jobs (on_cancelled` (one
+    real column dropped to make room) ran that CREATE on the target server. Such a name is refused."""
+    import sqlite3
+
+    source = tmp_path / "crafted.db"
+    assert run_cli("--db", source, "enqueue", "t").exit_code == 0
+    pwned = f"{pg_schema}_pwned"
+    evil = (f"on_cancelled) SELECT * FROM jobs WHERE false; CREATE TABLE public.{pwned} (i int); COMMIT; "
+            "INSERT INTO jobs (on_cancelled")
+    conn = sqlite3.connect(source)
+    conn.execute("ALTER TABLE jobs DROP COLUMN on_cancelled")
+    conn.execute(f'ALTER TABLE jobs ADD COLUMN "{evil}" TEXT')
+    conn.commit()
+    conn.close()
+    try:
+        r = run_cli("--db", source, "migrate", "--to", pg_url)
+        assert r.exit_code == 8, r.output
+        assert "not jobctl's" in r.one_error_line()
+        assert sql(pg_base, "SELECT to_regclass(%s)", (f"public.{pwned}",)) == [(None,)]
+        assert sql(pg_base, f'SELECT count(*) FROM "{pg_schema}".jobs') == [(0,)]
+    finally:
+        sql(pg_base, f"DROP TABLE IF EXISTS public.{pwned}")
+
+
+def test_a_migrate_whose_source_connection_is_lost_names_the_source(pg_base):
+    """The source's driver error surfaces inside the target's transaction first: the target rolls
+    back, leaves the error alone (its own connection is fine), and the source names itself."""
+    import secrets
+
+    from jobctl.engines import transfer
+    from jobctl.errors import ConnectionLost
+
+    schemas = [f"jt_{secrets.token_hex(6)}" for _ in range(2)]
+    app = f"jt_src_{schemas[0]}"
+    source_url = named(with_schema(pg_base, schemas[0]), app)
+    target_url = with_schema(pg_base, schemas[1])
+    source = open_pg(source_url)
+    target = open_pg(target_url)
+    try:
+        source.insert_jobs([new(payload=json.dumps({"i": i})) for i in range(transfer.PAGE_ROWS + 10)], "x")
+
+        def cut(done, total):
+            if done:
+                sql(pg_base, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                    (app,))
+
+        with pytest.raises(ConnectionLost) as lost:
+            transfer.copy_database(source, target, on_progress=cut)
+        assert schemas[0] in str(lost.value) and schemas[1] not in str(lost.value), str(lost.value)
+        assert sql(pg_base, f'SELECT count(*) FROM "{schemas[1]}".jobs') == [(0,)]
+    finally:
+        source.close()
+        target.close()
+        for schema in schemas:
+            sql(pg_base, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

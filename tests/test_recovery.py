@@ -165,3 +165,25 @@ def test_a_job_whose_worker_keeps_dying_ends_buried(db):
             actions += [a for _, a in q.recover()]
         assert actions == ["requeued", "requeued", "buried"]
         assert q.get(job_id).attempts == 3
+
+
+# -- recover --quiet, for cron ---------------------------------------------------------------------
+
+def test_recover_quiet_prints_nothing_when_nothing_was_done(cli):
+    cli("enqueue", "t")
+    r = cli("recover")
+    assert r.exit_code == 0 and r.stdout.strip() == "no expired leases"
+    r = cli("recover", "--quiet")
+    assert (r.exit_code, r.stdout, r.stderr) == (0, "", "")
+
+
+def test_recover_quiet_still_reports_what_it_did(cli):
+    cli("enqueue", "t")
+    job = json.loads(cli("claim", "--lease", "1s").stdout)
+    import time
+
+    time.sleep(1.2)
+    r = cli("recover", "--quiet")  # the first run acts, and says so
+    assert r.exit_code == 0 and str(job["id"]) in r.stdout and "requeued" in r.stdout and not r.stderr, r.output
+    r = cli("recover", "--quiet")  # nothing left: silent
+    assert (r.exit_code, r.stdout, r.stderr) == (0, "", ""), r.output

@@ -120,7 +120,8 @@ def test_stats_json_from_the_command_line(cli, db):
 
 def test_missing_database_is_exit_8(cli, db):
     r = cli("stats")
-    assert r.exit_code == 8, r.output and not db.exists()
+    assert r.exit_code == 8, r.output
+    assert not db.exists()
 
 
 EXPECTED_TABLES = """\
@@ -192,7 +193,7 @@ def test_prometheus_output_parses_and_names_the_same_counts(cli, db):
     paused = {s.labels["queue"]: s.value for s in families["jobctl_queue_paused"].samples}
     assert paused == {"billing": 0, "default": 0, "email": 0, "idle": 1}
     runs = {(s.labels["outcome"], s.labels["window"]): s.value for s in families["jobctl_runs"].samples}
-    assert runs[("completed", "60m")] >= 0
+    assert (runs[("completed", "60m")], runs[("failed", "60m")], runs[("completed", "1m")]) == (2, 1, 0)
     assert all(f.type == "gauge" for f in families.values())
 
 
@@ -257,3 +258,52 @@ def test_watch_on_a_terminal_redraws_and_exits_0_on_sigint(db):
 def test_sparkline_scales_to_the_largest_value():
     assert output.sparkline([0, 0, 0]) == "▁▁▁"
     assert output.sparkline([0, 4, 8]) == "▁▅█"
+
+
+# -- --check --quiet for cron; -q narrows everything and an unknown queue is a usage error ---------
+
+def test_stats_check_quiet_is_silent_only_when_all_holds(cli):
+    cli("enqueue", "t")
+    r = cli("stats", "--check", "--max-buried", "0", "--quiet")
+    assert (r.exit_code, r.stdout, r.stderr) == (0, "", "")
+    r = cli("stats", "--check", "--max-buried", "0")
+    assert r.exit_code == 0 and r.stdout.startswith("OK: ")
+    job = json.loads(cli("claim").stdout)
+    cli("fail", job["id"], "--bury", "--error", "boom")
+    r = cli("stats", "--check", "--max-buried", "0", "--quiet")
+    assert r.exit_code == 9 and r.stdout.startswith("CRITICAL: 1 buried"), r.output
+    r = cli("stats", "--quiet")
+    assert r.exit_code == 2 and "--check" in r.one_error_line()
+
+
+def test_stats_queue_narrows_throughput_and_run_times(cli):
+    for queue, n in (("billing", 2), ("email", 3)):
+        for _ in range(n):
+            cli("enqueue", "t", "-q", queue)
+            job = json.loads(cli("claim", "-q", queue).stdout)
+            assert cli("complete", job["id"]).exit_code == 0
+    everything = json.loads(cli("stats", "--json").stdout)["throughput"]
+    assert everything["60m"]["completed"] == 5 and everything["run_time"]["runs"] == 5
+    billing = json.loads(cli("stats", "--json", "-q", "billing").stdout)["throughput"]
+    assert billing["60m"]["completed"] == 2 and billing["run_time"]["runs"] == 2
+    assert sum(billing["completed_by_minute"]) == 2
+
+
+def test_stats_of_an_unknown_queue_is_a_usage_error(cli, tmp_path):
+    cli("enqueue", "t", "-q", "billing")
+    r = cli("stats", "--check", "-q", "biling", "--max-ready-age", "10m")
+    line = r.one_error_line()
+    assert r.exit_code == 2 and "no queue named biling" in line and "known queues: billing" in line
+    assert r.stdout == ""
+    assert cli("stats", "--json", "-q", "biling").exit_code == 2
+    # a queue of the config, or the default one, exists before its first job
+    config = tmp_path / "jobctl.toml"
+    config.write_text('[types.report]\ncommand = ["true"]\nqueue = "reports"\n')
+    r = cli("--config", config, "stats", "--check", "-q", "reports", "-q", "default", "--max-buried", "0")
+    assert r.exit_code == 0 and r.stdout.startswith("OK"), r.output
+    # a queue whose jobs were all purged is still known
+    job = json.loads(cli("claim", "-q", "billing").stdout)
+    cli("complete", job["id"])
+    assert cli("purge", "--completed-older-than", "0s").stdout.strip() == "1"
+    r = cli("stats", "--check", "-q", "billing", "--max-buried", "0")
+    assert r.exit_code == 0, r.output

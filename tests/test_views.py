@@ -333,3 +333,71 @@ def test_stats_of_one_queue_lists_only_its_limits(cli, db, tmp_path):
     assert (list(limits["types"]), list(limits["groups"])) == ([], ["openai"])  # call-api's group
     everything = json.loads(cli("--config", config, "stats", "--json").stdout)["limits"]
     assert (set(everything["types"]), set(everything["groups"])) == ({"render"}, {"openai"})
+
+
+# -- list says when it stops at the limit; --limit 0 is all ----------------------------------------
+
+def _enqueue_many(cli, n, **kw):
+    lines = "".join(json.dumps({"type": "t", **kw}) + "\n" for _ in range(n))
+    r = cli("enqueue", "--batch", "-", input=lines)
+    assert r.exit_code == 0, r.output
+
+
+def test_list_says_on_stderr_when_more_jobs_exist(cli):
+    _enqueue_many(cli, 57)
+    r = cli("list")
+    assert r.exit_code == 0 and len(r.stdout.splitlines()) == 51  # header + 50
+    assert r.stderr == "showing 50 of 57; --limit 0 for all\n"
+    r = cli("list", "--json")
+    assert len(r.stdout.splitlines()) == 50 and r.stderr == "showing 50 of 57; --limit 0 for all\n"
+    r = cli("list", "--json", "-n", "10", "--status", "pending")
+    assert len(r.stdout.splitlines()) == 10 and r.stderr == "showing 10 of 57; --limit 0 for all\n"
+
+
+def test_list_limit_zero_is_all_and_exact_limits_say_nothing(cli):
+    _enqueue_many(cli, 57)
+    r = cli("list", "--json", "--limit", "0")
+    assert len(r.stdout.splitlines()) == 57 and r.stderr == "", r.output
+    r = cli("list", "--json", "--limit", "57")
+    assert len(r.stdout.splitlines()) == 57 and r.stderr == "", r.output
+    r = cli("list", "--limit", "-1")
+    assert r.exit_code == 2 and r.one_error_line()
+
+
+# -- show: the exit code, the signal and the stderr tail of failed runs; a priority's label --------
+
+def test_show_prints_exit_code_and_stderr_tail_of_a_failed_run(cli, tmp_path):
+    config = tmp_path / "jobctl.toml"
+    config.write_text(
+        '[types.bad]\n'
+        'command = ["sh", "-c", "echo reading input >&2; printf \'[red]oops[/red] \\\\033[2J bad input\\\\n\' >&2; exit 65"]\n'
+        'bury_exit_codes = [65]\n'
+        '[types.slow]\n'
+        'command = ["sh", "-c", "echo started >&2; kill -KILL $$"]\n'
+        'max_attempts = 1\n'
+    )
+    cli("--config", config, "enqueue", "bad")
+    cli("--config", config, "enqueue", "slow")
+    r = cli("--config", config, "work", "--stop-when-empty")
+    assert r.exit_code == 0, r.output
+    shown = cli("--config", config, "show", "1", env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    out = shown.stdout
+    assert "last failure  exit code 65 after " in out
+    assert "last lines of run 1 (exit code 65 after " in out
+    assert "\nreading input\n" in out
+    assert "[red]oops[/red] \\x1b[2J bad input" in out and "\x1b" not in out  # escaped, never interpreted
+    assert "(exit code 65 after " in out.split("history")[1]  # in the history too
+    killed = cli("--config", config, "show", "2", env={"COLUMNS": "200"}).stdout
+    assert "last failure  killed by SIGKILL after " in killed and "\nstarted\n" in killed
+    # --json carries the same details, unchanged
+    events = json.loads(cli("show", "1", "--json").stdout)["events"]
+    assert events[-1]["details"]["exit_code"] == 65 and "reading input" in events[-1]["details"]["stderr_tail"]
+
+
+def test_show_prints_the_priority_label_with_its_number(cli):
+    for p in ("normal", "high", "low", "critical", "7"):
+        cli("enqueue", "t", "-p", p)
+    shown = [next(line for line in cli("show", i).stdout.splitlines() if "priority" in line) for i in range(1, 6)]
+    assert [line.split("priority")[1].strip(" │") for line in shown] == [
+        "normal (10)", "high (20)", "low (0)", "critical (30)", "7"]

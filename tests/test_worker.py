@@ -4,6 +4,7 @@ Handlers are small scripts written into tmp_path; the config is ./jobctl.toml (t
 tmp_path). Leases, timeouts and graces are shortened through the config so each test is quick.
 """
 
+import io
 import json
 import os
 import signal
@@ -588,3 +589,36 @@ def test_worker_module_does_not_import_typer_or_rich():
     code = "import sys, jobctl.worker; print(sorted(m for m in ('typer', 'rich', 'sqlite_utils') if m in sys.modules))"
     out = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# -- JSON log lines are ASCII, controls escaped ----------------------------------------------------
+
+def test_worker_json_log_lines_are_ascii_with_escapes(tmp_path, db):
+    from jobctl.models import Job
+    from jobctl.worker import Log
+
+    out = io.StringIO()
+    log = Log("w\x1b[31m", "json", stream=out)
+    job = Job(id=1, queue="q", type="t", payload="{}", priority=10, status="running", attempts=1,
+              max_attempts=3, backoff="fixed", timeout_ms=1000, run_at=0, created_at=0, updated_at=0)
+    log("failed", "exit 1: \x1b]8;;http://evil/\x07click\x9b \u202eevil \ud800", job, error="\x85x")
+    text = out.getvalue()
+    assert text.isascii() and text.count("\n") == 1, text
+    record = json.loads(text)
+    assert record["worker"] == "w\x1b[31m" and "\x1b]8;;" in record["message"] and "\u202e" in record["message"]
+    assert record["error"] == "\x85x"
+
+
+def test_worker_json_log_of_a_real_run_is_ascii(cli, db, tmp_path):
+    handler = tmp_path / "handler.sh"
+    handler.write_text("#!/bin/sh\nprintf 'bad \\033[2J\\342\\200\\256 x' >&2\nexit 3\n")
+    handler.chmod(0o755)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[worker]\nlog_format = "json"\npoll = "100ms"\n[types.t]\ncommand = ["{handler}"]\n'
+                   "max_attempts = 1\n")
+    assert cli("--config", cfg, "enqueue", "t").exit_code == 0
+    r = cli("--config", cfg, "work", "--stop-when-empty", binary=True)
+    assert r.exit_code == 0, r.output
+    assert r.stderr.isascii() and b"\x1b" not in r.stderr, r.stderr
+    records = [json.loads(line) for line in r.stderr.splitlines()]
+    assert any(rec.get("error") == "exit 3: bad \x1b[2J\u202e x" for rec in records), r.stderr

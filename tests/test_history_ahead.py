@@ -343,3 +343,31 @@ def test_purge_deletes_history_not_filed_yet(tmp_path):
     assert _count(db, "SELECT count(*) FROM history_log") == 0  # (the purge filed what was ahead)
     with Queue.open(db) as q:  # the other job keeps its history
         assert [e.to_status for e in q.events(failed)] == ["pending", "running", "pending"]
+
+
+def test_the_reads_of_history_walk_their_indexes(tmp_path):
+    """Read through the one name, a job's events still come by their index plus a scan of the few
+    rows ahead; stats' latest runs walk runs_ended back and stop (not the whole hour sorted); a
+    rate window's starts walk runs_type_started."""
+    settings = types_settings(t={"rate_limit": (2, 3600.0)})
+    with Queue.open(tmp_path / "jobs.db", create=True, settings=settings) as q:
+        q.enqueue("t", {})
+        seen: list[str] = []
+        q.engine.conn.set_trace_callback(seen.append)
+        q.events(1)
+        q.engine.stats_snapshot()
+        q.engine.limit_figures(q.limits)
+        q.engine.conn.set_trace_callback(None)
+
+        def plan(*marks: str) -> list[str]:
+            sql = [s for s in seen if all(m in s for m in marks)]
+            assert len(sql) == 1, (marks, seen)
+            return [r[3] for r in q.engine.conn.execute("EXPLAIN QUERY PLAN " + sql[0])]
+
+        events = plan("history_log", "ORDER BY id")
+        assert "SEARCH events USING INDEX events_job (job_id=?)" in events and "SCAN history_log" in events, events
+        latest = plan("history_log", "ORDER BY ended_at DESC")
+        assert "MERGE (UNION ALL)" in latest, latest
+        assert "SEARCH runs USING INDEX runs_ended (ended_at>? AND ended_at<?)" in latest, latest
+        starts = plan("history_log", "ORDER BY started_at DESC")
+        assert "SEARCH runs USING COVERING INDEX runs_type_started (type=? AND started_at>?)" in starts, starts

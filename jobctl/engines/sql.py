@@ -246,13 +246,14 @@ class SQLEngine:
         c.execute(INSERT_RUN, (job.id, job.queue, job.type, job.worker, job.run_at, job.claimed_at, now, outcome))
 
     def _file_history(self, c) -> None:
-        """Inside a write transaction, before reading events or runs to decide on them: an engine
-        that writes history ahead (SQLite) files it first. Here there is nothing to file."""
+        """Inside a write transaction, before deleting events and runs or copying the tables as
+        they are (purge, migrate): an engine that writes history ahead (SQLite) files it first.
+        (Readers need not: they read EVENTS_READ and RUNS_READ.) Here there is nothing to file."""
 
     # What every reader of a job's history reads, never the tables by name (tests/test_history_ahead.py
     # checks): here the tables; an engine that writes history ahead (SQLite) reads a subquery with the
     # same columns that holds what is written ahead too. EVENTS_READ has the columns of `events`, its
-    # ids in the order the events were written; RUNS_READ those of `runs` but its id (order runs by
+    # ids in the order the events were written; RUNS_READ those of `runs` except id (order runs by
     # their times). Both end in their alias, so `events.at` and `runs.ended_at` work on both engines.
     EVENTS_READ = "events"
     RUNS_READ = "runs"

@@ -93,7 +93,7 @@ def main() -> None:
         times = []
         for _ in range(args.repeat):
             t = time.perf_counter()
-            collect(engine, int(time.time() * 1000), queues=queues)
+            collect(engine.stats_snapshot(queues=queues or None), queues=queues)
             times.append((time.perf_counter() - t) * 1000)
         what = f" (-q {' -q '.join(queues)})" if queues else ""
         print(f"snapshot in-process{what}: median {statistics.median(times):.1f} ms, min {min(times):.1f} ms")

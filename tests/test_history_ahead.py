@@ -5,12 +5,16 @@ reader sees the same history as before, in the same order, filed or not."""
 
 from __future__ import annotations
 
+import ast
+import json
+import re
 import sqlite3
 import time
+from pathlib import Path
 
 import pytest
 
-from conftest import types_settings
+from conftest import file_history, on_db, run_inproc, types_settings
 from jobctl.engines import sqlite as sqlite_engine
 from jobctl.queue import Queue
 
@@ -212,3 +216,158 @@ def test_pauses_copied_in_by_migrate_hold_the_next_claim_of_that_engine(tmp_path
             assert new.claim(worker="w") is None  # the copied pause holds it
             new.resume("default")
             assert new.claim(worker="w") is not None
+
+
+# -- one name for what readers read (SQLEngine.EVENTS_READ, RUNS_READ) --------------------------
+
+# Where the history tables may be named in a read: the one place that says what readers read, and
+# the filing that moves history_log into the tables.
+ONE_PLACE = {"engines/sqlite.py": {"EVENTS_READ", "RUNS_READ", "_file_history"}}
+READ_OF_HISTORY = re.compile(r"\b(?:FROM|JOIN)\s+(?:events|runs|history_log)\b")
+
+
+def _reads_of_history(source: str, allowed: set[str]) -> tuple[list[str], list[str]]:
+    """(lines outside `allowed` that name a history table in a read, lines inside that do)."""
+    inside: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        named = (node.name if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else
+                 node.targets[0].id if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) else None)
+        if named in allowed:
+            inside.update(range(node.lineno, node.end_lineno + 1))
+    hits = [(n, line.strip()) for n, line in enumerate(source.splitlines(), 1) if READ_OF_HISTORY.search(line)]
+    return [f"{n}: {line}" for n, line in hits if n not in inside], [line for n, line in hits if n in inside]
+
+
+def test_no_reader_names_the_history_tables():
+    """A new reader of events or runs written anywhere in jobctl reads EVENTS_READ or RUNS_READ,
+    which on SQLite hold what is written ahead too; one that named the tables would not see a
+    job's latest history on SQLite (the PostgreSQL tests would pass)."""
+    import jobctl
+
+    root = Path(jobctl.__file__).parent
+    found, seen_in_place = {}, []
+    for path in sorted(root.rglob("*.py")):
+        name = path.relative_to(root).as_posix()
+        outside, inside = _reads_of_history(path.read_text(encoding="utf-8"), ONE_PLACE.get(name, set()))
+        if outside:
+            found[name] = outside
+        seen_in_place += inside
+    assert not found, f"read {{self.EVENTS_READ}} / {{self.RUNS_READ}} instead: {found}"
+    assert len(seen_in_place) >= 5, seen_in_place  # (the scan does find the reads of the one place)
+
+
+def test_the_scan_finds_a_reader_that_names_a_table():
+    source = ('def recent(c):\n    return c.execute("SELECT at FROM events "\n'
+              '                     "WHERE job_id = ?", (1,))\n'
+              'X = "SELECT count(*) FROM runs JOIN jobs ON jobs.id = runs.job_id"\n'
+              'Y = "INSERT INTO events (job_id) VALUES (?)"  # (a write)\n')
+    outside, inside = _reads_of_history(source, set())
+    assert [line.split(":")[0] for line in outside] == ["2", "4"] and inside == []
+    outside, inside = _reads_of_history(source, {"recent", "X"})
+    assert outside == [] and len(inside) == 2
+
+
+def _history_ahead_file(tmp_path) -> tuple[Path, int, int]:
+    """A file whose newest history is all still ahead: a job that ran once, printed and completed,
+    and one whose run failed (to retry later). Nothing of either run is filed."""
+    from jobctl.engines.base import RunOutput
+
+    db = tmp_path / "jobs.db"
+    with Queue.open(db, create=True) as q:  # (a claim under limits would file first)
+        done, failed = q.enqueue("t", {"i": 1}).id, q.enqueue("t", {"i": 2}).id
+        job = q.claim(worker="w")
+        q.complete(job.id, token=job.token, actor="w", output=RunOutput(b"hello\n", b"", 0))
+        job = q.claim(worker="w")
+        q.fail(job.id, token=job.token, error="boom", actor="w")
+        assert ahead(q) > 0 and raw(q, "SELECT count(*) FROM runs") == [(0,)]
+    return db, done, failed
+
+
+def _count(db, sql: str) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(sql).fetchone()[0]
+    finally:
+        conn.close()
+
+
+CONFIG = '[types.t]\nrate_limit = [5, "1h"]\n'
+
+
+def test_show_logs_stats_and_limits_read_the_same_history_filed_or_not(tmp_path):
+    db, done, failed = _history_ahead_file(tmp_path)
+    (tmp_path / "jobctl.toml").write_text(CONFIG)
+    cli = on_db(run_inproc, db)
+
+    def readings() -> dict:
+        stats = json.loads(cli("--config", tmp_path / "jobctl.toml", "stats", "--json").stdout)
+        return {
+            "show": [json.loads(cli("show", i, "--json").stdout)["events"] for i in (done, failed)],
+            "logs": [json.loads(cli("logs", i, *run, "--json").stdout) for i, run in ((done, ()), (failed, ("--run", "1")))],
+            "throughput": {k: stats["throughput"]["60m"][k] for k in ("completed", "failed")},
+            "runs": stats["throughput"]["run_time"]["runs"],
+            "starts": stats["limits"]["types"]["t"]["starts_in_window"],
+        }
+
+    before = readings()
+    assert _count(db, "SELECT count(*) FROM history_log") > 0  # (reading filed nothing)
+    assert [e["to"] for e in before["show"][0]] == ["pending", "running", "completed"]
+    assert [e["to"] for e in before["show"][1]] == ["pending", "running", "pending"]
+    assert before["logs"][0]["outcome"] == "completed" and before["logs"][0]["text"] == "hello\n"
+    assert before["logs"][0]["ended_at"] is not None
+    assert before["logs"][1]["outcome"] == "failed" and before["logs"][1]["ended_at"] is not None
+    assert before["throughput"] == {"completed": 1, "failed": 1} and before["runs"] == 2
+    assert before["starts"] == 2
+    file_history(db)
+    assert _count(db, "SELECT count(*) FROM history_log") == 0
+    assert readings() == before
+
+
+def test_migrate_copies_history_not_filed_yet(tmp_path):
+    db, done, failed = _history_ahead_file(tmp_path)
+    cli = on_db(run_inproc, db)
+    shown = [json.loads(cli("show", i, "--json").stdout)["events"] for i in (done, failed)]
+    copied = json.loads(cli("migrate", "--to", tmp_path / "copy.db", "--json").stdout)
+    assert copied["events"] == 6 and copied["runs"] == 2, copied
+    assert [json.loads(cli("show", i, "--json", db=tmp_path / "copy.db").stdout)["events"]
+            for i in (done, failed)] == shown
+
+
+def test_purge_deletes_history_not_filed_yet(tmp_path):
+    db, done, failed = _history_ahead_file(tmp_path)
+    time.sleep(0.01)  # (finished before the purge's "now")
+    purged = json.loads(run_inproc("purge", "--completed-older-than", "0s", "--json", db=db).stdout)
+    assert purged["by_status"] == {"completed": 1}, purged
+    for table in ("events", "runs", "history_log"):
+        assert _count(db, f"SELECT count(*) FROM {table} WHERE job_id = {done}") == 0, table
+    assert _count(db, "SELECT count(*) FROM history_log") == 0  # (the purge filed what was ahead)
+    with Queue.open(db) as q:  # the other job keeps its history
+        assert [e.to_status for e in q.events(failed)] == ["pending", "running", "pending"]
+
+
+def test_the_reads_of_history_walk_their_indexes(tmp_path):
+    """Read through the one name, a job's events still come by their index plus a scan of the few
+    rows ahead; stats' latest runs walk runs_ended back and stop (not the whole hour sorted); a
+    rate window's starts walk runs_type_started."""
+    settings = types_settings(t={"rate_limit": (2, 3600.0)})
+    with Queue.open(tmp_path / "jobs.db", create=True, settings=settings) as q:
+        q.enqueue("t", {})
+        seen: list[str] = []
+        q.engine.conn.set_trace_callback(seen.append)
+        q.events(1)
+        q.engine.stats_snapshot()
+        q.engine.limit_figures(q.limits)
+        q.engine.conn.set_trace_callback(None)
+
+        def plan(*marks: str) -> list[str]:
+            sql = [s for s in seen if all(m in s for m in marks)]
+            assert len(sql) == 1, (marks, seen)
+            return [r[3] for r in q.engine.conn.execute("EXPLAIN QUERY PLAN " + sql[0])]
+
+        events = plan("history_log", "ORDER BY id")
+        assert "SEARCH events USING INDEX events_job (job_id=?)" in events and "SCAN history_log" in events, events
+        latest = plan("history_log", "ORDER BY ended_at DESC")
+        assert "MERGE (UNION ALL)" in latest, latest
+        assert "SEARCH runs USING INDEX runs_ended (ended_at>? AND ended_at<?)" in latest, latest
+        starts = plan("history_log", "ORDER BY started_at DESC")
+        assert "SEARCH runs USING COVERING INDEX runs_type_started (type=? AND started_at>?)" in starts, starts

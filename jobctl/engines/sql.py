@@ -257,26 +257,34 @@ class SQLEngine:
         c.execute(INSERT_RUN, (job.id, job.queue, job.type, job.worker, job.run_at, job.claimed_at, now, outcome))
 
     def _file_history(self, c) -> None:
-        """Inside a write transaction, before reading events or runs to decide on them: an engine
-        that writes history ahead (SQLite) files it first. Here there is nothing to file."""
+        """Inside a write transaction, before deleting events and runs or copying the tables as
+        they are (purge, migrate): an engine that writes history ahead (SQLite) files it first.
+        (Readers need not: they read EVENTS_READ and RUNS_READ.) Here there is nothing to file."""
+
+    # What every reader of a job's history reads, never the tables by name (tests/test_history_ahead.py
+    # checks): here the tables; an engine that writes history ahead (SQLite) reads a subquery with the
+    # same columns that holds what is written ahead too. EVENTS_READ has the columns of `events`, its
+    # ids in the order the events were written; RUNS_READ those of `runs` except id (order runs by
+    # their times). Both end in their alias, so `events.at` and `runs.ended_at` work on both engines.
+    EVENTS_READ = "events"
+    RUNS_READ = "runs"
 
     def _event_rows(self, c, job_id: int) -> list:
         """A job's history, oldest first: rows with the columns of events."""
-        return c.execute("SELECT * FROM events WHERE job_id = ? ORDER BY id", (job_id,)).fetchall()
+        return c.execute(f"SELECT * FROM {self.EVENTS_READ} WHERE job_id = ? ORDER BY id", (job_id,)).fetchall()
 
     def _run_end(self, c, job_id: int, started_at: int):
         """(ended_at, outcome) of the latest run of a job that started at `started_at`, or None."""
-        return c.execute("SELECT ended_at, outcome FROM runs WHERE job_id = ? AND started_at = ? "
-                         "ORDER BY id DESC LIMIT 1", (job_id, started_at)).fetchone()
-
-    # The runs that stats counts by minute: a table, or a subquery with the same columns.
-    RUNS_READ = "runs"
+        return c.execute(f"SELECT ended_at, outcome FROM {self.RUNS_READ} WHERE job_id = ? AND started_at = ? "
+                         "ORDER BY ended_at DESC LIMIT 1", (job_id, started_at)).fetchone()
 
     def _latest_runs(self, c, since: int, until: int, only: str, only_args: list, n: int) -> list:
-        """(run time, wait, outcome) of the latest `n` runs that ended in (since, until], newest
-        first; `only`: SQL that narrows them to some queues (its parameters: only_args)."""
+        """(run time, wait, outcome, ended_at) of the latest `n` runs that ended in (since, until],
+        newest first; `only`: SQL that narrows them to some queues (its parameters: only_args).
+        (ended_at is returned too: ordered by a column it returns, a RUNS_READ that is a union is
+        walked part by part in the order of an index and stops at n, not sorted whole.)"""
         return c.execute(
-            "SELECT ended_at - started_at, started_at - ready_at, outcome FROM runs "
+            f"SELECT ended_at - started_at, started_at - ready_at, outcome, ended_at FROM {self.RUNS_READ} "
             "WHERE ended_at > ? AND ended_at <= ?" + only + " ORDER BY ended_at DESC LIMIT ?",
             (since, until, *only_args, n)).fetchall()
 
@@ -459,7 +467,7 @@ class SQLEngine:
         """Start times of `type` in its window (newest first, at most n): ended runs and held jobs."""
         since = now - window_ms
         ended = [r[0] for r in c.execute(
-            f"SELECT started_at FROM runs{self._indexed('runs_type_started')} WHERE type = ? AND started_at > ? "
+            f"SELECT started_at FROM {self.RUNS_READ} WHERE type = ? AND started_at > ? "
             "ORDER BY started_at DESC LIMIT ?", (type, since, n))]
         running = [r["claimed_at"] for r in held if r["type"] == type and r["claimed_at"] is not None
                    and r["claimed_at"] > since]
@@ -474,7 +482,7 @@ class SQLEngine:
         if rates:
             # Every rate's count of ended runs in its window, in one statement (one index range
             # each, stopped at the limit): a claim under ten rates pays one round trip, not ten.
-            one = (f"(SELECT count(*) FROM (SELECT 1 FROM runs{self._indexed('runs_type_started')} "
+            one = (f"(SELECT count(*) FROM (SELECT 1 FROM {self.RUNS_READ} "
                    "WHERE type = ? AND started_at > ? LIMIT ?) AS recent)")
             row = c.execute("SELECT " + ", ".join([one] * len(rates)),
                             [p for t, n, window in rates for p in (t, now - window, n)]).fetchone()

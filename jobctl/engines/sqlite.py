@@ -593,35 +593,18 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
                   "WHERE outcome IS NOT NULL ORDER BY id")
         c.execute("DELETE FROM history_log")
 
-    def _event_rows(self, c, job_id: int) -> list:
-        return c.execute(
-            "SELECT job_id, at, from_status, to_status, actor, message, details FROM ("
-            "SELECT 0 AS ahead, id, job_id, at, from_status, to_status, actor, message, details FROM events WHERE job_id = ? "
-            "UNION ALL SELECT 1, id, job_id, at, from_status, to_status, actor, message, details FROM history_log "
-            "WHERE job_id = ? AND outcome IS NULL) AS h ORDER BY ahead, id", (job_id, job_id)).fetchall()
-
-    def _run_end(self, c, job_id: int, started_at: int):
-        ahead = c.execute("SELECT at, outcome FROM history_log WHERE job_id = ? AND started_at = ? AND outcome IS NOT NULL "
-                          "ORDER BY id DESC LIMIT 1", (job_id, started_at)).fetchone()
-        return ahead if ahead is not None else super()._run_end(c, job_id, started_at)
-
-    RUNS_READ = ("(SELECT ended_at, started_at, ready_at, outcome, queue FROM runs UNION ALL "
-                 "SELECT at, started_at, ready_at, outcome, queue FROM history_log WHERE outcome IS NOT NULL) AS runs")
-
-    def _latest_runs(self, c, since: int, until: int, only: str, only_args: list, n: int) -> list:
-        ahead = c.execute(  # (the newest runs: none of them is filed yet)
-            "SELECT at - started_at, started_at - ready_at, outcome FROM history_log WHERE outcome IS NOT NULL "
-            "AND at > ? AND at <= ?" + only + " ORDER BY id DESC LIMIT ?", (since, until, *only_args, n)).fetchall()
-        if len(ahead) >= n:
-            return ahead
-        return ahead + super()._latest_runs(c, since, until, only, only_args, n - len(ahead))
-
-    def _recent_starts(self, c, held: list, type: str, n: int, window_ms: int, now: int) -> list[int]:
-        filed = super()._recent_starts(c, held, type, n, window_ms, now)
-        ahead = [r[0] for r in c.execute(
-            "SELECT started_at FROM history_log WHERE outcome IS NOT NULL AND type = ? AND started_at > ?",
-            (type, now - window_ms))]
-        return sorted(filed + ahead, reverse=True)[:n] if ahead else filed
+    # Every reader of events and runs reads these (SQLEngine.EVENTS_READ): the filed rows and those
+    # still ahead, which go after every filed row. An event ahead takes an id above the filed ones,
+    # in the order it was written (a job's history reads back in order by id); a run has no id here.
+    # The events of one job: their index, plus a scan of the few rows ahead. (The runs' part has
+    # plain columns only: a reader that orders by a column it returns gets each part walked in
+    # index order and merged, not the whole of its range sorted.)
+    EVENTS_READ = ("(SELECT id, job_id, at, from_status, to_status, actor, message, details FROM events UNION ALL "
+                   "SELECT (SELECT coalesce(max(id), 0) FROM events) + id, job_id, at, from_status, to_status, "
+                   "actor, message, details FROM history_log WHERE outcome IS NULL) AS events")
+    RUNS_READ = ("(SELECT job_id, queue, type, worker, ready_at, started_at, ended_at, outcome FROM runs UNION ALL "
+                 "SELECT job_id, queue, type, worker, ready_at, started_at, at, outcome FROM history_log "
+                 "WHERE outcome IS NOT NULL) AS runs")
 
     def _lock_unique(self, c, unique_key: str) -> None:
         pass  # BEGIN IMMEDIATE already makes every enqueue take its turn

@@ -202,17 +202,15 @@ class Queue:
 
     def has_changed(self) -> bool:
         """Whether anyone wrote to the database since the last call (a cheap check for wait loops)."""
-        check = getattr(self.engine, "has_changed", None)
-        return True if check is None else check()
+        return self.engine.has_changed() if self.engine.wakes else True
 
     def wait_for_change(self, timeout: float) -> bool:
         """Sleep until someone writes to the database (a job may have become ready) or `timeout`
         seconds pass. Engines without a wake-up simply sleep; callers then claim again either way."""
-        wait = getattr(self.engine, "wait_for_change", None)
-        if wait is None:
+        if not self.engine.wakes:
             time.sleep(timeout)
             return True
-        return wait(timeout)
+        return self.engine.wait_for_change(timeout)
 
     # -- enqueue ---------------------------------------------------------------------------
 
@@ -442,7 +440,7 @@ class Queue:
     def stores(self, text: str) -> bool:
         """Whether the database stores this payload or result text unchanged: PostgreSQL cannot
         store NUL, and jobctl refuses such text there rather than change it."""
-        return getattr(self.engine, "STORES_NUL", True) or not payloads.holds_nul(text)
+        return self.engine.STORES_NUL or not payloads.holds_nul(text)
 
     def fail(self, job_id: int, *, token: str | None = None, error: str | None = None, bury: bool = False,
              retry_in=None, actor: str | None = None, details: dict | None = None,
@@ -791,7 +789,7 @@ class Queue:
 
     def backup(self, dest, *, on_progress: Callable[[int, int], None] | None = None) -> None:
         """A consistent copy of a file database; a server database has its own tools (exit 2)."""
-        files = getattr(self.engine, "files", None)
+        files = self.engine.files
         if files is None:
             raise InvalidInput(
                 f"{self.location} is not a file that jobctl can copy; back it up with the server's own tools "
@@ -854,10 +852,7 @@ class Queue:
 
     def pauses(self) -> list[tuple[str, str | None, int | None]]:
         """The pauses in force: (queue, type or None for the whole queue, until ms or None)."""
-        pauses = getattr(self.engine, "pauses", None)
-        if pauses is None:
-            return [(name, None, None) for name in sorted(self.engine.paused_queues())]
-        return pauses()
+        return self.engine.pauses()
 
     def resume(self, queue: str, *, type: str | None = None) -> None:
         """Refused (InvalidInput) for a queue or type that is not paused: a typo must not pass for

@@ -506,7 +506,7 @@ def test_health_checks(engine):
 
 def test_wake_ups_see_another_connections_commit(make):
     a, b = make(), make()
-    if getattr(a, "has_changed", None) is None:
+    if not a.wakes:
         pytest.skip("this engine has no wake-up capability")
     a.has_changed()
     assert a.has_changed() is False
@@ -518,6 +518,15 @@ def test_wake_ups_see_another_connections_commit(make):
     assert a.wait_for_change(0.05) is False
     threading.Timer(0.1, lambda: b.set_paused("q", False)).start()  # a resume: jobs may be ready now
     assert a.wait_for_change(5) is True
+
+
+def test_capabilities_are_declared(engine):
+    """What an engine can do is declared (engines/base.py), never probed: the worker, the wait
+    loops and the queue read these."""
+    assert {type(engine.wakes), type(engine.reconnects), type(engine.STORES_NUL)} == {bool}
+    assert engine.on_reconnect is None  # until a worker asks to be told
+    assert engine.has_changed() in (True, False) and engine.wait_for_change(0) in (True, False)
+    assert engine.files is None or engine.files.path
 
 
 def test_file_capability(engine, tmp_path):

@@ -150,3 +150,13 @@ def test_a_sqlite_queue_and_the_cli_never_load_the_driver(db):
         f"from jobctl.queue import Queue\nq = Queue.open({str(db)!r})\nq.enqueue('t')\n"
         f"j = q.claim(worker='w')\nq.complete(j.id, token=j.token)\nq.close()"))
     assert "psycopg2" not in loaded
+
+
+def test_engine_capabilities_are_declared_not_probed():
+    """The worker, the wait loops and the queue read what an engine can do from what it declares
+    (engines/base.py: files, wakes, reconnects, STORES_NUL), never by getattr/hasattr on it."""
+    probing = re.compile(r"\b(getattr|hasattr)\(\s*[\w.()]*engine\b")
+    found = [f"{path}:{n}" for path, text in _source_files().items()
+             if path.startswith("jobctl/worker/") or path in ("jobctl/waiting.py", "jobctl/queue.py")
+             for n, line in enumerate(text.splitlines(), 1) if probing.search(line)]
+    assert not found, found

@@ -17,9 +17,13 @@ Errors are raised by cause (jobctl.errors): DatabaseBusy only for lock contentio
 safe to retry); DatabaseUnusable for a database that cannot be used (missing, read-only, full,
 damaged, not jobctl's, too old an SQLite); NoSuchJob; InvalidState/StaleToken from decide.
 
-Optional capabilities, checked with getattr/isinstance by the few commands that need them:
+Capabilities are declared by every engine (attributes of the Engine protocol, as huey's
+`storage.blocking`), never probed with getattr/hasattr:
 - `files` (FileStore or None): the database is a local file that jobctl can back up and checkpoint;
-- `has_changed()` / `wait_for_change(timeout)`: wake-ups for wait loops (else: poll the claim).
+- `wakes`: has_changed() / wait_for_change(timeout) tell of other processes' commits cheaply, so
+  an idle worker's step may skip its claim while nothing changed, and wait loops sleep on them;
+- `reconnects`: a lost connection is made again by a later call, and `on_reconnect` told why;
+- `STORES_NUL`: payload and result text may hold NUL (else such text is refused, never changed).
 The contract suite in tests/test_engine_contract.py runs against every engine.
 
 The SQL engines (SQLite, PostgreSQL) implement this contract once, in jobctl/engines/sql.py
@@ -216,6 +220,23 @@ class Engine(Protocol):
     @property
     def files(self) -> FileStore | None:
         """The file capability (backup, checkpoint), or None for a server database."""
+
+    # -- capabilities, declared by each engine (see the module docstring) -------------------
+    wakes: bool
+    """has_changed() is cheap and tells of other processes' commits, and wait_for_change() sleeps
+    until one: idle loops watch instead of claiming. False: they would say "changed" every time
+    (the caller polls)."""
+    reconnects: bool
+    """A lost connection is made again by a later call (a server engine); the engine then calls
+    on_reconnect (when set) with why the old one was lost."""
+    on_reconnect: Callable[[str], None] | None
+    STORES_NUL: bool
+    """A payload or result text may hold NUL; False: such text is refused (exit 2), never changed."""
+
+    def has_changed(self) -> bool:
+        """Whether a job may have become ready since the last call (a commit by anyone)."""
+    def wait_for_change(self, timeout: float) -> bool:
+        """Block until another process commits or `timeout` seconds pass; True if one did."""
 
     def now(self) -> int:
         """The database's clock, ms since the epoch."""

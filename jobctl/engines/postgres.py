@@ -103,6 +103,8 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
     PARENTS_LOCK = " FOR NO KEY UPDATE"  # (they are updated: dep_flags)
     ID_AMONG = "id = ANY(ARRAY({}))"
     STORES_NUL = False  # text cannot hold NUL: a payload or result with one is refused (_refuse_nul)
+    wakes = True  # LISTEN/NOTIFY on a connection of its own
+    reconnects = True  # a lost connection is replaced at the next call (_reconnect)
 
     def __init__(self, target: Target, raw, clock: Callable[[], float] | None = None):
         self.target = target

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from jobctl import payloads, transitions
 from jobctl.config import Settings, duration_in_range, parse_backoff, parse_cost
 from jobctl.durations import parse_duration, parse_priority, parse_time, validate_name
-from jobctl.engines.base import ClaimRequest, Engine, NewJob
+from jobctl.engines.base import ClaimRequest, Decision, Engine, NewJob
 from jobctl.errors import CancelRequested, InvalidInput, NoSuchJob
 from jobctl.models import Event, Job, Record
 from jobctl.transitions import backoff_delay, one_line  # noqa: F401  (re-exported: tests and scripts use them)
@@ -111,13 +111,6 @@ def _with_output(decide, output):
         return change
 
     return with_output
-
-
-def _time_free(decide):
-    """decide, marked as one that never reads `now` (a completion's): an engine may decide it on
-    the job as it last saw it, and write only where the row still matches (engines/base.py)."""
-    decide.time_free = True
-    return decide
 
 
 def _positive_ms(value, what: str) -> int:
@@ -424,8 +417,9 @@ class Queue:
         return self.engine.update_jobs_and_claim(updates, requests, actor or operator_name())
 
     def _completion(self, token: str | None, result, actor: str | None, output):
-        """The decide of a completion by the claim's holder, with its output, marked time_free."""
-        return _time_free(_with_output(self._complete_change(token, result, actor), output))
+        """The decision of a completion by the claim's holder, with its output: time_free (it never
+        reads `now`), so an engine may decide it on the job as it claimed it (engines/base.py)."""
+        return Decision(_with_output(self._complete_change(token, result, actor), output), time_free=True)
 
     def _complete_change(self, token: str | None, result, actor: str | None):
         result_text = None

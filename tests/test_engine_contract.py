@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import Clock
-from jobctl.engines.base import Change, Check, ClaimRequest, NewJob
+from jobctl.engines.base import Change, Check, ClaimRequest, Decision, NewJob
 from jobctl.errors import InvalidState, NoSuchJob
 
 T0 = 1_900_000_000.0
@@ -329,7 +329,7 @@ def test_a_prepared_update_and_claim_writes_nothing_until_called(engine, clock):
         seen.append(job.status)
         return Change("completed", {"token": None}, message="completed", run="completed")
 
-    complete.time_free = True  # (as Queue marks a completion: the engine may decide it ahead)
+    complete = Decision(complete, time_free=True)  # (as Queue makes a completion's: the engine may decide it ahead)
     step = engine.prepare_update_and_claim(held.id, complete, req(), "w")
     assert statuses(engine) == {1: "running", 2: "pending", 3: "pending", 4: "pending"}
     at(clock, NOW + 7)
@@ -349,8 +349,7 @@ def test_a_prepared_update_and_claim_writes_nothing_until_called(engine, clock):
     def refuse(job, now):
         raise InvalidState("no")
 
-    refuse.time_free = True
-    step = engine.prepare_update_and_claim(3, refuse, req(), "w")
+    step = engine.prepare_update_and_claim(3, Decision(refuse, time_free=True), req(), "w")
     before = statuses(engine)
     with pytest.raises(InvalidState):
         step()

@@ -159,10 +159,32 @@ class RunLog(Record):
 
 
 Decide = Callable[[Job, int], "Change | None"]
-# A decide with the attribute time_free = True (Queue marks a completion's so) never reads `now`:
-# an engine may then call it before its transaction, on the job as that engine last saw it (a job
-# it claimed), and write the change only where the row still matches what the decision rests on
-# (PostgreSQL's one-statement completion, pg_onestatement.py); elsewhere it decides on the row.
+
+
+class Decision:
+    """A decide(job, now) with what an engine may rely on about it, as a typed value (frozen).
+
+    time_free: it never reads `now` (a completion's: Queue makes it so). An engine may then call it
+    before its transaction, on the job as that engine last saw it (a job it claimed), and write the
+    change only where the row still matches what the decision rests on (SQLite's held completion,
+    PostgreSQL's one-statement step); elsewhere, and for any other decide, it decides on the row."""
+
+    __slots__ = ("decide", "time_free")
+    decide: Decide
+    time_free: bool
+
+    def __init__(self, decide: Decide, *, time_free: bool = False):
+        object.__setattr__(self, "decide", decide)
+        object.__setattr__(self, "time_free", time_free)
+
+    def __setattr__(self, name: str, value) -> None:
+        raise AttributeError(f"a Decision is not changed once made ({name})")
+
+    def __call__(self, job: Job, now: int) -> "Change | None":
+        return self.decide(job, now)
+
+    def __repr__(self) -> str:
+        return f"Decision({self.decide!r}, time_free={self.time_free})"
 
 
 class ClaimRequest(Record):
@@ -280,9 +302,9 @@ class Engine(Protocol):
                                  actor: str) -> Callable[[], tuple[list[Job], list[Job]]]:
         """update_jobs_and_claim([(job_id, decide)], [request], actor), to be called later: the
         worker prepares it while a handler runs, and calls what this returns when the handler
-        exited. Touches no database now; whatever can be worked out ahead (a time_free decide on
-        the job as this engine claimed it) is, and the call does the rest, with the same result
-        as update_jobs_and_claim at that moment."""
+        exited. Touches no database now; whatever can be worked out ahead (a Decision that is
+        time_free, on the job as this engine claimed it) is, and the call does the rest, with the
+        same result as update_jobs_and_claim at that moment."""
 
     def lease_expired(self, job: Job, now: int) -> bool:
         """Whether a held job's lease has expired, judged on the clock that times leases: one that a

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from jobctl import payloads, transitions
 from jobctl.config import Settings, duration_in_range, parse_backoff, parse_cost
 from jobctl.durations import parse_duration, parse_priority, parse_time, validate_name
-from jobctl.engines.base import ClaimRequest, Engine, Inserted, NewJob
+from jobctl.engines.base import ClaimRequest, Decision, Engine, Inserted, NewJob
 from jobctl.errors import CancelRequested, InvalidInput, NoSuchJob
 from jobctl.models import Event, Job, Record
 from jobctl.transitions import backoff_delay, one_line  # noqa: F401  (re-exported: tests and scripts use them)
@@ -115,13 +115,6 @@ def _with_output(decide, output):
     return with_output
 
 
-def _time_free(decide):
-    """decide, marked as one that never reads `now` (a completion's): an engine may decide it on
-    the job as it last saw it, and write only where the row still matches (engines/base.py)."""
-    decide.time_free = True
-    return decide
-
-
 def _positive_ms(value, what: str) -> int:
     seconds = parse_duration(value, what=what)
     if seconds <= 0:
@@ -204,17 +197,15 @@ class Queue:
 
     def has_changed(self) -> bool:
         """Whether anyone wrote to the database since the last call (a cheap check for wait loops)."""
-        check = getattr(self.engine, "has_changed", None)
-        return True if check is None else check()
+        return self.engine.has_changed() if self.engine.wakes else True
 
     def wait_for_change(self, timeout: float) -> bool:
         """Sleep until someone writes to the database (a job may have become ready) or `timeout`
         seconds pass. Engines without a wake-up simply sleep; callers then claim again either way."""
-        wait = getattr(self.engine, "wait_for_change", None)
-        if wait is None:
+        if not self.engine.wakes:
             time.sleep(timeout)
             return True
-        return wait(timeout)
+        return self.engine.wait_for_change(timeout)
 
     # -- enqueue ---------------------------------------------------------------------------
 
@@ -433,8 +424,9 @@ class Queue:
         return self.engine.update_jobs_and_claim(updates, requests, actor or operator_name())
 
     def _completion(self, token: str | None, result, actor: str | None, output):
-        """The decide of a completion by the claim's holder, with its output, marked time_free."""
-        return _time_free(_with_output(self._complete_change(token, result, actor), output))
+        """The decision of a completion by the claim's holder, with its output: time_free (it never
+        reads `now`), so an engine may decide it on the job as it claimed it (engines/base.py)."""
+        return Decision(_with_output(self._complete_change(token, result, actor), output), time_free=True)
 
     def _complete_change(self, token: str | None, result, actor: str | None):
         result_text = None
@@ -449,7 +441,7 @@ class Queue:
     def stores(self, text: str) -> bool:
         """Whether the database stores this payload or result text unchanged: PostgreSQL cannot
         store NUL, and jobctl refuses such text there rather than change it."""
-        return getattr(self.engine, "STORES_NUL", True) or not payloads.holds_nul(text)
+        return self.engine.STORES_NUL or not payloads.holds_nul(text)
 
     def fail(self, job_id: int, *, token: str | None = None, error: str | None = None, bury: bool = False,
              retry_in=None, actor: str | None = None, details: dict | None = None,
@@ -798,7 +790,7 @@ class Queue:
 
     def backup(self, dest, *, on_progress: Callable[[int, int], None] | None = None) -> None:
         """A consistent copy of a file database; a server database has its own tools (exit 2)."""
-        files = getattr(self.engine, "files", None)
+        files = self.engine.files
         if files is None:
             raise InvalidInput(
                 f"{self.location} is not a file that jobctl can copy; back it up with the server's own tools "
@@ -861,10 +853,7 @@ class Queue:
 
     def pauses(self) -> list[tuple[str, str | None, int | None]]:
         """The pauses in force: (queue, type or None for the whole queue, until ms or None)."""
-        pauses = getattr(self.engine, "pauses", None)
-        if pauses is None:
-            return [(name, None, None) for name in sorted(self.engine.paused_queues())]
-        return pauses()
+        return self.engine.pauses()
 
     def resume(self, queue: str, *, type: str | None = None) -> None:
         """Refused (InvalidInput) for a queue or type that is not paused: a typo must not pass for

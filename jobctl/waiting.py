@@ -28,7 +28,7 @@ def wait_finished(q, job_ids: list[int], timeout: float | None = None, *,
     ids = list(dict.fromkeys(job_ids))
     deadline = None if timeout is None else time.monotonic() + timeout
     step = FIRST_LOOK
-    watch = callable(getattr(q.engine, "has_changed", None))
+    watch = q.engine.wakes
     while True:
         if watch:
             q.has_changed()  # the mark: a commit after this line wakes the wait below

@@ -406,7 +406,7 @@ def count_rows(db, table="jobs") -> int:
     """How many rows a table holds (a SQLite file, or the schema of a PostgreSQL URL: 0 when
     jobctl has not made it)."""
     if str(db).startswith("postgresql://"):
-        from jobctl.engines.postgres import Target
+        from jobctl.engines.pg_target import Target
 
         conn = pg_admin(str(db))
         try:
@@ -431,7 +431,7 @@ def count_rows(db, table="jobs") -> int:
 
 
 def _pg_snapshot(url):
-    from jobctl.engines.postgres import Target
+    from jobctl.engines.pg_target import Target
 
     schema = Target(url).schema
     conn = pg_admin(url)

@@ -89,6 +89,29 @@ def test_a_completion_alone_of_a_held_job_reads_no_row(sq):
     assert sq.get(a.id).status == "completed"
 
 
+def test_only_a_decision_that_is_time_free_is_decided_ahead(sq):
+    """The engine decides ahead, on the job as it claimed it, only a Decision whose time_free is
+    set (Queue's completions); a plain decide, or a Decision without it, is decided in the
+    transaction, on the row. The Decision is a value: it cannot be changed once made."""
+    from jobctl.engines.base import Change, ClaimRequest, Decision
+
+    sq.enqueue("t", {})
+    a = sq.claim(worker="w")
+    nows = []
+
+    def complete(job, now):
+        nows.append(now)
+        return Change("completed", {"token": None}, message="completed", run="completed")
+
+    complete.time_free = True  # (an attribute on a function is not a declaration: ignored)
+    for decide, ahead in ((complete, []), (Decision(complete), []), (Decision(complete, time_free=True), [None])):
+        nows.clear()
+        sq.engine.prepare_update_and_claim(a.id, decide, ClaimRequest("w", "next"), "w")
+        assert nows == ahead, decide  # (None: decided before any transaction read the time)
+    with pytest.raises(AttributeError):
+        Decision(complete).time_free = True  # type: ignore[misc]
+    assert sq.get(a.id).status == "running"  # preparing touched nothing
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def either(request, tmp_path):
     """A queue on each engine: the completion without a read is SQLite's, the one statement

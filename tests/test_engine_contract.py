@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import Clock
-from jobctl.engines.base import Change, Check, ClaimRequest, NewJob
+from jobctl.engines.base import Change, Check, ClaimRequest, Decision, NewJob
 from jobctl.errors import InvalidState, NoSuchJob
 
 T0 = 1_900_000_000.0
@@ -329,7 +329,7 @@ def test_a_prepared_update_and_claim_writes_nothing_until_called(engine, clock):
         seen.append(job.status)
         return Change("completed", {"token": None}, message="completed", run="completed")
 
-    complete.time_free = True  # (as Queue marks a completion: the engine may decide it ahead)
+    complete = Decision(complete, time_free=True)  # (as Queue makes a completion's: the engine may decide it ahead)
     step = engine.prepare_update_and_claim(held.id, complete, req(), "w")
     assert statuses(engine) == {1: "running", 2: "pending", 3: "pending", 4: "pending"}
     at(clock, NOW + 7)
@@ -349,8 +349,7 @@ def test_a_prepared_update_and_claim_writes_nothing_until_called(engine, clock):
     def refuse(job, now):
         raise InvalidState("no")
 
-    refuse.time_free = True
-    step = engine.prepare_update_and_claim(3, refuse, req(), "w")
+    step = engine.prepare_update_and_claim(3, Decision(refuse, time_free=True), req(), "w")
     before = statuses(engine)
     with pytest.raises(InvalidState):
         step()
@@ -506,7 +505,7 @@ def test_health_checks(engine):
 
 def test_wake_ups_see_another_connections_commit(make):
     a, b = make(), make()
-    if getattr(a, "has_changed", None) is None:
+    if not a.wakes:
         pytest.skip("this engine has no wake-up capability")
     a.has_changed()
     assert a.has_changed() is False
@@ -518,6 +517,15 @@ def test_wake_ups_see_another_connections_commit(make):
     assert a.wait_for_change(0.05) is False
     threading.Timer(0.1, lambda: b.set_paused("q", False)).start()  # a resume: jobs may be ready now
     assert a.wait_for_change(5) is True
+
+
+def test_capabilities_are_declared(engine):
+    """What an engine can do is declared (engines/base.py), never probed: the worker, the wait
+    loops and the queue read these."""
+    assert {type(engine.wakes), type(engine.reconnects), type(engine.STORES_NUL)} == {bool}
+    assert engine.on_reconnect is None  # until a worker asks to be told
+    assert engine.has_changed() in (True, False) and engine.wait_for_change(0) in (True, False)
+    assert engine.files is None or engine.files.path
 
 
 def test_file_capability(engine, tmp_path):

@@ -4,12 +4,15 @@ sqlite-utils, on success or on error. Checked in fresh interpreters, from sys.mo
 
 import json
 import pkgutil
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
+import jobctl
 import jobctl.engines
 from conftest import run_cli
 
@@ -117,3 +120,43 @@ def test_views_may_use_rich(tmp_path, db):
     p, loaded = cli_modules(tmp_path, "--db", db, "list")
     assert p.returncode == 0, p.stderr
     assert "rich" in loaded
+
+
+def _source_files():
+    root = Path(jobctl.__file__).parent
+    return {str(p.relative_to(root.parent)): p.read_text() for p in sorted(root.rglob("*.py"))}
+
+
+# The PostgreSQL engine's modules: the adapter (psycopg2 as the SQL core uses it), the URL target
+# (connecting, the driver's messages), the engine (the driver's errors by class), and the copy's
+# PostgreSQL side (a function-level import). None of them is imported until a PostgreSQL URL is opened.
+DRIVER_IMPORTERS = {"jobctl/engines/pg_driver.py", "jobctl/engines/pg_target.py", "jobctl/engines/postgres.py",
+                    "jobctl/engines/transfer.py"}
+
+
+def test_only_the_postgresql_modules_import_the_driver():
+    importers = {path for path, text in _source_files().items()
+                 if re.search(r"^\s*(import|from)\s+psycopg2\b", text, re.M)}
+    assert importers <= DRIVER_IMPORTERS, sorted(importers - DRIVER_IMPORTERS)
+    module_level = {path for path, text in _source_files().items()
+                    if re.search(r"^(import|from)\s+psycopg2\b", text, re.M)}
+    assert module_level <= DRIVER_IMPORTERS - {"jobctl/engines/transfer.py"}, sorted(module_level)
+
+
+def test_a_sqlite_queue_and_the_cli_never_load_the_driver(db):
+    assert run_cli("init", db=db).exit_code == 0
+    loaded = top(modules_after(
+        f"import jobctl.cli, jobctl.worker, jobctl.engines.sql, jobctl.engines.transfer\n"
+        f"from jobctl.queue import Queue\nq = Queue.open({str(db)!r})\nq.enqueue('t')\n"
+        f"j = q.claim(worker='w')\nq.complete(j.id, token=j.token)\nq.close()"))
+    assert "psycopg2" not in loaded
+
+
+def test_engine_capabilities_are_declared_not_probed():
+    """The worker, the wait loops and the queue read what an engine can do from what it declares
+    (engines/base.py: files, wakes, reconnects, STORES_NUL), never by getattr/hasattr on it."""
+    probing = re.compile(r"\b(getattr|hasattr)\(\s*[\w.()]*engine\b")
+    found = [f"{path}:{n}" for path, text in _source_files().items()
+             if path.startswith("jobctl/worker/") or path in ("jobctl/waiting.py", "jobctl/queue.py")
+             for n, line in enumerate(text.splitlines(), 1) if probing.search(line)]
+    assert not found, found

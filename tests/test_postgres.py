@@ -72,7 +72,7 @@ def test_a_bad_schema_name_is_a_usage_error(pg_base, tmp_path, bad):
 
 
 def test_the_default_schema_is_jobctl(pg_base):
-    from jobctl.engines.postgres import Target
+    from jobctl.engines.pg_target import Target
 
     t = Target(pg_base)
     assert t.schema == "jobctl" and t.url == pg_base

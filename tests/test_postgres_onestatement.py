@@ -226,13 +226,13 @@ def test_a_step_made_just_before_its_connection_was_lost_is_not_made_twice(pq, p
     not" (exit 8) rather than making it again; the job is completed once, the next one claimed once."""
     import psycopg2
 
-    from jobctl.engines import postgres
+    from jobctl.engines import pg_driver
     from jobctl.errors import ConnectionLost
 
     pq.enqueue("t", {})
     nxt_id = pq.enqueue("t", {}).id
     a = pq.claim(worker="w")
-    real = postgres.Connection.run_alone
+    real = pg_driver.Connection.run_alone
 
     def committed_then_lost(self, sql, params):
         real(self, sql, params)  # made and committed on the server
@@ -240,10 +240,10 @@ def test_a_step_made_just_before_its_connection_was_lost_is_not_made_twice(pq, p
         self.raw.close()
         raise psycopg2.OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(postgres.Connection, "run_alone", committed_then_lost)
+    monkeypatch.setattr(pg_driver.Connection, "run_alone", committed_then_lost)
     with pytest.raises(ConnectionLost, match="may or may not"):
         pq.complete_and_claim(a.id, token=a.token, worker="w")
-    monkeypatch.setattr(postgres.Connection, "run_alone", real)
+    monkeypatch.setattr(pg_driver.Connection, "run_alone", real)
     assert [h[1] for h in history(pg_url, a.id)] == ["pending", "running", "completed"]
     assert [h[1] for h in history(pg_url, nxt_id)] == ["pending", "running"]
     assert rows(pg_url, "SELECT count(*) FROM {s}.runs") == [(1,)]

@@ -92,6 +92,34 @@ def test_wait_does_not_busy_poll(db, cli):
     assert usage.ru_utime + usage.ru_stime < 1.2, usage
 
 
+def test_an_engine_that_declares_no_wake_ups_is_polled(db):
+    """The wait loops read an engine's declared `wakes` (engines/base.py): without it, every look
+    may find news, a wait for a change is a plain sleep, and `wait` still sees the job finish."""
+    from jobctl.queue import Queue
+    from jobctl.waiting import wait_finished
+
+    q = Queue.open(db, create=True)
+    try:
+        q.engine.wakes = False  # (as an engine without a cheap wake-up would declare it)
+        q.has_changed()
+        assert q.has_changed() is True  # (the SQLite engine's own check would say False: nothing committed)
+        started = time.monotonic()
+        assert q.wait_for_change(0.2) is True and time.monotonic() - started >= 0.2
+        job = q.enqueue("t", {})
+        claimed = q.claim(worker="w")
+
+        def complete():
+            other = Queue.open(db)
+            other.complete(claimed.id, token=claimed.token)
+            other.close()
+
+        threading.Timer(0.3, complete).start()
+        jobs, stuck = wait_finished(q, [job.id], timeout=10)
+        assert [j.status for j in jobs] == ["completed"] and stuck == {}
+    finally:
+        q.close()
+
+
 def test_wait_timeout_changes_nothing_and_says_what_is_left(cli, db):
     job_id = int(cli("enqueue", "t").stdout)
     before = snapshot(db)

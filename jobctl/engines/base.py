@@ -17,9 +17,13 @@ Errors are raised by cause (jobctl.errors): DatabaseBusy only for lock contentio
 safe to retry); DatabaseUnusable for a database that cannot be used (missing, read-only, full,
 damaged, not jobctl's, too old an SQLite); NoSuchJob; InvalidState/StaleToken from decide.
 
-Optional capabilities, checked with getattr/isinstance by the few commands that need them:
+Capabilities are declared by every engine (attributes of the Engine protocol, as huey's
+`storage.blocking`), never probed with getattr/hasattr:
 - `files` (FileStore or None): the database is a local file that jobctl can back up and checkpoint;
-- `has_changed()` / `wait_for_change(timeout)`: wake-ups for wait loops (else: poll the claim).
+- `wakes`: has_changed() / wait_for_change(timeout) tell of other processes' commits cheaply, so
+  an idle worker's step may skip its claim while nothing changed, and wait loops sleep on them;
+- `reconnects`: a lost connection is made again by a later call, and `on_reconnect` told why;
+- `STORES_NUL`: payload and result text may hold NUL (else such text is refused, never changed).
 The contract suite in tests/test_engine_contract.py runs against every engine.
 
 The SQL engines (SQLite, PostgreSQL) implement this contract once, in jobctl/engines/sql.py
@@ -219,10 +223,32 @@ class RunLog(Record):
 
 
 Decide = Callable[[Job, int], "Change | None"]
-# A decide with the attribute time_free = True (Queue marks a completion's so) never reads `now`:
-# an engine may then call it before its transaction, on the job as that engine last saw it (a job
-# it claimed), and write the change only where the row still matches what the decision rests on
-# (PostgreSQL's one-statement completion, pg_onestatement.py); elsewhere it decides on the row.
+
+
+class Decision:
+    """A decide(job, now) with what an engine may rely on about it, as a typed value (frozen).
+
+    time_free: it never reads `now` (a completion's: Queue makes it so). An engine may then call it
+    before its transaction, on the job as that engine last saw it (a job it claimed), and write the
+    change only where the row still matches what the decision rests on (SQLite's held completion,
+    PostgreSQL's one-statement step); elsewhere, and for any other decide, it decides on the row."""
+
+    __slots__ = ("decide", "time_free")
+    decide: Decide
+    time_free: bool
+
+    def __init__(self, decide: Decide, *, time_free: bool = False):
+        object.__setattr__(self, "decide", decide)
+        object.__setattr__(self, "time_free", time_free)
+
+    def __setattr__(self, name: str, value) -> None:
+        raise AttributeError(f"a Decision is not changed once made ({name})")
+
+    def __call__(self, job: Job, now: int) -> "Change | None":
+        return self.decide(job, now)
+
+    def __repr__(self) -> str:
+        return f"Decision({self.decide!r}, time_free={self.time_free})"
 
 
 class ClaimRequest(Record):
@@ -281,6 +307,23 @@ class Engine(Protocol):
     def files(self) -> FileStore | None:
         """The file capability (backup, checkpoint), or None for a server database."""
 
+    # -- capabilities, declared by each engine (see the module docstring) -------------------
+    wakes: bool
+    """has_changed() is cheap and tells of other processes' commits, and wait_for_change() sleeps
+    until one: idle loops watch instead of claiming. False: they would say "changed" every time
+    (the caller polls)."""
+    reconnects: bool
+    """A lost connection is made again by a later call (a server engine); the engine then calls
+    on_reconnect (when set) with why the old one was lost."""
+    on_reconnect: Callable[[str], None] | None
+    STORES_NUL: bool
+    """A payload or result text may hold NUL; False: such text is refused (exit 2), never changed."""
+
+    def has_changed(self) -> bool:
+        """Whether a job may have become ready since the last call (a commit by anyone)."""
+    def wait_for_change(self, timeout: float) -> bool:
+        """Block until another process commits or `timeout` seconds pass; True if one did."""
+
     def now(self) -> int:
         """The database's clock, ms since the epoch."""
 
@@ -329,9 +372,9 @@ class Engine(Protocol):
                                  actor: str) -> Callable[[], tuple[list[Job], list[Job]]]:
         """update_jobs_and_claim([(job_id, decide)], [request], actor), to be called later: the
         worker prepares it while a handler runs, and calls what this returns when the handler
-        exited. Touches no database now; whatever can be worked out ahead (a time_free decide on
-        the job as this engine claimed it) is, and the call does the rest, with the same result
-        as update_jobs_and_claim at that moment."""
+        exited. Touches no database now; whatever can be worked out ahead (a Decision that is
+        time_free, on the job as this engine claimed it) is, and the call does the rest, with the
+        same result as update_jobs_and_claim at that moment."""
 
     def lease_expired(self, job: Job, now: int) -> bool:
         """Whether a held job's lease has expired, judged on the clock that times leases: one that a

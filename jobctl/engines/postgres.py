@@ -1,9 +1,11 @@
 """The PostgreSQL engine: the queue on a server, for workers on many hosts.
 
 The engine logic is the SQL core's (jobctl/engines/sql.py, SQLEngine); this module supplies what
-is PostgreSQL's own: the connection (psycopg2, imported only here), opening and the schema
-(pg_schema.py), transactions, locks, the server's clock, errors by cause, wake-ups by
-LISTEN/NOTIFY, reconnecting, and doctor's checks.
+is PostgreSQL's own: the connection (the URL and connecting: pg_target.py; psycopg2 as the core
+uses it: pg_driver.py; the driver is imported only through this module, which engines/__init__.py
+imports only when a PostgreSQL URL is opened), opening and the schema (pg_schema.py),
+transactions, locks, the server's clock, errors by cause, wake-ups by LISTEN/NOTIFY, reconnecting,
+and doctor's checks.
 
 Transactions: the connection is in autocommit mode and the engine issues BEGIN and COMMIT itself.
 A write is READ COMMITTED (said in its BEGIN: the server's default isolation may be another) and
@@ -34,17 +36,16 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from contextlib import contextmanager
 from functools import partial
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import psycopg2
 import psycopg2.errors
-import psycopg2.extensions
 
 from jobctl import payloads
-from jobctl.config import DEFAULT_PG_SCHEMA, PG_SCHEMA_NAME
-from jobctl.engines import SEARCH_PATH_OPTION, display, password_span, pg_onestatement, pg_schema
+from jobctl.engines import pg_onestatement, pg_schema
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, Inserted, NewJob
+from jobctl.engines.pg_driver import Connection, Cursor, _row_type
 from jobctl.engines.pg_schema import SCHEMA_VERSION
+from jobctl.engines.pg_target import Target, _first_line
 from jobctl.engines.sql import SQLEngine, schema_check
 from jobctl.engines.transfer import PostgresTransfer
 from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, JobctlError)
@@ -56,7 +57,6 @@ NOW_SQL = "floor(extract(epoch from clock_timestamp()) * 1000)::bigint"
 # and the advisory locks' turns (admission, unique, the schema) need each statement to see what the
 # previous holder committed, which REPEATABLE READ's snapshot, taken before the wait, does not.
 BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
-STATEMENT_GRACE_S = 30.0  # statement_timeout = busy timeout + this
 LONG_TRANSACTION_S = 300  # doctor: a transaction open this long holds back vacuum
 DEAD_ROWS_WARN = 10_000  # doctor: dead rows in jobs worth a word when also more than the live ones
 
@@ -89,463 +89,6 @@ def _key(*parts: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-# libpq's TCP settings, unless the URL sets them: keepalive probes after 30 s of silence, every
-# 10 s, 3 unanswered ones end the connection; data unacknowledged for 60 s ends it too.
-TCP_DEFAULTS = {"keepalives": "1", "keepalives_idle": "30", "keepalives_interval": "10", "keepalives_count": "3",
-                "tcp_user_timeout": "60000"}
-
-
-# -- the URL ---------------------------------------------------------------------------------
-
-class Target:
-    """Where the engine connects: the URL as given, the schema, and how to print both."""
-
-    def __init__(self, url: str, schema: str | None = None, busy_timeout: float = 5.0):
-        self.secrets = _secrets(url)
-        span = password_span(url)
-        if span is not None and re.search(r"[@/]|%(?![0-9A-Fa-f]{2})", url[span[0]:span[1]]):
-            # libpq would read a piece of it as the host, port or database, and quote it in its error
-            raise InvalidInput(f"invalid database URL {display(url)!r}: percent-encode the password's special "
-                               "characters (@ as %40, / as %2F, % as %25)")
-        part = _undecodable_part(url)
-        if part is not None:  # the driver would raise UnicodeDecodeError on it
-            raise InvalidInput(f"invalid database URL {display(url)!r}: its {part} is not UTF-8 text once "
-                               "percent-decoded (a %XX that is not part of a UTF-8 character); fix it in --db / "
-                               "JOBCTL_DB (or the config's db)")
-        try:
-            params = psycopg2.extensions.parse_dsn(url)
-        except psycopg2.Error as e:
-            raise InvalidInput(f"invalid database URL {display(url)!r}: {self.scrub(_first_line(e))}; "
-                               "write it as postgresql://user@host:port/dbname") from None
-        self.given = url
-        self.params = params
-        self.busy_timeout = busy_timeout
-        m = SEARCH_PATH_OPTION.search(params.get("options", ""))
-        self.schema_in_url = m is not None
-        name = m.group(1).strip('"') if m else (schema or DEFAULT_PG_SCHEMA)
-        if not PG_SCHEMA_NAME.match(name):
-            where = "the URL's search_path" if m else "the config's [postgres] schema"
-            raise InvalidInput(f"invalid schema name {name!r} in {where}: use 1 to 48 lowercase letters, digits "
-                               "and _, starting with a letter or _ (not pg_; one schema, not a list)")
-        self.schema = name
-        self.channel = f'"jobctl.{name}"'  # LISTEN/NOTIFY: one channel per schema (per database)
-
-    @property
-    def url(self) -> str:
-        """The URL, password included, that reopens this database and schema from another process."""
-        if self.schema_in_url or self.schema == DEFAULT_PG_SCHEMA:
-            return self.given
-        parts = urlsplit(self.given)
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        options = [v for k, v in query if k == "options"]
-        query = [(k, v) for k, v in query if k != "options"]
-        query.append(("options", " ".join([*options, f"-csearch_path={self.schema}"])))
-        return urlunsplit(parts._replace(query=urlencode(query)))
-
-    @property
-    def location(self) -> str:
-        """The database fit to print: the URL without its password."""
-        return display(self.url)
-
-    def connect(self, *, reconnecting: bool = False):
-        """A new autocommit connection with this schema first in its search_path and the timeouts
-        set; a failure is DatabaseUnusable (ConnectionLost when `reconnecting`: an outage)."""
-        busy_ms = max(int(self.busy_timeout * 1000), 1)  # 0 would mean "wait for ever" to PostgreSQL
-        statement_ms = busy_ms + int(STATEMENT_GRACE_S * 1000)
-        options = " ".join(filter(None, [
-            self.params.get("options", ""), f"-c search_path={self.schema}",
-            f"-c lock_timeout={busy_ms}", f"-c statement_timeout={statement_ms}",
-            # what a statement outside BEGIN runs at (the worker's one-statement steps): see BEGIN_WRITE
-            "-c default_transaction_isolation=read\\ committed"]))
-        extra = {"options": options, "client_encoding": "UTF8"}
-        if "connect_timeout" not in self.params:
-            extra["connect_timeout"] = "10"  # libpq waits for ever on an unreachable host by default
-        if "application_name" not in self.params:
-            extra["application_name"] = "jobctl"
-        for key, value in TCP_DEFAULTS.items():
-            # a server that vanishes without a reset (a host or network gone) is found dead within
-            # about a minute, not after the system's two hours of silence
-            if key not in self.params:
-                extra[key] = value
-        try:
-            conn = psycopg2.connect(self.given, **extra)
-            conn.autocommit = True
-        except psycopg2.Error as e:
-            if not reconnecting and _BAD_SETTING.match(_first_line(e)):
-                # a value of the URL that libpq or the server refuses: a typo, not an outage
-                raise InvalidInput(f"invalid database URL {self.location!r}: {self.scrub(_first_line(e))}; fix it "
-                                   "in --db / JOBCTL_DB (or the config's db)") from None
-            cls = ConnectionLost if reconnecting else DatabaseUnusable
-            raise cls(f"cannot connect to PostgreSQL at {self.location}: {self.scrub(_connect_problem(e))}") from None
-        return conn
-
-    def scrub(self, text: str) -> str:
-        """`text` (a driver's message) with the URL's password, as written or decoded, hidden."""
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return text
-
-
-def _secrets(url: str) -> list[str]:
-    """The password of a URL as written (user:PASSWORD@, password=...) and decoded, longest first."""
-    found = []
-    span = password_span(url)
-    if span is not None:
-        found.append(url[span[0]:span[1]])
-    found += re.findall(r"[?&]password=([^&]*)", url, flags=re.I)
-    found += [unquote(s) for s in found]
-    return sorted({s for s in found if s}, key=len, reverse=True)
-
-
-def _undecodable_part(url: str) -> str | None:
-    """The part of a URL (user, password, host, database, or a parameter such as options) whose
-    percent-decoded bytes are not UTF-8, or None. The password is found as display() hides it."""
-    parts = urlsplit(url)
-    span = password_span(url)
-    netloc = parts.netloc
-    if span is not None:  # (a password with a raw @ or /: refused before this, but never shown)
-        pieces = [("password", url[span[0]:span[1]]), ("user", url[len(parts.scheme) + 3:span[0] - 1]),
-                  ("host", url[span[1] + 1:].split("/", 1)[0].split("?", 1)[0])]
-    else:
-        user, _, host = netloc.rpartition("@")
-        pieces = [("user", user), ("host", host)]
-    pieces.append(("database", parts.path[1:]))
-    for item in parts.query.split("&"):
-        key, _, value = item.partition("=")
-        pieces += [("parameter name", key), (f"{unquote(key, errors='replace')} parameter", value)]
-    for name, text in pieces:
-        try:
-            unquote(text.replace("+", " ") if "parameter" in name else text, errors="strict")
-        except UnicodeDecodeError:
-            return name
-    return None
-
-
-# libpq's refusals of a URL's values (before any connection), and the server's refusals of its options
-_BAD_SETTING = re.compile(r"invalid [\w ]*?(value|port number)\b|unrecognized configuration parameter|"
-                          r"invalid value for parameter|parameter \S+ cannot be changed", re.I)
-
-
-def _first_line(e: BaseException) -> str:
-    """The first line of a driver's message, without libpq's prefixes and padding."""
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    text = re.sub(r"^connection to server at .*?, port \d+ failed:\s*", "", text)
-    text = re.sub(r"^connection to server on socket .*? failed:\s*", "", text)
-    return re.sub(r"\s+", " ", re.sub(r"^(FATAL|ERROR):\s*", "", text)).strip()
-
-
-def _connect_problem(e: psycopg2.Error) -> str:
-    """Why a connection failed, and what to do, in one line (never the password: libpq's
-    messages do not contain it)."""
-    reason = _first_line(e)
-    low = reason.lower()
-    if "connection refused" in low or "no such file or directory" in low:
-        hint = "is the server running and accepting TCP/IP connections there? check the host and port"
-    elif "database" in low and "does not exist" in low:
-        hint = "create the database (createdb) or fix its name in the URL"
-    elif "role" in low and "does not exist" in low or "authentication failed" in low or "password" in low:
-        hint = "check the user and password (in the URL, PGPASSWORD or ~/.pgpass)"
-    elif "pg_hba.conf" in low:
-        hint = "the server does not let this user in from here; see its pg_hba.conf"
-    elif "starting up" in low or "shutting down" in low or "recovery mode" in low:
-        hint = "the server is restarting; retry in a moment"
-    elif "too many" in low or "remaining connection slots" in low:
-        hint = "the server has no free connection slot; retry later, or raise its max_connections"
-    elif "timeout" in low or "could not translate host name" in low:
-        hint = "check the host name and the network"
-    else:
-        hint = "check --db / JOBCTL_DB"
-    return f"{reason}; {hint}"
-
-
-# -- the connection as the SQL core uses it --------------------------------------------------
-
-
-class Row(tuple):
-    """A result row read as r["column"] or r[i], with keys(), like sqlite3.Row."""
-
-    __slots__ = ()
-    _index: dict[str, int] = {}
-    _names: tuple[str, ...] = ()
-
-    def __getitem__(self, key):
-        if type(key) is str:
-            return tuple.__getitem__(self, self._index[key])
-        return tuple.__getitem__(self, key)
-
-    def keys(self) -> tuple[str, ...]:
-        return self._names
-
-
-_ROW_TYPES: dict[tuple[str, ...], type[Row]] = {}
-
-
-def _row_type(description) -> type[Row]:
-    names = tuple(d[0] for d in description)
-    cls = _ROW_TYPES.get(names)
-    if cls is None:
-        cls = _ROW_TYPES[names] = type("Row", (Row,), {"__slots__": (), "_names": names,
-                                                      "_index": {n: i for i, n in enumerate(names)}})
-    return cls
-
-
-class Cursor:
-    """What execute() returns: fetchone, fetchall, iteration, rowcount; rows are Row."""
-
-    __slots__ = ("cur",)
-
-    def __init__(self, cur):
-        self.cur = cur
-
-    def fetchone(self) -> Any:  # a Row, or None
-        row = self.cur.fetchone()
-        return None if row is None else _row_type(self.cur.description)(row)
-
-    def fetchall(self) -> list[Row]:
-        rows = self.cur.fetchall()
-        if not rows:
-            return []
-        make = _row_type(self.cur.description)
-        return [make(r) for r in rows]
-
-    def __iter__(self):
-        return iter(self.fetchall())
-
-    @property
-    def rowcount(self) -> int:
-        return self.cur.rowcount
-
-
-class Statement:
-    """The core's SQL text as this wrapper sends it: `text` for psycopg2 (placeholders %s, a
-    literal % as %%), `prepared` for PREPARE (placeholders $1, $2, ...), and whether it may be
-    deferred (it returns nothing: an INSERT, UPDATE or DELETE without RETURNING)."""
-
-    __slots__ = ("text", "prepared", "args", "deferrable")
-
-    def __init__(self, sql: str):
-        self.text = sql.replace("%", "%%").replace("?", "%s")
-        parts = sql.split("?")
-        self.prepared = "".join(p + (f"${n}" if n < len(parts) else "") for n, p in enumerate(parts, 1))
-        self.args = len(parts) - 1
-        words = sql.lstrip().split(None, 1)
-        self.deferrable = (bool(words) and words[0].upper() in ("INSERT", "UPDATE", "DELETE")
-                           and "RETURNING" not in sql.upper())
-
-
-_STATEMENTS: dict[str, Statement] = {}
-
-
-def _statement(sql: str) -> Statement:
-    st = _STATEMENTS.get(sql)
-    if st is None:
-        if len(_STATEMENTS) > 2000:  # IN lists of every length make new texts: keep the cache bounded
-            _STATEMENTS.clear()
-        st = _STATEMENTS[sql] = Statement(sql)
-    return st
-
-
-def _pg(sql: str) -> str:
-    return _statement(sql).text
-
-
-def _clean(params):
-    """PostgreSQL text cannot hold NUL characters: a text parameter that has one (a handler's
-    error output, say) is stored with U+FFFD (the replacement character) in its place. Other
-    values go as they are. Payloads and results never reach this with a NUL: their JSON text
-    writes it as \\u0000, and a payload or result holding one is refused before (_refuse_nul,
-    Queue.stores), never changed."""
-    for p in params:
-        if type(p) is str and "\x00" in p:
-            return [q.replace("\x00", "\ufffd") if type(q) is str else q for q in params]
-    return params
-
-
-_VALUES = re.compile(r"^(.*\bVALUES\s*)(\([^()]*\))(\s*(?:ON CONFLICT.*|RETURNING.*)?)$", re.S | re.I)
-PAGE_ROWS, PAGE_BYTES = 1000, 8 * 1024 * 1024  # a multi-row INSERT: at most this many rows or bytes
-
-
-class _NoRows:
-    """What a deferred statement returns: nothing to fetch (it has not even run yet)."""
-
-    rowcount = -1
-
-    def fetchone(self):
-        return None
-
-    def fetchall(self) -> list:
-        return []
-
-    def __iter__(self):
-        return iter(())
-
-
-NO_ROWS = _NoRows()
-PREPARE_AFTER = 2  # a statement is prepared on the server the second time a connection runs it
-MAX_PREPARED = 500  # per connection
-_NOT_PREPARABLE = ("42P18", "42P08", "42804", "42883", "42725")  # types of $n that PREPARE cannot infer
-
-
-class Connection:
-    """A psycopg2 connection (autocommit) as the SQL core expects one: execute(sql, params) with
-    `?` placeholders -> Cursor, executemany. `notify`: a NOTIFY to send with this transaction's
-    COMMIT (set by _jobs_may_be_ready).
-
-    Round trips are what a transaction costs here, so inside a transaction:
-    - a statement that returns nothing (an event's INSERT, say) is deferred: it goes in the same
-      round trip as the next statement, or as the COMMIT, in order; an error it meets is raised
-      there, still inside the transaction, which then rolls back as a whole;
-    - a statement run a second time on this connection is prepared on the server (PREPARE and
-      EXECUTE in one round trip), so that a worker's claims are not planned again each time (the
-      claim's planning costs about as much as running it)."""
-
-    def __init__(self, raw):
-        self.raw = raw
-        self.in_transaction = False
-        self.notify = False
-        self.pending: list[bytes] = []  # deferred statements, in order
-        self._uses: dict[str, int] = {}
-        self._prepared: dict[str, bytes] = {}  # SQL text -> its EXECUTE template
-        self._unpreparable: set[str] = set()
-        # Names are never used twice: a PREPARE outlives the rollback of its transaction (PREPARE
-        # is not transactional), so one whose EXECUTE then failed (a lock timeout) left its name taken.
-        self._names = 0
-        self.prepares = True  # False once a pooler lost one (see PostgresEngine._translate)
-
-    def execute(self, sql: str, params=()) -> Cursor | _NoRows:
-        st = _statement(sql)
-        cur = self.raw.cursor()
-        params = _clean(params)
-        if not self.in_transaction:
-            cur.execute(st.text, params)
-            return Cursor(cur)
-        if st.deferrable:
-            self.pending.append(cur.mogrify(st.text, params))
-            return NO_ROWS
-        execute = self._prepared.get(sql)
-        if not self.prepares:
-            execute = None
-        elif execute is None and st.args and sql not in self._unpreparable:
-            uses = self._uses[sql] = self._uses.get(sql, 0) + 1
-            if uses >= PREPARE_AFTER and self._names < MAX_PREPARED:
-                return self._prepare_and_execute(cur, sql, st, params)
-        if execute is None:
-            query = cur.mogrify(st.text, params)
-        else:
-            query = cur.mogrify(execute, params)
-        cur.execute(self.take_pending(query))
-        return Cursor(cur)
-
-    def run_alone(self, sql: str, params) -> Cursor:
-        """One statement outside any transaction: it commits as it runs (one round trip). Prepared
-        on the server the second time, as inside a transaction (the PREPARE in a round trip of its
-        own, once: there is no savepoint to fall back to here)."""
-        cur = self.raw.cursor()
-        params = _clean(params)
-        execute = self._prepared.get(sql) if self.prepares else None
-        if execute is None and self.prepares and sql not in self._unpreparable:
-            uses = self._uses[sql] = self._uses.get(sql, 0) + 1
-            if uses >= PREPARE_AFTER and self._names < MAX_PREPARED:
-                self._names += 1
-                name = f"jobctl_{self._names}"
-                st = _statement(sql)
-                try:
-                    cur.execute(f"PREPARE {name} AS {st.prepared}".encode())
-                except psycopg2.Error as e:
-                    if getattr(e, "pgcode", None) not in _NOT_PREPARABLE or self.broken:
-                        raise
-                    self._unpreparable.add(sql)
-                else:
-                    execute = self._prepared[sql] = f"EXECUTE {name} ({', '.join(['%s'] * st.args)})".encode()
-        cur.execute(cur.mogrify(execute if execute is not None else _statement(sql).text, params))
-        return Cursor(cur)
-
-    def forget_prepared(self) -> None:
-        """Prepare every statement anew from now on (the old ones stay on the server, unused:
-        names are never reused)."""
-        self._prepared.clear()
-        self._uses.clear()
-
-    def begin(self, sql: str) -> Cursor:
-        """Run a BEGIN (and what is sent with it) outside any transaction."""
-        cur = self.raw.cursor()
-        cur.execute(sql)
-        return Cursor(cur)
-
-    def take_pending(self, query: bytes) -> bytes:
-        """`query` after the deferred statements, which are sent with it."""
-        if not self.pending:
-            return query
-        query = b";".join([*self.pending, query])
-        self.pending.clear()
-        return query
-
-    def _prepare_and_execute(self, cur, sql: str, st: Statement, params) -> Cursor:
-        """PREPARE the statement and EXECUTE it, in one round trip; under a savepoint, so that a
-        statement whose parameter types the server cannot infer is run as it is instead."""
-        self._names += 1
-        name = f"jobctl_{self._names}"
-        execute = f"EXECUTE {name} ({', '.join(['%s'] * st.args)})".encode()
-        query = (b"SAVEPOINT jobctl_prepare; PREPARE " + name.encode() + b" AS " + st.prepared.encode()
-                 + b"; RELEASE jobctl_prepare; " + cur.mogrify(execute, params))
-        try:
-            cur.execute(self.take_pending(query))
-        except psycopg2.Error as e:
-            if getattr(e, "pgcode", None) not in _NOT_PREPARABLE or self.broken:
-                raise
-            try:  # (fails when the error came from elsewhere: then the error is the news)
-                self.raw.cursor().execute("ROLLBACK TO SAVEPOINT jobctl_prepare")
-            except psycopg2.Error:
-                raise e from None
-            self._unpreparable.add(sql)
-            cur = self.raw.cursor()
-            cur.execute(st.text, params)
-            return Cursor(cur)
-        self._prepared[sql] = execute
-        return Cursor(cur)
-
-    def executemany(self, sql: str, seq) -> None:
-        """An INSERT ... VALUES (?, ...) of many rows as multi-row INSERTs (one round trip per
-        page, not per row); any other statement once per row."""
-        rows = list(seq)
-        m = _VALUES.match(sql)
-        if m is None or "?" in m.group(1) + m.group(3):
-            for params in rows:
-                self.execute(sql, params)
-            return
-        self.insert_values(m.group(1), m.group(2), rows, m.group(3))
-
-    def insert_values(self, head: str, template: str, rows, tail: str = "") -> list[Row]:
-        """head + (template), (template), ... + tail, for `rows` of parameters, in pages; the
-        rows that a RETURNING in `tail` returns. head and tail hold no parameters."""
-        cur = self.raw.cursor()
-        template = _pg(template)
-        start, end = head.encode(), tail.encode()
-        returned: list[Row] = []
-        page: list[bytes] = []
-        size = 0
-        for i, params in enumerate(rows, 1):
-            value = cur.mogrify(template, _clean(params))
-            page.append(value)
-            size += len(value)
-            if len(page) >= PAGE_ROWS or size >= PAGE_BYTES or i == len(rows):
-                cur.execute(self.take_pending(start + b",".join(page) + end))
-                if cur.description is not None:
-                    returned += Cursor(cur).fetchall()
-                page, size = [], 0
-        return returned
-
-    @property
-    def broken(self) -> bool:
-        return self.raw.closed != 0
-
-    def close(self) -> None:
-        try:
-            self.raw.close()
-        except psycopg2.Error:
-            pass
-
-
 # -- the engine ------------------------------------------------------------------------------
 
 
@@ -560,6 +103,8 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
     PARENTS_LOCK = " FOR NO KEY UPDATE"  # (they are updated: dep_flags)
     ID_AMONG = "id = ANY(ARRAY({}))"
     STORES_NUL = False  # text cannot hold NUL: a payload or result with one is refused (_refuse_nul)
+    wakes = True  # LISTEN/NOTIFY on a connection of its own
+    reconnects = True  # a lost connection is replaced at the next call (_reconnect)
 
     def __init__(self, target: Target, raw, clock: Callable[[], float] | None = None):
         self.target = target

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache, partial
 
-from jobctl.engines.base import Change, Check, ClaimRequest, Decide, Inserted, NewJob, RunLog
+from jobctl.engines.base import Change, Check, ClaimRequest, Decide, Decision, Inserted, NewJob, RunLog
 from jobctl.errors import DamagedJob, InvalidState, JobctlError, NoSuchJob
 from jobctl.models import FINISHED, JOB_COLUMNS, Event, Job, row_damage
 from jobctl import payloads
@@ -760,9 +760,10 @@ class SQLEngine:
 
     def _completion_alone(self, job_id: int, decide: Decide) -> tuple[Job, Change] | None:
         """(the job as claimed here, the completion decided on it) when the decision reads no
-        clock (Queue marks it time_free) and the change is a plain completion; else None."""
+        clock (a Decision that is time_free: Queue's completions) and the change is a plain completion;
+        else None."""
         job = self._claims.get(job_id)
-        if job is None or not getattr(decide, "time_free", False):
+        if job is None or not (isinstance(decide, Decision) and decide.time_free):
             return None
         try:
             change = decide(job, None)  # type: ignore[arg-type]  # (time_free: never read; None fails loudly)

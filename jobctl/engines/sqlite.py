@@ -238,6 +238,10 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
     """The Engine contract (engines/base.py) on one SQLite file: SQLEngine's SQL, SQLite's own
     file handling, transactions and hooks."""
 
+    wakes = True  # has_changed: PRAGMA data_version, no I/O
+    reconnects = False  # a file: no connection to lose
+    on_reconnect: Callable[[str], None] | None = None  # (never called)
+
     def __init__(self, conn: sqlite3.Connection, path: str, busy_timeout: float, clock=None):
         self.conn = conn
         self.path = path

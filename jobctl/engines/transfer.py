@@ -91,6 +91,8 @@ class Transfer:
     """Mixin for an engine class (SQLiteEngine, PostgresEngine): both ends of a database copy.
     Uses only the engine's `_read()` and `_write()` and portable SQL (`?` placeholders)."""
 
+    STORES_NUL: bool  # (the engine's: engines/base.py)
+
     @contextmanager
     def exporting(self) -> Iterator[Snapshot]:
         """The whole database, from one consistent snapshot held while the context lasts."""
@@ -184,7 +186,7 @@ class Importer:
         from jobctl import payloads
         from jobctl.models import row_damage
 
-        refuse_nul = not getattr(self.engine, "STORES_NUL", True)
+        refuse_nul = not self.engine.STORES_NUL
         for values in rows:
             row = dict(zip(columns, values))
             job = row.get("id")

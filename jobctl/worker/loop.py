@@ -52,7 +52,7 @@ def own_worker_id() -> str:
 def registry_base(engine) -> str:
     """Where this host's records of running handlers live: beside a database file
     (`<db>-handlers/`), else in this user's state folder, named after the database's identity."""
-    files = getattr(engine, "files", None)
+    files = engine.files
     if files is not None:
         return files.path
     import hashlib
@@ -139,7 +139,7 @@ class Worker:
         self.sup = Supervisor(launcher or PosixLauncher(), clock, kill_grace=options.kill_grace,
                               registry=self.registry, worker_id=options.worker_id, log=self.log)
         self.rec = Recorder(queue, self.log, options.worker_id, clock)
-        if hasattr(queue.engine, "on_reconnect"):  # an engine on a server: a lost connection is made again
+        if queue.engine.reconnects:  # an engine on a server: a lost connection is made again
             queue.engine.on_reconnect = self.rec.reconnected
         self.claimed = 0
         self.signals = 0
@@ -155,7 +155,7 @@ class Worker:
         self.next_change_check = 0.0
         self.change_delay = CHANGE_CHECK
         # Idle workers watch the database for commits when its engine offers a cheap way to.
-        self.watch = callable(getattr(queue.engine, "has_changed", None))
+        self.watch = queue.engine.wakes
         self.spawn_delay = 0.0
         self.heartbeat_every = max(min(options.lease / 3, HEARTBEAT_MAX_INTERVAL), 0.05)
         env = dict(os.environ)
@@ -235,7 +235,7 @@ class Worker:
         this itself only when the last connection closes, and not while another process (a `stats
         --watch`) has the file open. Readers are waited for 0.5 s at most; a checkpoint that
         cannot finish (a busy queue, a disk too full to grow the file) is left to the next one."""
-        files = getattr(self.q.engine, "files", None)
+        files = self.q.engine.files
         if files is None:
             return
         try:

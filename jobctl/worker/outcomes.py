@@ -110,10 +110,10 @@ class Recorder:
             # what fills it: a checkpoint that truncates it can give the space back.
             if not self.checkpoint_tried:
                 self.checkpoint_tried = True
-                checkpoint = getattr(getattr(self.q.engine, "files", None), "checkpoint", None)
-                if checkpoint is not None:
+                files = self.q.engine.files
+                if files is not None:
                     try:
-                        checkpoint()
+                        files.checkpoint()
                     except JobctlError:
                         pass
             self._wait_out("on a full disk")

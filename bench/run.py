@@ -123,6 +123,8 @@ def workloads(args, tmp: Path) -> list[Workload]:
         Case("hand-written executemany (NDJSON on stdin)", "ref", "batch_cli", {"impl": "ref", "n": n_batch}, RAW_FULL),
         Case("jobctl enqueue --batch - (NDJSON on stdin)", "jobctl", "batch_cli", {"impl": "jobctl", "n": n_batch},
              JOBCTL_FULL),
+        Case("executemany into a minimal table (the columns only: no index, no trigger)", "floor", "batch_cli",
+             {"impl": "minimal", "n": n_batch}, RAW_FULL),
     ]
     for peer, (module, defaults) in PEERS.items():
         batch.append(Case(f"{peer} put() loop ({n_peer} jobs)", "peer", "batch_peer", {"impl": peer, "n": n_peer},

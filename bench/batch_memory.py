@@ -5,7 +5,8 @@
 1. Memory: the peak resident memory (ru_maxrss of the child, from wait4) of one `enqueue --batch -`
    of --lines NDJSON lines fed through a pipe, and of one of 1,000 lines, on a fresh database each.
 2. Speed: --speed-jobs lines as bench/run.py's batch workload runs them (a file on stdin), against
-   bench/ref_batch.py (the hand-written executemany), in --rounds rounds whose order alternates.
+   bench/ref_batch.py (the hand-written executemany into jobctl's own table, and with --minimal into a
+   table of only the columns: no index, no trigger), in --rounds rounds whose order alternates.
 
 --src DIR (repeatable) runs jobctl from another source tree (its `jobctl` package first on
 PYTHONPATH), e.g. a `git archive` of an earlier commit, side by side with this one: "." is this tree.
@@ -74,10 +75,10 @@ def speed(src: str, tmp: Path, n: int, impl: str, source: Path) -> tuple[float, 
     db = tmp / f"speed-{impl}.db"
     subprocess.run([*jobctl(src), "--db", str(db), "init"], check=True, stdout=subprocess.DEVNULL)
     cmd = ([*jobctl(src), "--db", str(db), "enqueue", "--batch", "-"] if impl == "jobctl"
-           else [sys.executable, str(BENCH / "ref_batch.py"), str(db)])
+           else [sys.executable, str(BENCH / "ref_batch.py"), *(["--minimal"] if impl == "minimal" else []), str(db)])
     with open(source, "rb") as stdin:
         elapsed, _rss, code, err, cpu = run_child(cmd, None, stdin)
-    if code != 0 or count_jobs(str(db)) != n:
+    if code != 0 or count_jobs(str(db), table="jobs_minimal" if impl == "minimal" else "jobs") != n:
         raise SystemExit(f"{impl} failed: {err.decode(errors='replace')[-500:]}")
     for p in tmp.glob(f"speed-{impl}.db*"):
         p.unlink()
@@ -108,18 +109,19 @@ def main() -> None:
             source = tmp / "speed.ndjson"
             source.write_bytes(ndjson(args.speed_jobs))
             rates: dict[str, list[tuple[float, float]]] = {}
-            order = [(src, "jobctl") for src in srcs] + [(".", "ref")]
+            order = [(src, "jobctl") for src in srcs] + [(".", "ref"), (".", "minimal")]
             for r in range(args.rounds):
                 for src, impl in (order if r % 2 == 0 else order[::-1]):
-                    rates.setdefault(f"{impl} {src}" if impl == "jobctl" else "ref", []).append(
+                    rates.setdefault(f"{impl} {src}" if impl == "jobctl" else impl, []).append(
                         speed(src, tmp, args.speed_jobs, impl, source))
-            ref = [statistics.median(v[i] for v in rates["ref"]) for i in (0, 1)]
-            print(f"enqueue --batch of {args.speed_jobs:,} jobs (a file on stdin), median of {args.rounds} round(s):")
+            ref, floor = ([statistics.median(v[i] for v in rates[name]) for i in (0, 1)] for name in ("ref", "minimal"))
+            print(f"enqueue --batch of {args.speed_jobs:,} jobs (a file on stdin), median of {args.rounds} round(s); "
+                  "ref: executemany into jobctl's table, minimal: into a table of only the columns:")
             for name, values in rates.items():
                 wall, cpu = (statistics.median(v[i] for v in values) for i in (0, 1))
-                print(f"  {name}: {wall:,.0f} jobs/s ({wall / ref[0] * 100:.0f}% of the reference), "
-                      f"{cpu:,.0f} jobs per CPU second ({cpu / ref[1] * 100:.0f}%); rounds: "
-                      + ", ".join(f"{v[0]:,.0f}" for v in values))
+                print(f"  {name}: {wall:,.0f} jobs/s ({wall / ref[0]:.2f}× ref, {wall / floor[0]:.2f}× minimal), "
+                      f"{cpu:,.0f} jobs per CPU second ({cpu / ref[1]:.2f}× ref, {cpu / floor[1]:.2f}× minimal); "
+                      "rounds: " + ", ".join(f"{v[0]:,.0f}" for v in values))
 
 if __name__ == "__main__":
     main()

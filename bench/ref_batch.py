@@ -3,6 +3,10 @@ and insert them all with one executemany in one BEGIN IMMEDIATE transaction, int
 table (same indexes) at the same pragmas as jobctl (WAL, synchronous=FULL).
 
     python bench/ref_batch.py DB < jobs.ndjson
+    python bench/ref_batch.py --minimal DB < jobs.ndjson
+
+--minimal: the same rows into a minimal table of its own (`jobs_minimal`: only the inserted columns,
+no index, no constraint, no trigger), created in the same transaction: the floor of any batch insert.
 """
 
 import json
@@ -17,7 +21,13 @@ INSERT = (
 )
 
 
-def main(db: str) -> None:
+MINIMAL = (
+    "CREATE TABLE IF NOT EXISTS jobs_minimal (queue, type, payload, payload_hash, priority, status, max_attempts, "
+    "backoff, timeout_ms, run_at, created_at, updated_at)"
+)
+
+
+def main(db: str, minimal: bool = False) -> None:
     now = int(time.time() * 1000)
     rows = []
     for line in sys.stdin.buffer.read().decode("utf-8").splitlines():
@@ -28,11 +38,14 @@ def main(db: str) -> None:
     conn.execute("PRAGMA synchronous = FULL")
     conn.execute("PRAGMA temp_store = MEMORY")  # as jobctl sets it
     conn.execute("BEGIN IMMEDIATE")
-    conn.executemany(INSERT, rows)
+    if minimal:
+        conn.execute(MINIMAL)
+    conn.executemany(INSERT.replace("INTO jobs ", "INTO jobs_minimal ") if minimal else INSERT, rows)
     conn.execute("COMMIT")
     conn.close()
     print(len(rows))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    minimal = sys.argv[1] == "--minimal"
+    main(sys.argv[-1], minimal)

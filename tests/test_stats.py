@@ -307,3 +307,64 @@ def test_stats_of_an_unknown_queue_is_a_usage_error(cli, tmp_path):
     assert cli("purge", "--completed-older-than", "0s").stdout.strip() == "1"
     r = cli("stats", "--check", "-q", "billing", "--max-buried", "0")
     assert r.exit_code == 0, r.output
+
+
+# -- the counts by queue and state, as batches change them --------------------------------------
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_db(request, tmp_path):
+    """A database of each engine (PostgreSQL: the test server, in a schema of this test's own)."""
+    return tmp_path / "jobs.db" if request.param == "sqlite" else request.getfixturevalue("pg_url")
+
+
+def kept_and_counted(db) -> tuple[dict, dict]:
+    """(the counts jobctl keeps by queue and state, a count(*) of the rows by queue and state)."""
+    q = Queue.open(db)
+    try:
+        engine = q.engine
+        with engine._read() as c:
+            kept = {(queue, state): int(n) for queue, state, n in engine._state_counts(c) if n}
+            counted = {(r[0], r[1]): int(r[2]) for r in c.execute(
+                "SELECT queue, CASE WHEN status = 'pending' AND waiting_on > 0 THEN 'blocked' ELSE status END, "
+                "count(*) FROM jobs GROUP BY 1, 2")}
+    finally:
+        q.close()
+    return kept, counted
+
+
+def test_a_batch_is_counted_exactly_by_queue_and_state_and_not_when_rolled_back(any_db, monkeypatch):
+    """A batch's jobs are counted once per statement (not row by row): the counts still equal a
+    count(*) by queue and state after bulk chunks, keyed lines, a batch a bad line rolls back, and
+    the changes of state that follow."""
+    from conftest import run_inproc
+    from jobctl.engines.sql import SQLEngine
+
+    monkeypatch.setattr(SQLEngine, "BULK_STEP", 7)  # several bulk chunks in one transaction
+    lines = [json.dumps({"type": "t", "queue": f"q{i % 3}", "payload": {"i": i}}) for i in range(40)]
+    r = run_inproc("enqueue", "--batch", "-", db=any_db, input="\n".join(lines) + "\n")
+    assert r.exit_code == 0, r.stderr
+    keyed = [json.dumps({"type": "k", "queue": "q1", "key": f"k{i}"}) for i in range(5)]
+    after = [json.dumps({"type": "a", "queue": "q2", "after": [1]})]
+    r = run_inproc("enqueue", "--batch", "-", db=any_db, input="\n".join([*lines[:9], *keyed, *after]) + "\n")
+    assert r.exit_code == 0, r.stderr
+    kept, counted = kept_and_counted(any_db)
+    assert kept == counted
+    assert counted[("q0", "pending")] == 14 + 3 and counted[("q2", "blocked")] == 1
+    assert sum(counted.values()) == 40 + 9 + 5 + 1
+
+    r = run_inproc("enqueue", "--batch", "-", db=any_db, input="\n".join([*lines, "not json"]) + "\n")
+    assert r.exit_code == 2 and "nothing was enqueued" in r.stderr
+    assert kept_and_counted(any_db) == (kept, counted)  # the rolled-back batch counted nowhere
+
+    q = Queue.open(any_db)
+    try:
+        job = q.claim(queues=["q0"])
+        q.complete(job.id, token=job.token)
+        q.cancel(2)
+    finally:
+        q.close()
+    r = run_inproc("enqueue", "--batch", "-", db=any_db, input="\n".join(lines[:4]) + "\n")
+    assert r.exit_code == 0, r.stderr
+    kept, counted = kept_and_counted(any_db)
+    assert kept == counted and counted[("q0", "completed")] == 1 and counted[("q1", "cancelled")] == 1
+    assert sum(counted.values()) == 40 + 9 + 5 + 1 + 4

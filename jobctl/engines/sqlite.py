@@ -22,18 +22,23 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from functools import partial
+from itertools import chain
 from pathlib import Path
 from urllib.parse import quote
 
 from jobctl.engines import files
 from jobctl.engines.base import Check, NewJob
-from jobctl.engines.schema import APPLICATION_ID, SCHEMA_VERSION  # sqlite-utils loads only on migrate
+from jobctl.engines.schema import APPLICATION_ID, COUNT_INSERTED, SCHEMA_VERSION  # sqlite-utils loads only on migrate
 from jobctl.engines.sql import SQLEngine, details_text, schema_check
 from jobctl.engines.transfer import SQLiteTransfer
 from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput
 
 _TEXT = partial(str, encoding="utf-8", errors="surrogateescape")
 WAL_WARN_BYTES = 64 * 1024 * 1024  # doctor: a WAL this big means something holds back checkpoints
+# Jobs a statement of the bulk insert: each statement costs a statement journal and a run of the
+# row triggers' set-up, so one a row was most of `enqueue --batch`'s time (docs/performance.md);
+# past ~100 rows a page the longer statement costs more than it saves.
+INSERT_PAGE = 64
 FILE_HISTORY_EVERY = 300  # rows of history_log (about 100 jobs a worker ran) filed into events and runs at once
 _EVENT_AHEAD = "INSERT INTO history_log (job_id, at, from_status, to_status, actor, message, details) VALUES "
 _EVENT_AHEAD_SQL = {False: _EVENT_AHEAD + "(?,?,?,?,?,?,?)", True: _EVENT_AHEAD + "(?,?,?,?,?,?,NULL)"}  # by "no details"
@@ -620,25 +625,37 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         # job_counts: one row per queue and state, kept exact by triggers (schema.py)
         return [(r[0], r[1], r[2]) for r in c.execute("SELECT queue, state, n FROM job_counts")]
 
+    def _insert_page(self, rows: int) -> str:
+        """The INSERT of `rows` jobs at once, as _INSERT inserts one."""
+        head, one = self._INSERT.split(" VALUES ")
+        return f"{head} VALUES {','.join([one] * rows)}"
+
     def _insert_many(self, c, jobs: list[NewJob], now: int, actor: str,
                      on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
         """Bulk path: AUTOINCREMENT ids inside one write transaction are consecutive."""
         row = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").fetchone()
         first = (row[0] if row else 0) + 1
         step = len(jobs) if on_progress is None else self.PROGRESS_STEP
+        # The rows are counted once below, not one by one by the insert trigger (schema v10). On any
+        # error the caller's transaction rolls back, this row with it.
+        c.execute("INSERT INTO job_counts_deferred (since) VALUES (?)", (first,))
         for start in range(0, len(jobs), step):  # chunks of one transaction: still all or nothing
-            c.executemany(
-                self._INSERT,
-                ((j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff,
-                  j.timeout_ms, j.run_at(now), 0, None, None, now, now, j.cost_units, j.concurrency_group,
-                  j.on_buried, j.on_completed, j.on_cancelled)
-                 for j in jobs[start:start + step]),
-            )
+            values = [(j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff,
+                       j.timeout_ms, j.run_at(now), 0, None, None, now, now, j.cost_units, j.concurrency_group,
+                       j.on_buried, j.on_completed, j.on_cancelled) for j in jobs[start:start + step]]
+            pages = range(0, len(values) - len(values) % INSERT_PAGE, INSERT_PAGE)
+            c.executemany(self._insert_page(INSERT_PAGE),
+                          (tuple(chain.from_iterable(values[i:i + INSERT_PAGE])) for i in pages))
+            if len(values) % INSERT_PAGE:
+                rest = values[len(pages) * INSERT_PAGE:]
+                c.execute(self._insert_page(len(rest)), tuple(chain.from_iterable(rest)))
             if on_progress is not None:
                 on_progress(min(start + step, len(jobs)), len(jobs))
+        c.execute("DELETE FROM job_counts_deferred")
         last = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").fetchone()[0]
         if last - first + 1 != len(jobs):  # cannot happen while we hold the write lock
             raise RuntimeError("job ids of one batch are not consecutive")
+        c.execute(COUNT_INSERTED, (first, last))
         c.execute(
             "INSERT INTO events (job_id, at, from_status, to_status, actor, message) "
             "SELECT id, ?, NULL, 'pending', ?, 'enqueued' FROM jobs WHERE id BETWEEN ? AND ?",

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conftest import JOBCTL, Clock, run_on_pty
-from jobctl import output
+from jobctl import stats_view
 from jobctl.queue import Queue
 
 QUEUES = ["billing-invoices-eu", "email", "media.transcode:high", "reports", "default"]
@@ -111,19 +111,19 @@ def test_screen_lines_never_exceed_the_terminal(db):
     from rich.cells import cell_len
 
     for width, height in ((80, 24), (200, 50), (40, 10), (20, 5), (80, 3), (1, 1)):
-        title = output.watch_title(now, 2, "/tmp/x.db")
-        lines = output.screen_lines(figures, now, width=width, height=height, title=title)
+        title = stats_view.watch_title(now, 2, "/tmp/x.db")
+        lines = stats_view.screen_lines(figures, now, width=width, height=height, title=title)
         assert len(lines) <= height, (width, height)
         assert all(cell_len(line.plain) <= width for line in lines), (width, height)
         assert lines[0].plain.startswith("refreshed"[:width - 1])
-    lines = [line.plain for line in output.screen_lines(figures, now, width=80, height=24)]
+    lines = [line.plain for line in stats_view.screen_lines(figures, now, width=80, height=24)]
     assert any(line.startswith("… ") and "more queues" in line for line in lines)
     # the queues that need a look get the room: every queue with buried jobs is listed
     for name in QUEUES:
         assert any(line.startswith(name) for line in lines), name
     assert any(line.startswith("runs/min") for line in lines)
     # without a height (stats on a terminal), everything
-    every = [line.plain for line in output.screen_lines(figures, now, width=80)]
+    every = [line.plain for line in stats_view.screen_lines(figures, now, width=80)]
     assert sum(1 for line in every if "tenant-" in line) == 30
 
 

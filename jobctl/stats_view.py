@@ -1,17 +1,170 @@
-"""The stats screen of `jobctl stats`, on a terminal, in a pipe and with --watch (and, later, an
-interactive view): pure functions from the figures of jobctl.stats and a width to rich
-renderables, one per section (queues, limits, stuck, buried by error, aging, throughput); no I/O.
+"""The stats screen of `jobctl stats`: one renderer for a terminal, a pipe and --watch (and, later,
+an interactive view). Pure functions from the figures of jobctl.stats (already masked) and a width
+to rich renderables, one per section: queues, pauses and the summary line, limits, stuck, buried by
+error, aging, throughput; no I/O.
+
+Each section is built once and laid out two ways. With a width (a terminal), one line per row, cut
+and thinned to fit: `stats --watch` redraws in place, so a frame must fit the terminal, and its
+line count must be exact. Without (a pipe or a file), whole tables under their titles, which
+print_view writes with every line whole, for grep.
 """
 
 from __future__ import annotations
 
-from rich.console import Group
+from typing import NamedTuple
+
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from jobctl.durations import format_duration
 from jobctl.output import Cell, Col, ago, grid_lines, keep_whole, text
 from jobctl.untrusted import safe
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+# -- the sections -------------------------------------------------------------------------------
+
+
+def queues(stats: dict, width: int | None = None, *, previous: dict | None = None,
+           max_rows: int | None = None) -> list[RenderableType]:
+    """The per-queue counts and an (all) line. With a `width`: one line per queue, at most
+    `max_rows` queue lines, a growing backlog of ready jobs marked ↑ against `previous` (the last
+    snapshot of --watch). Without: a whole table."""
+    if not stats["queues"]:
+        return [Text("queues: no jobs yet")]
+    if width is not None:
+        return list(queue_lines(stats, width, previous, max_rows))
+    return [queues_table(stats)]
+
+
+def throughput(stats: dict, width: int | None = None, *, full: bool = True) -> list[RenderableType]:
+    """Runs per minute and run times. With a `width`: two lines, or (`full`) a table with the
+    sparklines of the last hour that fit beside it. Without: a whole table and two lines."""
+    if width is not None:
+        return list(throughput_lines(stats, width, full))
+    return [throughput_table(stats), durations_line(stats)]
+
+
+def render(stats: dict, now: int, *, width: int | None = None, height: int | None = None,
+           previous: dict | None = None, title: Text | None = None, highlight: bool = False) -> Group:
+    """The stats screen, as one renderable (pure: the same figures give the same text). With a
+    `width` (a terminal): one line per row, at most `width` cells and `height` lines (None: all),
+    with the --watch `title`, `previous` snapshot and `highlight`. Without (a pipe or a file):
+    whole tables under their titles, for print_view to write every line whole."""
+    if width is not None:
+        return Group(*screen_lines(stats, now, width=width, height=height, previous=previous, title=title,
+                                   highlight=highlight))
+    parts = queues(stats)
+    paused = pauses_line(stats, now)
+    if stats["queues"] and paused is not None:
+        parts.append(paused)
+    parts.append(Text(""))
+    sections = [stuck(stats), buried(stats, now), aging(stats)] + ([limits(stats)] if stats.get("limits") else [])
+    for section in sections:
+        parts += section_view(section) + [Text("")]
+    return Group(*parts, *throughput(stats))
+
+
+RIGHT = {"justify": "right"}
+
+
+class Section(NamedTuple):
+    """One list of the screen (limits, stuck, buried by error, aging), built once for every layout:
+    its rows; its columns on a screen grid (cut and left out to fit a width); and, for a pipe, the
+    title above its whole table, what it says when empty, and that table's columns."""
+
+    title: str
+    empty: str
+    cols: list[Col]
+    whole: list[tuple[str, dict]]
+    rows: list[list]
+
+
+def section_lines(section: Section, width: int, rows: int | None = None) -> list[Text]:
+    """The section's header and its first `rows` rows (None: all), one line each of at most `width` cells."""
+    return grid_lines(section.cols, section.rows[:rows], width)
+
+
+def section_view(section: Section, width: int | None = None, rows: int | None = None) -> list[RenderableType]:
+    """With a `width`: section_lines. Without: its title and whole table, or one line saying that
+    it is empty."""
+    if width is not None:
+        return list(section_lines(section, width, rows))
+    if not section.rows:
+        return [Text(f"{section.title}: {section.empty}")]
+    table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 1))
+    for name, kw in section.whole:
+        table.add_column(name, **kw)
+    for row in section.rows:
+        table.add_row(*row)
+    return [Text(section.title, style="bold"), keep_whole(table)]
+
+
+def stuck(stats: dict, highlight: bool = False) -> Section:
+    """Running jobs that need a person (an expired lease, a stop not obeyed), `highlight`ed by --watch."""
+    total, shown = stats["totals"]["stuck"], len(stats["stuck"])
+    style = "bold red" if highlight else ""
+    return Section(
+        "stuck" if total <= shown else f"stuck ({shown} of {total})", "none",
+        [Col("STUCK", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True, drop=2),
+         Col("WORKER", cut=True, least=8), Col("FOR", right=True), Col("WHY", cut=True, least=8, drop=1)],
+        [("ID", RIGHT), ("QUEUE", {}), ("TYPE", {}),
+         ("WORKER", {"overflow": "ellipsis", "no_wrap": True, "max_width": 24}), ("RUNNING FOR", RIGHT), ("WHY", {})],
+        [[Text(str(j["id"]), style=style), text(j["queue"]), text(j["type"]), text(j["worker"] or "-"),
+          _age(j["running_for"]), text(j["stuck_reason"])] for j in stats["stuck"]])
+
+
+def buried(stats: dict, now: int) -> Section:
+    """Buried jobs, one row per queue, type and error (the same failure ten times is one row), with
+    how many and the latest one (to `show`)."""
+    from jobctl.durations import parse_time
+
+    total, grouped = stats["totals"]["buried"], stats.get("buried_by_error", [])
+    rows = []
+    for g in grouped:
+        latest = parse_time(g["latest_at"]) if g["latest_at"] else None
+        rows.append([f"{g['count']:,}", text(g["queue"]), text(g["type"]), str(g["latest_id"]),
+                     ago(latest, now).removesuffix(" ago"), text(g["error"] or "", "red")])
+    return Section(
+        "buried" if not grouped else "buried, by error" if total <= sum(g["count"] for g in grouped)
+        else f"buried, by error (the latest {len(grouped)} errors of {total:,} jobs)", "none",
+        [Col("BURIED", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True, drop=1),
+         Col("LATEST", right=True, drop=2), Col("AGO", right=True), Col("ERROR", cut=True, least=12, soft=24)],
+        [("BURIED", RIGHT), ("QUEUE", {}), ("TYPE", {}), ("LATEST", RIGHT), ("AGO", {**RIGHT, "no_wrap": True}),
+         ("ERROR", {"overflow": "ellipsis", "no_wrap": True, "max_width": 80})],
+        rows)
+
+
+def aging(stats: dict) -> Section:
+    """The ready jobs waiting longest."""
+    return Section(
+        "aging (ready jobs waiting longest)", "no ready jobs",
+        [Col("AGING", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True),
+         Col("PRI", right=True, drop=1), Col("WAITING", right=True)],
+        [("ID", RIGHT), ("QUEUE", {}), ("TYPE", {}), ("PRI", RIGHT), ("WAITING", RIGHT)],
+        [[str(j["id"]), text(j["queue"]), text(j["type"]), str(j["priority"]), _age(j["waiting_for"])]
+         for j in stats["aging"]])
+
+
+def limits(stats: dict) -> Section:
+    """Per limited type and group: units running of the limit, starts in the window of the rate,
+    and ready jobs held back (with when the next start is possible)."""
+    rows = []
+    found = stats.get("limits") or {"types": {}, "groups": {}}
+    for kind in ("groups", "types"):
+        for name, e in found[kind].items():
+            running = f"{e['units_running']}/{e['concurrency_limit']}" if e["concurrency_limit"] else "-"
+            rate = e.get("rate_limit")
+            starts = f"{e['starts_in_window']}/{rate['max_starts']} per {format_duration(rate['window'])}" if rate else "-"
+            held = Text(f"{e['ready_held']:,}", style="yellow" if e["ready_held"] else "")
+            nxt = e.get("next_start_in")
+            rows.append([text(f"{kind[:-1]} {name}"), running, starts, held,
+                         "-" if nxt is None else f"in {format_duration(nxt)}"])
+    cols = [Col("LIMIT", cut=True, soft=32), Col("RUNNING", right=True), Col("STARTS", right=True),
+            Col("HELD", right=True), Col("NEXT START", right=True, drop=1)]
+    return Section("limits", "none", cols, [(c.header, RIGHT if c.right else {}) for c in cols], rows)
 
 
 def pause_label(q: dict) -> str | None:
@@ -46,12 +199,49 @@ def pauses_line(stats: dict, now: int) -> Text | None:
 SPARK = "▁▂▃▄▅▆▇█"
 
 
+def summary_line(stats: dict) -> Text:
+    """What needs a person, in one line: stuck, buried, and the ready job waiting longest."""
+    t = stats["totals"]
+    line = Text("")
+    line.append(f"stuck {t['stuck']:,}", style="bold red" if t["stuck"] else "")
+    line.append(" · ")
+    line.append(f"buried {t['buried']:,}", style="red" if t["buried"] else "")
+    line.append(" · ")
+    ages = [(q["oldest_ready_age"], name) for name, q in stats["queues"].items() if q["oldest_ready_age"] is not None]
+    if ages:
+        age, name = max(ages, key=lambda a: (a[0], a[1]))
+        line.append(f"oldest ready {_age(age)} in {safe(name)}")
+        paused = pause_label(stats["queues"][name])
+        if paused:
+            line.append(f" ({paused})", style="magenta")
+    else:
+        line.append("no ready jobs")
+    return line
+
+
+def watch_title(now: int, interval: float, location: str | None) -> Text:
+    from datetime import datetime
+
+    stamp = datetime.fromtimestamp(now / 1000).strftime("%H:%M:%S")
+    line = Text(f"refreshed {stamp} · every {format_duration(interval)} · Ctrl-C to quit", style="dim")
+    if location:
+        line.append(f" · {safe(location)}", style="dim")
+    return line
+
+
+# -- without a width: whole tables for a pipe --------------------------------------------------
+
+
 def _count(n: int) -> str:
-    return f"{n:,}" if n else "0"
+    return f"{n:,}"
 
 
 def _age(seconds: float | None) -> str:
     return format_duration(seconds) if seconds is not None else "-"
+
+
+def _rate(v: float) -> str:
+    return f"{v:.2f}"
 
 
 def sparkline(values: list[int]) -> str:
@@ -62,12 +252,6 @@ def sparkline(values: list[int]) -> str:
     return "".join(SPARK[min(int(v / top * (len(SPARK) - 1) + 0.5), len(SPARK) - 1)] for v in values)
 
 
-def _section(title: str, table: Table | None, empty: str) -> list:
-    if table is None or not table.rows:
-        return [Text(f"{title}: {empty}")]
-    return [Text(title, style="bold"), table]
-
-
 def _grid_table(columns: list[tuple[str, dict]]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 1))
     for name, kw in columns:
@@ -75,23 +259,19 @@ def _grid_table(columns: list[tuple[str, dict]]) -> Table:
     return table
 
 
-def queues_table(stats: dict, previous: dict | None = None) -> Table:
-    """The per-queue counts. With `previous` (the last snapshot of --watch), a growing backlog of
-    ready jobs is marked with ↑ and highlighted."""
+def queues_table(stats: dict) -> Table:
+    """The per-queue counts as a whole table (a pipe)."""
     right = {"justify": "right", "no_wrap": True}
     table = _grid_table([("QUEUE", {}), ("READY", right), ("SCHED", right), ("BLOCKED", right),
                          ("RUN", right), ("STOPPING", right), ("BURIED", right), ("DONE", right),
                          ("CANCELLED", right), ("OLDEST", right)])
-    before = (previous or {}).get("queues", {})
     for name, q in stats["queues"].items():
-        growing = name in before and q["ready"] > before[name]["ready"]
-        ready = Text(_count(q["ready"]) + (" ↑" if growing else ""), style="bold yellow" if growing else "")
         label = text(name)
         paused = pause_label(q)
         if paused:
             label.append(f" ({paused})", style="magenta")
         table.add_row(
-            label, ready, _count(q["scheduled"]), _count(q["blocked"]), _count(q["running"]),
+            label, _count(q["ready"]), _count(q["scheduled"]), _count(q["blocked"]), _count(q["running"]),
             _count(q["cancel_requested"]), Text(_count(q["buried"]), style="red" if q["buried"] else ""),
             _count(q["completed"]), _count(q["cancelled"]), _age(q["oldest_ready_age"]),
         )
@@ -103,47 +283,12 @@ def queues_table(stats: dict, previous: dict | None = None) -> Table:
     return keep_whole(table)
 
 
-def _stuck_table(stats: dict, highlight: bool) -> Table:
-    table = _grid_table([("ID", {"justify": "right"}), ("QUEUE", {}), ("TYPE", {}),
-                         ("WORKER", {"overflow": "ellipsis", "no_wrap": True, "max_width": 24}),
-                         ("RUNNING FOR", {"justify": "right"}), ("WHY", {})])
-    for j in stats["stuck"]:
-        table.add_row(str(j["id"]), text(j["queue"]), text(j["type"]), text(j["worker"] or "-"),
-                      _age(j["running_for"]), text(j["stuck_reason"]), style="bold red" if highlight else None)
-    return keep_whole(table)
-
-
-def _buried_table(stats: dict, now: int) -> Table:
-    """Buried jobs by queue, type and error, with how many and the latest one (to `show`)."""
-    table = _grid_table([("BURIED", {"justify": "right"}), ("QUEUE", {}), ("TYPE", {}),
-                         ("LATEST", {"justify": "right"}), ("AGO", {"justify": "right", "no_wrap": True}),
-                         ("ERROR", {"overflow": "ellipsis", "no_wrap": True, "max_width": 80})])
-    from jobctl.durations import parse_time
-
-    for g in stats.get("buried_by_error", []):
-        latest = parse_time(g["latest_at"]) if g["latest_at"] else None
-        table.add_row(f"{g['count']:,}", text(g["queue"]), text(g["type"]), str(g["latest_id"]),
-                      ago(latest, now).removesuffix(" ago"), text(g["error"] or "", "red"))
-    return keep_whole(table)
-
-
-def _aging_table(stats: dict) -> Table:
-    table = _grid_table([("ID", {"justify": "right"}), ("QUEUE", {}), ("TYPE", {}), ("PRI", {"justify": "right"}),
-                         ("WAITING", {"justify": "right"})])
-    for j in stats["aging"]:
-        table.add_row(str(j["id"]), text(j["queue"]), text(j["type"]), str(j["priority"]), _age(j["waiting_for"]))
-    return keep_whole(table)
-
-
-def throughput_table(stats: dict, spark: bool = False) -> Table:
+def throughput_table(stats: dict) -> Table:
     t = stats["throughput"]
     table = _grid_table([("RUNS/MIN", {}), ("1m", {"justify": "right"}), ("15m", {"justify": "right"}),
-                         ("60m", {"justify": "right"})] + ([("LAST HOUR", {"no_wrap": True})] if spark else []))
-    for outcome, style in (("completed", "green"), ("failed", "red")):
-        row: list[str | Text] = [outcome, *(f"{t[w][outcome + '_per_minute']:.2f}" for w in ("1m", "15m", "60m"))]  # one format per column
-        if spark:
-            row.append(Text(sparkline(t[f"{outcome}_by_minute"]), style=style))
-        table.add_row(*row)
+                         ("60m", {"justify": "right"})])
+    for outcome in ("completed", "failed"):
+        table.add_row(outcome, *(_rate(t[w][outcome + "_per_minute"]) for w in ("1m", "15m", "60m")))
     return table
 
 
@@ -157,55 +302,12 @@ def durations_line(stats: dict) -> Text:
                 f"wait from ready to start: median {_age(t['wait']['median'])}")
 
 
-def render(stats: dict, now: int, *, width: int | None = None, height: int | None = None,
-           previous: dict | None = None, title: Text | None = None, highlight: bool = False) -> Group:
-    """The stats screen, as one renderable (pure: the same figures give the same text). With a
-    `width` (a terminal): one line per row, at most `width` cells and `height` lines (None: all),
-    with the --watch `title`, `previous` snapshot and `highlight`. Without (a pipe or a file):
-    whole tables under their titles, for print_view to write every line whole."""
-    if width is not None:
-        return Group(*screen_lines(stats, now, width=width, height=height, previous=previous, title=title,
-                                   highlight=highlight))
-    previous, watch = None, False
-    parts: list = []
-    if stats["queues"]:
-        parts.append(queues_table(stats, previous))
-        paused = pauses_line(stats, now)
-        if paused is not None:
-            parts.append(paused)
-    else:
-        parts.append(Text("queues: no jobs yet"))
-    parts.append(Text(""))
-    stuck_total = stats["totals"]["stuck"]
-    stuck_title = "stuck" if stuck_total <= len(stats["stuck"]) else f"stuck ({len(stats['stuck'])} of {stuck_total})"
-    parts += _section(stuck_title, _stuck_table(stats, watch), "none")
-    parts.append(Text(""))
-    buried_total, grouped = stats["totals"]["buried"], stats.get("buried_by_error", [])
-    buried_title = ("buried" if not grouped else "buried, by error" if buried_total <= sum(g["count"] for g in grouped)
-                    else f"buried, by error (the latest {len(grouped)} errors of {buried_total:,} jobs)")
-    parts += _section(buried_title, _buried_table(stats, now), "none")
-    parts.append(Text(""))
-    parts += _section("aging (ready jobs waiting longest)", _aging_table(stats), "no ready jobs")
-    parts.append(Text(""))
-    if stats.get("limits"):
-        cols, rows = limit_rows(stats)
-        table = _grid_table([(c.header, {"justify": "right"} if c.right else {}) for c in cols])
-        for row in rows:
-            table.add_row(*row)
-        parts += _section("limits", table, "none")
-        parts.append(Text(""))
-    parts.append(throughput_table(stats, spark=watch))
-    parts.append(durations_line(stats))
-    return Group(*parts)
-
-
-# -- the stats screen: fitted to a terminal's width and height ------------------------------------
+# -- with a width: lines fitted to a terminal's width and height ---------------------------------
 #
-# `stats --watch` redraws in place, so a frame must fit the terminal: one line per row (nothing
-# folds), at most `height` lines. Built line by line rather than with rich tables, so that the line
-# count is exact. What matters comes first: the refresh line, the per-queue counts, a summary of
-# what needs a person (stuck, buried, the oldest ready job), then the stuck, buried and aging lists
-# (each at least one row, more as room allows), then throughput and run times.
+# Built line by line rather than with rich tables, so that the line count is exact. What matters
+# comes first: the refresh line, the per-queue counts, a summary of what needs a person (stuck,
+# buried, the oldest ready job), then the limits, stuck, buried and aging lists (each at least one
+# row, more as room allows), then throughput and run times.
 
 
 def _count_format(values: list[int], compact: bool):
@@ -274,78 +376,6 @@ def queue_lines(stats: dict, width: int, previous: dict | None = None, max_rows:
     return lines
 
 
-def summary_line(stats: dict) -> Text:
-    """What needs a person, in one line: stuck, buried, and the ready job waiting longest."""
-    t = stats["totals"]
-    line = Text("")
-    line.append(f"stuck {t['stuck']:,}", style="bold red" if t["stuck"] else "")
-    line.append(" · ")
-    line.append(f"buried {t['buried']:,}", style="red" if t["buried"] else "")
-    line.append(" · ")
-    ages = [(q["oldest_ready_age"], name) for name, q in stats["queues"].items() if q["oldest_ready_age"] is not None]
-    if ages:
-        age, name = max(ages, key=lambda a: (a[0], a[1]))
-        line.append(f"oldest ready {_age(age)} in {safe(name)}")
-        paused = pause_label(stats["queues"][name])
-        if paused:
-            line.append(f" ({paused})", style="magenta")
-    else:
-        line.append("no ready jobs")
-    return line
-
-
-def _list_rows(stats: dict, now: int, which: str, highlight: bool):
-    from jobctl.durations import parse_time
-
-    if which == "stuck":
-        cols = [Col("STUCK", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True, drop=2),
-                Col("WORKER", cut=True, least=8), Col("FOR", right=True), Col("WHY", cut=True, least=8, drop=1)]
-        style = "bold red" if highlight else ""
-        rows = [[Text(str(j["id"]), style=style), text(j["queue"]), text(j["type"]), text(j["worker"] or "-"),
-                 _age(j["running_for"]), text(j["stuck_reason"])] for j in stats["stuck"]]
-    elif which == "buried":  # one row per queue, type and error: the same failure ten times is one row
-        cols = [Col("BURIED", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True, drop=1),
-                Col("LATEST", right=True, drop=2), Col("AGO", right=True), Col("ERROR", cut=True, least=12, soft=24)]
-        rows = []
-        for g in stats.get("buried_by_error", []):
-            latest = parse_time(g["latest_at"]) if g["latest_at"] else None
-            rows.append([f"{g['count']:,}", text(g["queue"]), text(g["type"]), str(g["latest_id"]),
-                         ago(latest, now).removesuffix(" ago"), text(g["error"] or "", "red")])
-    elif which == "limits":
-        cols, rows = limit_rows(stats)
-    else:
-        cols = [Col("AGING", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True),
-                Col("PRI", right=True, drop=1), Col("WAITING", right=True)]
-        rows = [[str(j["id"]), text(j["queue"]), text(j["type"]), str(j["priority"]), _age(j["waiting_for"])]
-                for j in stats["aging"]]
-    return cols, rows
-
-
-def limit_rows(stats: dict) -> tuple[list, list]:
-    """The limits section: per limited type and group, units running of the limit, starts in the
-    window of the rate, and ready jobs held back (with when the next start is possible)."""
-    from jobctl.durations import format_duration
-
-    cols = [Col("LIMIT", cut=True, soft=32), Col("RUNNING", right=True), Col("STARTS", right=True),
-            Col("HELD", right=True), Col("NEXT START", right=True, drop=1)]
-    rows = []
-    limits = stats.get("limits") or {"types": {}, "groups": {}}
-    for kind in ("groups", "types"):
-        for name, e in limits[kind].items():
-            running = f"{e['units_running']}/{e['concurrency_limit']}" if e["concurrency_limit"] else "-"
-            rate = e.get("rate_limit")
-            starts = f"{e['starts_in_window']}/{rate['max_starts']} per {format_duration(rate['window'])}" if rate else "-"
-            held = Text(f"{e['ready_held']:,}", style="yellow" if e["ready_held"] else "")
-            nxt = e.get("next_start_in")
-            rows.append([text(f"{kind[:-1]} {name}"), running, starts, held,
-                         "-" if nxt is None else f"in {format_duration(nxt)}"])
-    return cols, rows
-
-
-def _rate(v: float) -> str:
-    return f"{v:.2f}"
-
-
 def throughput_lines(stats: dict, width: int, full: bool) -> list[Text]:
     """Runs per minute and run times: 2 lines, or (full) a table with the last hour's sparklines."""
     t = stats["throughput"]
@@ -394,26 +424,21 @@ def screen_lines(stats: dict, now: int, *, width: int, height: int | None = None
     line = pauses_line(stats, now)
     paused = [line] if line is not None else []
     fixed = len(top) + len(paused) + 1  # the title, what is paused, and the summary line
-    if not stats["queues"]:
-        queues = [Text("queues: no jobs yet")]
-    else:
-        queues = None
-    lists = {w: _list_rows(stats, now, w, highlight) for w in ("limits", "stuck", "buried", "aging")}
-    present = [w for w in ("limits", "stuck", "buried", "aging") if lists[w][1]]
-    if queues is None:
-        # Room kept below the queues: a header and a row of each list, and two lines of rates;
-        # the queue table's own header, (all) and "… more queues" lines.
-        spare = None if height is None else max(height - fixed - 2 * len(present) - 2 - 3, 1)
-        queues = queue_lines(stats, width, previous, max_rows=spare)
+    lists = {"limits": limits(stats), "stuck": stuck(stats, highlight), "buried": buried(stats, now), "aging": aging(stats)}
+    present = [w for w in lists if lists[w].rows]
+    # Room kept below the queues: a header and a row of each list, and two lines of rates;
+    # the queue table's own header, (all) and "… more queues" lines.
+    spare = None if height is None else max(height - fixed - 2 * len(present) - 2 - 3, 1)
+    counts = queue_lines(stats, width, previous, max_rows=spare) if stats["queues"] else [Text("queues: no jobs yet")]
     throughput_full = throughput_lines(stats, width, full=True)
     throughput_short = throughput_lines(stats, width, full=False)
     rates: list[Text]
     if height is None:
-        take = {w: len(lists[w][1]) for w in present}
+        take = {w: len(lists[w].rows) for w in present}
         rates = throughput_full
         gaps = True
     else:
-        left = height - fixed - len(queues)
+        left = height - fixed - len(counts)
         take = {w: 0 for w in present}
         rates = []
         for w in present:  # each list: its header and one row, as long as there is room
@@ -425,31 +450,20 @@ def screen_lines(stats: dict, now: int, *, width: int, height: int | None = None
         while more and left > 0:  # then one more row to each list in turn
             more = False
             for w in present:
-                if left > 0 and 0 < take[w] < len(lists[w][1]):
+                if left > 0 and 0 < take[w] < len(lists[w].rows):
                     take[w], left, more = take[w] + 1, left - 1, True
         extra = len(throughput_full) - len(rates)
         if rates and left >= extra:
             rates, left = throughput_full, left - extra
         blocks = 1 + sum(1 for w in present if take[w]) + (1 if rates else 0)
         gaps = left >= blocks  # blank lines between blocks only when everything else fits
-    out = top + queues + paused + [summary_line(stats)]
+    out = top + counts + paused + [summary_line(stats)]
     for w in present:
         if take.get(w):
-            cols, rows = lists[w]
-            out += ([Text("")] if gaps else []) + grid_lines(cols, rows[:take[w]], width)
+            out += ([Text("")] if gaps else []) + section_lines(lists[w], width, take[w])
     if rates:
         out += ([Text("")] if gaps else []) + rates
     for line in out:
         if line.cell_len > width:
             line.truncate(width, overflow="ellipsis")
     return out if height is None else out[:height]
-
-
-def watch_title(now: int, interval: float, location: str | None) -> Text:
-    from datetime import datetime
-
-    stamp = datetime.fromtimestamp(now / 1000).strftime("%H:%M:%S")
-    line = Text(f"refreshed {stamp} · every {format_duration(interval)} · Ctrl-C to quit", style="dim")
-    if location:
-        line.append(f" · {safe(location)}", style="dim")
-    return line

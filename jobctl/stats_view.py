@@ -39,6 +39,39 @@ def queues(stats: dict, width: int | None = None, *, previous: dict | None = Non
     return [queues_table(stats)]
 
 
+def queue_rows(stats: dict, names: list[str], *, compact: bool = False,
+               previous: dict | None = None) -> list[tuple[Cell, dict]]:
+    """A row of each queue in `names` and, when there is more than one queue, the (all) row: its
+    label (a Cell, so that a pause note is cut before the name) and its cells by QUEUE_COLUMNS key,
+    one format per column (`compact`: 12k). A backlog of ready jobs that grew since `previous`
+    (the last snapshot of --watch) is marked ↑."""
+    before = (previous or {}).get("queues", {})
+    records: list[tuple[str | None, dict]] = [(name, stats["queues"][name]) for name in names]
+    if len(stats["queues"]) > 1:
+        records.append((None, stats["totals"]))
+    fmts = {key: _count_format([r[key] for _, r in records], compact) for key, _, _ in QUEUE_COLUMNS
+            if key != "oldest_ready_age"}
+    rows = []
+    for name, r in records:
+        if name is None:
+            label = Cell(Text("(all)", style="bold"))
+        else:
+            paused = pause_label(r)
+            label = Cell(text(name), Text(f" ({paused})", style="magenta") if paused else None)
+        cells: dict[str, Text | str] = {}
+        for key, _, _ in QUEUE_COLUMNS:
+            if key == "oldest_ready_age":
+                cells[key] = _age(r[key])
+            elif key == "ready" and name is not None and name in before and r["ready"] > before[name]["ready"]:
+                cells[key] = Text(fmts[key](r[key]) + "↑", style="bold yellow")
+            elif key == "buried" and r[key]:
+                cells[key] = Text(fmts[key](r[key]), style="red")
+            else:
+                cells[key] = fmts[key](r[key])
+        rows.append((label, cells))
+    return rows
+
+
 def throughput(stats: dict, width: int | None = None, *, full: bool = True) -> list[RenderableType]:
     """Runs per minute and run times. With a `width`: two lines, or (`full`) a table with the
     sparklines of the last hour that fit beside it. Without: a whole table and two lines."""
@@ -232,10 +265,6 @@ def watch_title(now: int, interval: float, location: str | None) -> Text:
 # -- without a width: whole tables for a pipe --------------------------------------------------
 
 
-def _count(n: int) -> str:
-    return f"{n:,}"
-
-
 def _age(seconds: float | None) -> str:
     return format_duration(seconds) if seconds is not None else "-"
 
@@ -259,27 +288,17 @@ def _grid_table(columns: list[tuple[str, dict]]) -> Table:
     return table
 
 
+WHOLE_ORDER = ("ready", "scheduled", "blocked", "running", "cancel_requested", "buried", "completed", "cancelled",
+               "oldest_ready_age")  # the columns of the whole table, after QUEUE
+
+
 def queues_table(stats: dict) -> Table:
     """The per-queue counts as a whole table (a pipe)."""
     right = {"justify": "right", "no_wrap": True}
-    table = _grid_table([("QUEUE", {}), ("READY", right), ("SCHED", right), ("BLOCKED", right),
-                         ("RUN", right), ("STOPPING", right), ("BURIED", right), ("DONE", right),
-                         ("CANCELLED", right), ("OLDEST", right)])
-    for name, q in stats["queues"].items():
-        label = text(name)
-        paused = pause_label(q)
-        if paused:
-            label.append(f" ({paused})", style="magenta")
-        table.add_row(
-            label, _count(q["ready"]), _count(q["scheduled"]), _count(q["blocked"]), _count(q["running"]),
-            _count(q["cancel_requested"]), Text(_count(q["buried"]), style="red" if q["buried"] else ""),
-            _count(q["completed"]), _count(q["cancelled"]), _age(q["oldest_ready_age"]),
-        )
-    if len(stats["queues"]) > 1:
-        t = stats["totals"]
-        table.add_row(Text("(all)", style="bold"), _count(t["ready"]), _count(t["scheduled"]), _count(t["blocked"]),
-                      _count(t["running"]), _count(t["cancel_requested"]), _count(t["buried"]),
-                      _count(t["completed"]), _count(t["cancelled"]), _age(t["oldest_ready_age"]))
+    headers = {key: header for key, header, _ in QUEUE_COLUMNS}
+    table = _grid_table([("QUEUE", {})] + [(headers[key], right) for key in WHOLE_ORDER])
+    for label, cells in queue_rows(stats, list(stats["queues"])):
+        table.add_row(label.main + label.suffix, *(cells[key] for key in WHOLE_ORDER))
     return keep_whole(table)
 
 
@@ -342,33 +361,10 @@ def queue_lines(stats: dict, width: int, previous: dict | None = None, max_rows:
         urgent = sorted(names, key=lambda n: (not qs[n]["buried"], -(qs[n]["oldest_ready_age"] or 0), n))
         keep = set(urgent[:max(max_rows, 1)])
         shown = [n for n in names if n in keep]
-    before = (previous or {}).get("queues", {})
-    records = [(name, stats["queues"][name]) for name in shown]
-    if len(names) > 1:
-        records.append((None, stats["totals"]))
-    compact = width < 120
-    fmts = {key: _count_format([r[key] for _, r in records], compact) for key, _, _ in QUEUE_COLUMNS
-            if key != "oldest_ready_age"}
     # A queue name is cut only when dropping the minor counts was not enough ("billing-…" could be another queue).
     cols = [Col("QUEUE", cut=True, least=8, soft=64)] + [Col(h, right=True, drop=d) for _, h, d in QUEUE_COLUMNS]
-    rows = []
-    for name, r in records:
-        if name is None:
-            label = Cell(Text("(all)", style="bold"))
-        else:
-            paused = pause_label(r)
-            label = Cell(text(name), Text(f" ({paused})", style="magenta") if paused else None)
-        row: list[Cell | Text | str] = [label]
-        for key, _, _ in QUEUE_COLUMNS:
-            if key == "oldest_ready_age":
-                row.append(_age(r[key]))
-            elif key == "ready" and name is not None and name in before and r["ready"] > before[name]["ready"]:
-                row.append(Text(fmts[key](r[key]) + "↑", style="bold yellow"))
-            elif key == "buried" and r[key]:
-                row.append(Text(fmts[key](r[key]), style="red"))
-            else:
-                row.append(fmts[key](r[key]))
-        rows.append(row)
+    rows = [[label, *(cells[key] for key, _, _ in QUEUE_COLUMNS)]
+            for label, cells in queue_rows(stats, shown, compact=width < 120, previous=previous)]
     lines = grid_lines(cols, rows, width)
     if len(shown) < len(names):
         lines.insert(len(shown) + 1, Text(f"… {len(names) - len(shown)} more queues: a taller window, or stats -q NAME",

@@ -165,3 +165,23 @@ def test_a_long_pause_note_is_cut_before_the_queue_name():
     shown = cell.render(52).plain
     assert shown.startswith(name + " (paused") and shown.endswith("…") and len(shown) == 52
     assert cell.render(20).plain.endswith("…") and len(cell.render(20).plain) == 20  # too narrow: both cut
+
+
+def test_each_section_alone_is_what_the_screen_shows(db):
+    """The pieces an interactive view will reuse: each section from the figures and a width alone
+    gives the lines the stats screen shows for it, none wider than the width."""
+    from rich.cells import cell_len
+
+    busy_database(db, n_ready=300)
+    with Queue.open(db) as q:
+        figures, now = q.stats()
+    for width in (80, 200):
+        screen = [line.plain for line in stats_view.screen_lines(figures, now, width=width)]
+        sections = [stats_view.stuck(figures), stats_view.buried(figures, now), stats_view.aging(figures)]
+        assert all(s.rows for s in sections)
+        for lines in [stats_view.queues(figures, width), stats_view.throughput(figures, width),
+                      *(stats_view.section_view(s, width) for s in sections)]:
+            plain = [line.plain for line in lines]
+            assert all(cell_len(p) <= width for p in plain)
+            start = screen.index(plain[0])
+            assert screen[start:start + len(plain)] == plain

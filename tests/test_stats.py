@@ -6,7 +6,7 @@ import time
 import pytest
 
 from conftest import JOBCTL, Clock, run_on_pty
-from jobctl import output
+from jobctl import output, stats_view
 from jobctl.queue import Queue
 from jobctl.stats import check, prometheus
 
@@ -168,7 +168,7 @@ def test_rendered_tables_of_a_known_database(db):
     with q:
         s = q.stats()[0]
     expected = "\n".join(line.rstrip() for line in EXPECTED_TABLES.splitlines()) + "\n"
-    assert render(output.stats_view(s, q.now())) == expected
+    assert render(stats_view.render(s, q.now())) == expected
 
 
 def test_empty_sections_say_so_in_one_line(cli, db):
@@ -256,8 +256,8 @@ def test_watch_on_a_terminal_redraws_and_exits_0_on_sigint(db):
 
 
 def test_sparkline_scales_to_the_largest_value():
-    assert output.sparkline([0, 0, 0]) == "▁▁▁"
-    assert output.sparkline([0, 4, 8]) == "▁▅█"
+    assert stats_view.sparkline([0, 0, 0]) == "▁▁▁"
+    assert stats_view.sparkline([0, 4, 8]) == "▁▅█"
 
 
 # -- --check --quiet for cron; -q narrows everything and an unknown queue is a usage error ---------

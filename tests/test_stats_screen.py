@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conftest import JOBCTL, Clock, run_on_pty
-from jobctl import output
+from jobctl import stats_view
 from jobctl.queue import Queue
 
 QUEUES = ["billing-invoices-eu", "email", "media.transcode:high", "reports", "default"]
@@ -111,19 +111,19 @@ def test_screen_lines_never_exceed_the_terminal(db):
     from rich.cells import cell_len
 
     for width, height in ((80, 24), (200, 50), (40, 10), (20, 5), (80, 3), (1, 1)):
-        title = output.watch_title(now, 2, "/tmp/x.db")
-        lines = output.screen_lines(figures, now, width=width, height=height, title=title)
+        title = stats_view.watch_title(now, 2, "/tmp/x.db")
+        lines = stats_view.screen_lines(figures, now, width=width, height=height, title=title)
         assert len(lines) <= height, (width, height)
         assert all(cell_len(line.plain) <= width for line in lines), (width, height)
         assert lines[0].plain.startswith("refreshed"[:width - 1])
-    lines = [line.plain for line in output.screen_lines(figures, now, width=80, height=24)]
+    lines = [line.plain for line in stats_view.screen_lines(figures, now, width=80, height=24)]
     assert any(line.startswith("… ") and "more queues" in line for line in lines)
     # the queues that need a look get the room: every queue with buried jobs is listed
     for name in QUEUES:
         assert any(line.startswith(name) for line in lines), name
     assert any(line.startswith("runs/min") for line in lines)
     # without a height (stats on a terminal), everything
-    every = [line.plain for line in output.screen_lines(figures, now, width=80)]
+    every = [line.plain for line in stats_view.screen_lines(figures, now, width=80)]
     assert sum(1 for line in every if "tenant-" in line) == 30
 
 
@@ -165,3 +165,23 @@ def test_a_long_pause_note_is_cut_before_the_queue_name():
     shown = cell.render(52).plain
     assert shown.startswith(name + " (paused") and shown.endswith("…") and len(shown) == 52
     assert cell.render(20).plain.endswith("…") and len(cell.render(20).plain) == 20  # too narrow: both cut
+
+
+def test_each_section_alone_is_what_the_screen_shows(db):
+    """The pieces an interactive view will reuse: each section from the figures and a width alone
+    gives the lines the stats screen shows for it, none wider than the width."""
+    from rich.cells import cell_len
+
+    busy_database(db, n_ready=300)
+    with Queue.open(db) as q:
+        figures, now = q.stats()
+    for width in (80, 200):
+        screen = [line.plain for line in stats_view.screen_lines(figures, now, width=width)]
+        sections = [stats_view.stuck(figures), stats_view.buried(figures, now), stats_view.aging(figures)]
+        assert all(s.rows for s in sections)
+        for lines in [stats_view.queues(figures, width), stats_view.throughput(figures, width),
+                      *(stats_view.section_view(s, width) for s in sections)]:
+            plain = [line.plain for line in lines]
+            assert all(cell_len(p) <= width for p in plain)
+            start = screen.index(plain[0])
+            assert screen[start:start + len(plain)] == plain

@@ -1,6 +1,6 @@
 """`jobctl stats`: the queue at a glance, live with --watch, as JSON, as Prometheus
 text, or as a probe with --check. The figures come from jobctl.stats (one consistent read); the
-drawing from jobctl.output (pure renderers); this module only wires options to them and runs the
+drawing from jobctl.stats_view (pure renderers); this module only wires options to them and runs the
 refresh loop."""
 
 from __future__ import annotations
@@ -105,32 +105,29 @@ def stats(
     if fmt == "prometheus":
         sys.stdout.write(prometheus(figures))
         return
-    from jobctl import output
+    from jobctl import output, stats_view
     from jobctl.stats import masked
 
     figures, now = masked(figures, now, st.settings.secret_keys)  # human views only: --json stays exact
     out = output.console()
     if out.is_terminal:  # fitted to the screen's width: one line per row, nothing folded
-        from rich.console import Group
-
-        out.print(Group(*output.screen_lines(figures, now, width=out.width)), crop=False)
+        out.print(stats_view.render(figures, now, width=out.width), crop=False)
         return
-    output.print_view(output.stats_view(figures, now))  # in a pipe: every line whole, for grep
+    output.print_view(stats_view.render(figures, now))  # in a pipe: every line whole, for grep
 
 
 def _watch(snapshot, interval: float, location: str) -> None:
     """Redraw until Ctrl-C (exit 0). Each snapshot is its own short read, so checkpoints go on."""
-    from rich.console import Group
     from rich.live import Live
 
-    from jobctl import output
+    from jobctl import output, stats_view
 
     out = output.console()
 
     def frame(figures, now, previous):  # fitted to the screen's size of the moment
         width, height = out.size
-        return Group(*output.screen_lines(figures, now, width=width, height=height, previous=previous,
-                                          title=output.watch_title(now, interval, location), highlight=True))
+        return stats_view.render(figures, now, width=width, height=height, previous=previous,
+                                 title=stats_view.watch_title(now, interval, location), highlight=True)
 
     previous = None
     try:

@@ -45,7 +45,7 @@ from jobctl.config import DEFAULT_PG_SCHEMA, PG_SCHEMA_NAME
 from jobctl.engines import SEARCH_PATH_OPTION, display, password_span, pg_onestatement, pg_schema
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob
 from jobctl.engines.pg_schema import SCHEMA_VERSION
-from jobctl.engines.sql import SQLEngine, schema_check
+from jobctl.engines.sql import HELD_SQL, SQLEngine, schema_check
 from jobctl.engines.transfer import PostgresTransfer
 from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, JobctlError)
 from jobctl.models import Job, row_damage
@@ -1132,7 +1132,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         try:
             with self._errors():
                 c = self.conn
-                held_with = "SELECT 1 FROM jobs WHERE status IN ('running', 'cancel_requested') AND token = ?"  # (jobs_held)
+                held_with = f"SELECT 1 FROM jobs WHERE {HELD_SQL} AND token = ?"  # (jobs_held)
                 if request is not None and c.execute(held_with, (request.token,)).fetchone():
                     return True
                 if completion is not None:

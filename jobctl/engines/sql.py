@@ -34,12 +34,15 @@ from functools import lru_cache, partial
 
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob, RunLog
 from jobctl.errors import DamagedJob, InvalidState, JobctlError, NoSuchJob
-from jobctl.models import FINISHED, JOB_COLUMNS, Event, Job, row_damage
+from jobctl.models import FINISHED, HELD, JOB_COLUMNS, REACTING, Event, Job, row_damage
 from jobctl import payloads
 from jobctl.payloads import sha256
 
-HELD = ("running", "cancel_requested")
-REACTING = ("buried", "completed", "cancelled")  # the states a job may have a reaction to (Job.reaction_type)
+# The states in SQL, as the partial indexes of both schemas spell them (schema.py, pg_schema.py,
+# whose migrations keep their own frozen text: tests/test_engine_contract.py checks they agree).
+# A query that means "ready" or "held" says it with these, so the planner matches the index.
+READY = "status = 'pending' AND waiting_on = 0"  # ready, or scheduled for later (run_at): not blocked
+HELD_SQL = "status IN (" + ", ".join(f"'{s}'" for s in HELD) + ")"
 DEPENDS, DEPENDED_ON = 1, 2  # bits of jobs.dep_flags (schema.py)
 UNIQUE_LIVE = ("pending", "running", "cancel_requested")
 MAX_CLAIMS_KEPT = 4096  # jobs an engine remembers as it claimed them (a worker holds a few)
@@ -93,7 +96,7 @@ def _pick_sql(indexed: str, by_queue: bool, types: int, skip_locked: str, paused
     with `paused`, one that no pause holds (false: the engine knows there is no pause at all)."""
     queue_filter = " AND queue = ?" if by_queue else ""
     type_filter = f" AND type IN ({','.join('?' * types)})" if types else ""
-    return (f"SELECT id FROM jobs{indexed} WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?"
+    return (f"SELECT id FROM jobs{indexed} WHERE {READY} AND run_at <= ?"
             f"{queue_filter}{type_filter}{NOT_PAUSED if paused else ''} ORDER BY priority DESC, run_at, id "
             f"LIMIT 1{skip_locked}")
 
@@ -416,7 +419,7 @@ class SQLEngine:
     # -- admission control -------------------------------------------------------------------
 
     HELD_ROWS = ("SELECT type, concurrency_group, cost_units, claimed_at FROM jobs{} "
-                 "WHERE status IN ('running', 'cancel_requested')")  # literals: the partial index's own
+                 "WHERE " + HELD_SQL)  # literals: the partial index's own
 
     def _held_rows(self, c) -> list:
         """Every held job's type, group, cost and start: few rows (one per running handler)."""
@@ -532,7 +535,7 @@ class SQLEngine:
                 # fixed by its WHERE: only the index that starts with them gives that order without a
                 # sort, so a planner takes it even without statistics.
                 best = ("SELECT best.id FROM (SELECT id FROM jobs" + self._indexed("jobs_ready_by_type") +
-                        " WHERE status = 'pending' AND waiting_on = 0 AND type = ? AND concurrency_group {}"
+                        f" WHERE {READY} AND type = ? AND concurrency_group {{}}"
                         f" AND run_at <= ?{queue_filter}{paused}{room_sql} ORDER BY type, concurrency_group, "
                         "priority DESC, run_at, id LIMIT 1) AS best")
                 union = " UNION ALL ".join(best.format("IS NULL" if g is None else "= ?") for _, g in keys)
@@ -546,7 +549,7 @@ class SQLEngine:
                 type_sql = f" AND type IN ({','.join('?' * len(types))})" if types is not None else ""
                 index = "jobs_ready_by_queue" if queue is not None else "jobs_ready"
                 pick = (f"SELECT id FROM jobs{self._indexed(index)} "
-                        f"WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?{queue_filter}{paused}"
+                        f"WHERE {READY} AND run_at <= ?{queue_filter}{paused}"
                         f"{type_sql}{shut_sql}{room_sql} ORDER BY priority DESC, run_at, id LIMIT 1{self.SKIP_LOCKED}")
                 params = [now, *queue_params, now, now, *(types or ()), *shut, *room_params]
             job = self._take(c, request, now, pick, params)
@@ -560,7 +563,7 @@ class SQLEngine:
         # (each step is the first row of the index after the last type: ordered as that index
         # alone orders rows, so a planner without statistics still takes it)
         walk = ("SELECT type FROM jobs" + self._indexed("jobs_ready_by_type") +
-                " WHERE status = 'pending' AND waiting_on = 0{} ORDER BY type, concurrency_group, priority DESC, "
+                f" WHERE {READY}{{}} ORDER BY type, concurrency_group, priority DESC, "
                 "run_at, id LIMIT 1")
         rows = c.execute(f"WITH RECURSIVE t(v, n) AS (SELECT ({walk.format('')}), 1 UNION ALL "
                          f"SELECT ({walk.format(' AND type > t.v')}), n + 1 FROM t WHERE t.v IS NOT NULL AND n <= ?) "
@@ -579,7 +582,7 @@ class SQLEngine:
             return None
         room = admission.room
         walk = ("SELECT concurrency_group FROM jobs" + self._indexed("jobs_ready_by_type") +
-                " WHERE status = 'pending' AND waiting_on = 0 AND type = ? AND concurrency_group {} "
+                f" WHERE {READY} AND type = ? AND concurrency_group {{}} "
                 "ORDER BY type, concurrency_group, priority DESC, run_at, id LIMIT 1")
         groups = ", ".join(f"g{i}(v, n) AS (SELECT ({walk.format('IS NOT NULL')}), 1 UNION ALL "
                            f"SELECT ({walk.format('> g' + str(i) + '.v')}), n + 1 FROM g{i} "
@@ -600,7 +603,7 @@ class SQLEngine:
             units = policy.held_units(limits, held)
             starts = {t: self._recent_starts(c, held, t, n, window, now) for t, (n, window) in limits.rates.items()}
             admission = policy.admission(limits, {t: len(s) for t, s in starts.items()}, units)
-            ready_sql = ("SELECT count(*) FROM jobs{} WHERE status = 'pending' AND waiting_on = 0 "
+            ready_sql = (f"SELECT count(*) FROM jobs{{}} WHERE {READY} "
                          "AND run_at <= ? AND {}" + NOT_PAUSED)
             counts: dict[tuple[str, str], int] = {}
             for t in ({*limits.rates, *limits.types} if held_ready else ()):
@@ -909,7 +912,7 @@ class SQLEngine:
         def select(now: int) -> tuple[str, list]:
             expired, params = self._expired_where(now)
             # (only held rows are read, through an index on status: tests/test_lease_sweeps.py)
-            sql = f"SELECT * FROM jobs WHERE status IN ('running', 'cancel_requested') AND ({expired}"
+            sql = f"SELECT * FROM jobs WHERE {HELD_SQL} AND ({expired}"
             if silent_for_ms is not None:
                 silent, silent_params = self._silent_where(now, silent_for_ms)
                 sql += f" OR {silent}"
@@ -954,8 +957,8 @@ class SQLEngine:
 
     MATCH_KINDS = {  # update_matching's kinds of job not yet started; every parameter is "now"
         "pending": "status = 'pending'",
-        "ready": "status = 'pending' AND waiting_on = 0 AND run_at <= ?",
-        "scheduled": "status = 'pending' AND waiting_on = 0 AND run_at > ?",
+        "ready": f"{READY} AND run_at <= ?",
+        "scheduled": f"{READY} AND run_at > ?",
         "blocked": "status = 'pending' AND waiting_on > 0",
         "buried": "status = 'buried'",
     }
@@ -1179,7 +1182,7 @@ class SQLEngine:
         now = self.now()
         if stuck:  # held, and its lease expired or it ran past its timeout
             expired, expired_args = self._expired_where(now)
-            clauses.append(f"status IN ('running', 'cancel_requested') AND ({expired} OR claimed_at + timeout_ms < ?)")
+            clauses.append(f"{HELD_SQL} AND ({expired} OR claimed_at + timeout_ms < ?)")
             args += [*expired_args, now]
         if created_older_than_ms is not None:
             clauses.append("created_at < ?")
@@ -1193,7 +1196,7 @@ class SQLEngine:
                 over, over_args = self._over_key(kind, name, room, held_by.limits)
                 held.append(over)
                 held_args += over_args
-            clauses.append("status = 'pending' AND waiting_on = 0 AND run_at <= ?" + NOT_PAUSED +
+            clauses.append(f"{READY} AND run_at <= ?" + NOT_PAUSED +
                            " AND (" + " OR ".join(held) + ")")
             args += [now, now, now, *held_args]
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
@@ -1262,11 +1265,11 @@ class SQLEngine:
                     continue
                 scheduled[queue] = c.execute(
                     f"SELECT count(*) FROM jobs{self._indexed('jobs_pending_age')} "
-                    "WHERE status = 'pending' AND waiting_on = 0 AND queue = ? AND run_at > ?", (queue, now),
+                    f"WHERE {READY} AND queue = ? AND run_at > ?", (queue, now),
                 ).fetchone()[0]
                 rows = c.execute(
                     f"SELECT * FROM jobs{self._indexed('jobs_pending_age')} "
-                    "WHERE status = 'pending' AND waiting_on = 0 AND queue = ? AND run_at <= ? "
+                    f"WHERE {READY} AND queue = ? AND run_at <= ? "
                     "ORDER BY run_at, id LIMIT ?", (queue, now, limit),
                 ).fetchall()
                 ready = sound_jobs(rows, damaged)
@@ -1375,7 +1378,7 @@ class SQLEngine:
         expired, args = self._expired_where(self.now())
         with self._read() as c:
             return c.execute(
-                f"SELECT count(*) FROM jobs WHERE status IN ('running', 'cancel_requested') AND ({expired})", args
+                f"SELECT count(*) FROM jobs WHERE {HELD_SQL} AND ({expired})", args
             ).fetchone()[0]
 
     def pending_types(self) -> dict[str, int]:

@@ -555,7 +555,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
     NULL_EQ = "IS NOT DISTINCT FROM"
     GREATEST = "GREATEST"
     NO_LIMIT = None  # LIMIT NULL: no limit
-    SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
+    SKIP_LOCKED = pg_onestatement.SKIP_LOCKED
     ROW_LOCK = " FOR UPDATE"
     PARENTS_LOCK = " FOR NO KEY UPDATE"  # (they are updated: dep_flags)
     ID_AMONG = "id = ANY(ARRAY({}))"

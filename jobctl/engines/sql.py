@@ -75,8 +75,27 @@ def details_text(details: dict | None) -> str | None:
     return json.dumps(details, ensure_ascii=False) if details else None
 
 
-INSERT_RUN = ("INSERT INTO runs (job_id, queue, type, worker, ready_at, started_at, ended_at, outcome) "
-              "VALUES (?,?,?,?,?,?,?,?)")
+# The rows a transition writes besides the job's, each written by one text: the general path
+# appends VALUES, PostgreSQL's one statement a SELECT from the CTE that changed the job.
+INTO_RUNS = "INSERT INTO runs (job_id, queue, type, worker, ready_at, started_at, ended_at, outcome) "
+INTO_EVENTS = "INSERT INTO events (job_id, at, from_status, to_status, actor, message, details) "
+INTO_LOGS = "INSERT INTO job_logs (job_id, started_at, ended_at, head, tail, dropped) "
+LOGS_UPSERT = (" ON CONFLICT (job_id, started_at) DO UPDATE SET ended_at = excluded.ended_at, head = excluded.head, "
+               "tail = excluded.tail, dropped = excluded.dropped")
+INSERT_RUN = INTO_RUNS + "VALUES (?,?,?,?,?,?,?,?)"
+
+# The claim's event says which run this is, in SQL where the claim is one statement (of the row
+# the UPDATE returned) and in Python after the general claim's UPDATE: the same words.
+CLAIM_MESSAGE_SQL = "'run ' || attempts || ' of ' || max_attempts"
+
+
+def claim_message(job: Job) -> str:
+    return f"run {job.attempts} of {job.max_attempts}"
+
+
+# The completion's guard: the row still holds the claim it was decided on (same token, still
+# running) and no job waits on it (its dependents are the general path's to unblock).
+HOLDS_CLAIM = f"status = 'running' AND token = ? AND dep_flags & {DEPENDED_ON} = 0"
 
 
 def completes_alone(job: Job, change: Change) -> bool:
@@ -90,38 +109,87 @@ def completes_alone(job: Job, change: Change) -> bool:
                     for k, v in change.fields.items()))
 
 
+# The two writers of the worker's transitions, the claim and the completion of a held job, are
+# built here once for every path: the general claim (SQLEngine._take), SQLite's held completion
+# (_complete_held) and PostgreSQL's one statement (pg_onestatement.py). Their time is `now`: SQL
+# text that is either a parameter ("?", the value the transaction read) or the statement's own
+# reading of the clock; the other dialect hooks are the pick's index and row-lock clauses.
+# (lru_cache: the same text object for the same shape: a worker's statement is looked up, not rebuilt.)
+
 @lru_cache(maxsize=64)
-def _pick_sql(indexed: str, by_queue: bool, types: int, skip_locked: str, paused: bool = True) -> str:
+def _pick_sql(indexed: str, by_queue: bool, types: int, skip_locked: str, paused: bool = True, now: str = "?") -> str:
     """The claim's pick: the best ready job of one queue (or of any) and of these types (or any);
-    with `paused`, one that no pause holds (false: the engine knows there is no pause at all)."""
+    with `paused`, one that no pause holds (false: the engine knows there is no pause at all).
+    Its parameters: pick_params."""
     queue_filter = " AND queue = ?" if by_queue else ""
     type_filter = f" AND type IN ({','.join('?' * types)})" if types else ""
-    return (f"SELECT id FROM jobs{indexed} WHERE {READY} AND run_at <= ?"
-            f"{queue_filter}{type_filter}{NOT_PAUSED if paused else ''} ORDER BY priority DESC, run_at, id "
+    not_paused = NOT_PAUSED.replace("?", now) if paused else ""
+    return (f"SELECT id FROM jobs{indexed} WHERE {READY} AND run_at <= {now}"
+            f"{queue_filter}{type_filter}{not_paused} ORDER BY priority DESC, run_at, id "
             f"LIMIT 1{skip_locked}")
 
 
+def pick_params(now: int | None, queue: str | None, types: list[str], paused: bool) -> list:
+    """_pick_sql's parameters; `now` None where its time is the statement's own."""
+    at = [] if now is None else [now]
+    return [*at, *([] if queue is None else [queue]), *types, *(at * 2 if paused else ())]
+
+
 @lru_cache(maxsize=64)
-def _take_sql(pick: str, boot: bool) -> str:
-    """The claim: the job that `pick` finds, moved to running (the same text for the same pick);
-    with `boot`, its lease also timed on the engine's boot clock (SQLEngine._boot)."""
+def _take_sql(pick: str, boot: bool, now: str = "?", gate: str = "") -> str:
+    """The claim: the job that `pick` finds (and `gate` allows), moved to running; with `boot`,
+    its lease also timed on the engine's boot clock (SQLEngine._boot). Its parameters: take_params,
+    then the pick's."""
     lease_boot = ("lease_boot_ms = ? + COALESCE(?, timeout_ms), lease_boot_id = ?" if boot else
                   "lease_boot_ms = NULL, lease_boot_id = NULL")
-    return ("UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = ?, "
-            "heartbeat_at = ?, lease_ms = COALESCE(?, timeout_ms), lease_expires_at = ? + COALESCE(?, timeout_ms), "
-            f"token = ?, progress = NULL, progress_at = NULL, updated_at = ?, {lease_boot} "
-            f"WHERE status = 'pending' AND id = ({pick}) RETURNING *")
+    return (f"UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = {now}, "
+            f"heartbeat_at = {now}, lease_ms = COALESCE(?, timeout_ms), lease_expires_at = {now} + COALESCE(?, timeout_ms), "
+            f"token = ?, progress = NULL, progress_at = NULL, updated_at = {now}, {lease_boot} "
+            f"WHERE {gate}status = 'pending' AND id = ({pick}) RETURNING *")
+
+
+def take_params(request: ClaimRequest, now: int | None, boot: tuple[int, int] | None = None) -> list:
+    """_take_sql's own parameters; `now` None where its time is the statement's own."""
+    if now is None:
+        params = [request.worker, request.lease_ms, request.lease_ms, request.token]
+    else:
+        params = [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now]
+    if boot is not None:
+        params += [boot[0], request.lease_ms, boot[1]]
+    return params
 
 
 @lru_cache(maxsize=64)
-def _completion_sql(columns: tuple[str, ...], nulls: tuple[bool, ...]) -> str:
-    """(The same text object for the same shape: a worker's statement is looked up, not rebuilt.)
+def _completion_sql(columns: tuple[str, ...], nulls: tuple[bool, ...], now: str = "?") -> str:
+    """The completion of a held job, written where its row still holds the claim (HOLDS_CLAIM).
     A column set to None is written as NULL in the text: SQLite's module binds a None parameter
     through its adapter look-up, several times the cost of an int or a str, and a completion
-    clears nine columns."""
+    clears nine columns. Its parameters: completion_params."""
     assignments = "".join(f", {k} = NULL" if null else f", {k} = ?" for k, null in zip(columns, nulls))
-    return (f"UPDATE jobs SET status = 'completed', updated_at = ?, finished_at = ?{assignments} "
-            f"WHERE id = ? AND status = 'running' AND token = ? AND dep_flags & {DEPENDED_ON} = 0")
+    return (f"UPDATE jobs SET status = 'completed', updated_at = {now}, finished_at = {now}{assignments} "
+            f"WHERE id = ? AND {HOLDS_CLAIM}")
+
+
+def completion_fields(change: Change) -> dict:
+    """The columns a held completion sets besides those _completion_sql sets itself."""
+    fields = change.fields
+    if "status" in fields or "updated_at" in fields or "finished_at" in fields:
+        fields = {k: v for k, v in fields.items() if k not in ("status", "updated_at", "finished_at")}
+    return fields
+
+
+def completion_statement(job: Job, fields: dict, now: int | None, now_sql: str = "?") -> tuple[str, list]:
+    """_completion_sql of `fields` for `job` and its parameters; `now` None where its time is the
+    statement's own (now_sql)."""
+    values = fields.values()
+    sql = _completion_sql(tuple(fields), tuple(v is None for v in values), now_sql)
+    at = [] if now is None else [now, now]
+    return sql, [*at, *(v for v in values if v is not None), job.id, job.token]
+
+
+def completed(job: Job, fields: dict, now: int) -> Job:
+    """`job` as the held completion of `fields` left it."""
+    return job.updated({**fields, "status": "completed", "updated_at": now, "finished_at": now})
 
 
 class SQLEngine:
@@ -240,7 +308,7 @@ class SQLEngine:
                *, new_job: bool = False):
         """Record a transition in the job's history (new_job: the first event of a job just inserted)."""
         c.execute(
-            "INSERT INTO events (job_id, at, from_status, to_status, actor, message, details) VALUES (?,?,?,?,?,?,?)",
+            INTO_EVENTS + "VALUES (?,?,?,?,?,?,?)",
             (job_id, now, from_status, to_status, actor, message, details_text(details)),
         )
 
@@ -371,8 +439,7 @@ class SQLEngine:
             if paused is None:
                 paused = self._pauses_possible(c)
             pick = _pick_sql(index, queue is not None, len(types), self.SKIP_LOCKED, paused)
-            params = [now, queue, *types] if queue is not None else [now, *types]
-            job = self._take(c, request, now, pick, [*params, now, now] if paused else params)
+            job = self._take(c, request, now, pick, pick_params(now, queue, types, paused))
             if job is not None:
                 return job
         return None
@@ -385,10 +452,7 @@ class SQLEngine:
         the transaction holds the write lock; where rows are locked, the pick locks its row and
         skips rows that other claims hold (SKIP_LOCKED)."""
         boot = self._boot()
-        params = [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now]
-        if boot is not None:
-            params += [boot[0], request.lease_ms, boot[1]]
-        params += pick_params
+        params = take_params(request, now, boot) + pick_params
         sql = _take_sql(pick, boot is not None)
         while True:
             rows = self._claimed_rows(c, sql, params, request.token)
@@ -402,7 +466,7 @@ class SQLEngine:
         if rows[0]["dep_flags"] & DEPENDS:
             job.after = [r[0] for r in c.execute(
                 "SELECT after_id FROM job_deps WHERE job_id = ? ORDER BY after_id", (job.id,))]
-        self._event(c, job.id, now, "pending", "running", request.worker, f"run {job.attempts} of {job.max_attempts}")
+        self._event(c, job.id, now, "pending", "running", request.worker, claim_message(job))
         return job
 
     def _pauses_possible(self, c) -> bool:
@@ -745,20 +809,16 @@ class SQLEngine:
         """Inside a write transaction: write the completion decided on `job` as this engine claimed
         it, where the row still holds that claim (same id, running, same token, nobody waiting on
         it); None, with nothing written, where it does not (the caller decides on the row as it is)."""
-        fields = change.fields
-        if "status" in fields or "updated_at" in fields or "finished_at" in fields:  # (the statement's own)
-            fields = {k: v for k, v in fields.items() if k not in ("status", "updated_at", "finished_at")}
+        fields = completion_fields(change)
         self._claims.pop(job.id, None)
-        values = fields.values()
-        sql = _completion_sql(tuple(fields), tuple(v is None for v in values))
-        if c.execute(sql, [now, now, *(v for v in values if v is not None), job.id, job.token]).rowcount != 1:
+        if c.execute(*completion_statement(job, fields, now)).rowcount != 1:
             return None
         assert change.run is not None  # (completes_alone)
         self._run_ended(c, job, now, change.run)
         if change.log is not None:
             self._store_output(c, job, change, now)
         self._event(c, job.id, now, "running", "completed", change.actor or actor, change.message)
-        return job.updated({**fields, "status": "completed", "updated_at": now, "finished_at": now})
+        return completed(job, fields, now)
 
     def _complete_held_or_decide(self, c, job_id: int, decide: Decide, completion: tuple[Job, Change], now: int,
                                  actor: str) -> Job:
@@ -855,9 +915,7 @@ class SQLEngine:
         assert out is not None
         ended = None if change.to_status in ("running", "cancel_requested") else now
         c.execute(
-            "INSERT INTO job_logs (job_id, started_at, ended_at, head, tail, dropped) VALUES (?,?,?,?,?,?) "
-            "ON CONFLICT (job_id, started_at) DO UPDATE SET ended_at = excluded.ended_at, head = excluded.head, "
-            "tail = excluded.tail, dropped = excluded.dropped",
+            INTO_LOGS + "VALUES (?,?,?,?,?,?)" + LOGS_UPSERT,
             (job.id, job.claimed_at, ended, bytes(out.head), bytes(out.tail), out.dropped))
 
     def _react(self, c, job: Job, row, change: Change, now: int, actor: str) -> int | None:

@@ -15,9 +15,11 @@ data-modifying CTEs, committed as it runs: one round trip, one commit.
   recovered, a job was enqueued after it), the statement changes nothing at all, the claim
   included, and the engine takes the general path, which decides on the row as it is now.
 
-The time is the server's, read once per statement (the CTE t). What these builders do not cover
+The SQL is the general path's own (engines/sql.py builds the claim and the held completion once),
+at the statement's time: the server's, read once per statement (the CTE t), or a test's injected
+clock passed as its parameter, so tests run what production runs. What these builders do not cover
 takes the general path: claims under limits (their counting takes turns under an advisory lock),
-several queues in order of preference, reactions, dependents to unblock, an injected clock.
+several queues in order of preference, reactions, dependents to unblock.
 """
 
 from __future__ import annotations
@@ -91,11 +93,13 @@ def _claim_ctes(by_queue: bool, types: int, after_done: bool) -> str:
             f"{CLAIM_MESSAGE_SQL}, NULL FROM taken)")
 
 
-def statement(now_sql: str, completion: tuple[str, list] | None, claim: tuple[str, list] | None) -> tuple[str, list]:
-    """The whole statement. Its one row: jobctl_done (1: the completion was written, 0: nothing
-    was; absent without a completion), jobctl_now, then the taken job's columns (NULL when none)
-    and jobctl_after (its `after` ids, when it has any)."""
-    params = [*(completion[1] if completion else ()), *(claim[1] if claim else ())]
+def statement(now_sql: str, clock: int | None, completion: tuple[str, list] | None,
+              claim: tuple[str, list] | None) -> tuple[str, list]:
+    """The whole statement, whose time is now_sql's (with `clock` its one parameter: the engine's
+    CLOCK). Its one row: jobctl_done (1: the completion was written, 0: nothing was; absent
+    without a completion), jobctl_now, then the taken job's columns (NULL when none) and
+    jobctl_after (its `after` ids, when it has any)."""
+    params = [clock, *(completion[1] if completion else ()), *(claim[1] if claim else ())]
     return _statement_sql(now_sql, completion[0] if completion else None, claim[0] if claim else None), params
 
 

@@ -45,7 +45,7 @@ from jobctl.config import DEFAULT_PG_SCHEMA, PG_SCHEMA_NAME
 from jobctl.engines import SEARCH_PATH_OPTION, display, password_span, pg_onestatement, pg_schema
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, NewJob
 from jobctl.engines.pg_schema import SCHEMA_VERSION
-from jobctl.engines.sql import HELD_SQL, SQLEngine, schema_check
+from jobctl.engines.sql import HELD_SQL, SQLEngine, completed, completion_fields, schema_check
 from jobctl.engines.transfer import PostgresTransfer
 from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, JobctlError)
 from jobctl.models import Job, row_damage
@@ -1107,7 +1107,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                 return None
             job, change = completion
             self._claims.pop(job.id, None)
-            done = job.updated({**change.fields, "status": "completed", "updated_at": now, "finished_at": now})
+            done = completed(job, completion_fields(change), now)
         if request is None or row.get("id") is None:
             return done, None
         after = row.pop("jobctl_after")

@@ -164,7 +164,7 @@ def _completion_sql(columns: tuple[str, ...], nulls: tuple[bool, ...], now: str 
     """The completion of a held job, written where its row still holds the claim (HOLDS_CLAIM).
     A column set to None is written as NULL in the text: SQLite's module binds a None parameter
     through its adapter look-up, several times the cost of an int or a str, and a completion
-    clears nine columns. Its parameters: completion_params."""
+    clears nine columns. Its parameters: completion_statement."""
     assignments = "".join(f", {k} = NULL" if null else f", {k} = ?" for k, null in zip(columns, nulls))
     return (f"UPDATE jobs SET status = 'completed', updated_at = {now}, finished_at = {now}{assignments} "
             f"WHERE id = ? AND {HOLDS_CLAIM}")

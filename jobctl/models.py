@@ -36,6 +36,10 @@ class JobStatus(str, Enum):
 TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.CANCELLED})
 FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.CANCELLED, JobStatus.BURIED})
 ACTIVE = frozenset({JobStatus.RUNNING, JobStatus.CANCEL_REQUESTED})  # held by a worker
+# The same states as tuples, named once for the code and its SQL alike (a query takes them as
+# parameters, or as literals through engines/sql.py, in this order).
+HELD = ("running", "cancel_requested")  # held by a worker (ACTIVE)
+REACTING = ("buried", "completed", "cancelled")  # the states a job may have a reaction to (Job.reaction_type)
 
 STATES = tuple(s.value for s in JobStatus)
 LIST_SORTS = ("newest", "oldest", "priority", "run-at", "updated")  # `list --sort`, in the engine's order terms

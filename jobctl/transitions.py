@@ -15,10 +15,8 @@ from typing import Callable
 
 from jobctl.engines.base import Change, NewJob
 from jobctl.errors import InvalidState, StaleToken
-from jobctl.models import Job
+from jobctl.models import HELD, REACTING, Job
 
-HELD = ("running", "cancel_requested")
-REACTING = ("buried", "completed", "cancelled")  # the states a job may react to (Job.reaction_type)
 
 # What a finished claim leaves behind: no worker, lease or token.
 CLEAR_CLAIM = {"worker": None, "lease_expires_at": None, "lease_ms": None, "token": None, "heartbeat_at": None,

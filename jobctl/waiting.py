@@ -10,9 +10,8 @@ from __future__ import annotations
 import time
 
 from jobctl.errors import InvalidState, NoSuchJob, WaitTimedOut
-from jobctl.models import Job
+from jobctl.models import FINISHED, Job
 
-FINISHED = ("completed", "buried", "cancelled")
 FIRST_LOOK = 0.05  # seconds until the second look without a commit seen; doubles up to the cap
 LOOK_CAP = 2.0
 

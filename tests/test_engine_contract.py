@@ -810,3 +810,27 @@ def test_purge_deletes_run_output_with_its_job(engine, clock):
     assert engine.purge("completed", 1) == 1
     engine.insert_jobs([new()], "a")  # a new job never sees an old job's output
     assert engine.run_output(2) is None
+
+
+def test_the_schemas_partial_indexes_say_ready_and_held_as_the_queries_do(tmp_path):
+    """The state vocabulary is written once (engines/sql.py: READY, HELD_SQL) and the queries use
+    it; the schemas' index texts are frozen in their migrations, so they are checked to say the
+    same, word for word (a planner that matches a partial index by its text needs that)."""
+    import inspect
+    import re
+    import sqlite3
+
+    from jobctl.engines import pg_schema
+    from jobctl.engines.sql import HELD_SQL, READY
+    from jobctl.engines.sqlite import SQLiteEngine
+
+    SQLiteEngine.open(tmp_path / "v.db", create=True).close()
+    with sqlite3.connect(tmp_path / "v.db") as c:
+        indexes = dict(c.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"))
+    pg = dict(re.findall(r'"CREATE INDEX (\w+) ON ([^"]*(?:"\s*"[^"]*)*)"', inspect.getsource(pg_schema)))
+    for name in ("jobs_ready", "jobs_ready_by_queue", "jobs_ready_by_type", "jobs_ready_costly",
+                 "jobs_ready_by_group", "jobs_pending_age"):
+        assert indexes[name].split(" WHERE ", 1)[1].startswith(READY), name
+        assert re.sub(r'"\s*"', "", pg[name]).split(" WHERE ", 1)[1].startswith(READY), name
+    assert indexes["jobs_held"].endswith("WHERE " + HELD_SQL)
+    assert pg["jobs_held"].endswith("WHERE " + HELD_SQL)

@@ -247,3 +247,33 @@ def test_a_step_made_just_before_its_connection_was_lost_is_not_made_twice(pq, p
     assert [h[1] for h in history(pg_url, a.id)] == ["pending", "running", "completed"]
     assert [h[1] for h in history(pg_url, nxt_id)] == ["pending", "running"]
     assert rows(pg_url, "SELECT count(*) FROM {s}.runs") == [(1,)]
+
+
+def test_an_injected_clock_runs_the_same_one_statement_step_at_its_time(pg_url):
+    """A test's clock is a parameter of the statements production runs (COALESCE(?, the server's
+    clock)), not a path of its own: the step is still one round trip, at the clock's time."""
+    from conftest import Clock
+
+    t0 = 1_900_000_000.0
+    clock = Clock(t0)
+    q = Queue.open(pg_url, create=True, clock=clock)
+    try:
+        for i in range(4):
+            q.enqueue("t", {"i": i})
+        raw = counting(q)
+        job = q.claim(worker="w")
+        assert len(raw.sent) == 1 and job.claimed_at == int(t0 * 1000)
+        clock.t = t0 + 5
+        raw.sent.clear()
+        done, nxt = q.complete_and_claim(job.id, token=job.token, worker="w")
+        assert len(raw.sent) == 1, raw.sent
+        assert done.finished_at == nxt.claimed_at == int((t0 + 5) * 1000)
+        assert rows(pg_url, "SELECT finished_at, updated_at FROM {s}.jobs WHERE id = %s", (job.id,)) == [
+            (int((t0 + 5) * 1000),) * 2]
+        assert rows(pg_url, "SELECT started_at, ended_at FROM {s}.runs WHERE job_id = %s", (job.id,)) == [
+            (int(t0 * 1000), int((t0 + 5) * 1000))]
+        clock.t = t0 + 9
+        raw.sent.clear()
+        assert q.engine.now() == int((t0 + 9) * 1000)  # (the views' clock: the same one)
+    finally:
+        q.close()

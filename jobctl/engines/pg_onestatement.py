@@ -15,9 +15,11 @@ data-modifying CTEs, committed as it runs: one round trip, one commit.
   recovered, a job was enqueued after it), the statement changes nothing at all, the claim
   included, and the engine takes the general path, which decides on the row as it is now.
 
-The time is the server's, read once per statement (the CTE t). What these builders do not cover
+The SQL is the general path's own (engines/sql.py builds the claim and the held completion once),
+at the statement's time: the server's, read once per statement (the CTE t), or a test's injected
+clock passed as its parameter, so tests run what production runs. What these builders do not cover
 takes the general path: claims under limits (their counting takes turns under an advisory lock),
-several queues in order of preference, reactions, dependents to unblock, an injected clock.
+several queues in order of preference, reactions, dependents to unblock.
 """
 
 from __future__ import annotations
@@ -25,10 +27,13 @@ from __future__ import annotations
 from functools import lru_cache
 
 from jobctl.engines.base import Change, ClaimRequest
-from jobctl.engines.sql import DEPENDED_ON, DEPENDS, NOT_PAUSED
+from jobctl.engines.sql import (CLAIM_MESSAGE_SQL, DEPENDS, INTO_EVENTS, INTO_LOGS, INTO_RUNS, LOGS_UPSERT,
+                                _completion_sql, _pick_sql, _take_sql, completion_fields, completion_statement,
+                                pick_params, take_params)
 from jobctl.models import Job
 
 NOW = "(SELECT now FROM t)"  # the statement's one reading of the server's clock (a scalar, so plans stay index seeks)
+SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
 
 
 def head(now_sql: str) -> str:
@@ -43,67 +48,58 @@ def claims_alone(request: ClaimRequest) -> bool:
 def completion_ctes(job: Job, change: Change, actor: str) -> tuple[str, list]:
     """CTEs that complete `job` where its row still holds the claim it was decided on: `done` (its
     id, or no row), then its run, its event and its output, written only with it."""
-    fields = {k: v for k, v in change.fields.items() if k not in ("status", "updated_at", "finished_at")}
-    params = [*fields.values(), job.id, job.token,
-              job.queue, job.type, job.worker, job.run_at, job.claimed_at, change.run,
-              change.actor or actor, change.message]
+    fields = completion_fields(change)
+    _, params = completion_statement(job, fields, None, NOW)
+    params += [job.queue, job.type, job.worker, job.run_at, job.claimed_at, change.run,
+               change.actor or actor, change.message]
     out = change.log
     if out is not None:
         params += [job.claimed_at, bytes(out.head), bytes(out.tail), out.dropped]
-    return _completion_sql(tuple(fields), out is not None), params
+    return _completion_ctes(tuple(fields), tuple(v is None for v in fields.values()), out is not None), params
 
 
 @lru_cache(maxsize=64)
-def _completion_sql(columns: tuple[str, ...], with_log: bool) -> str:
-    """(The same text object for the same shape: a worker's statement is looked up, not rebuilt.)"""
-    assignments = "".join(f", {k} = ?" for k in columns)
-    sql = (f", done AS (UPDATE jobs SET status = 'completed', updated_at = {NOW}, finished_at = {NOW}{assignments} "
-           f"WHERE id = ? AND status = 'running' AND token = ? AND dep_flags & {DEPENDED_ON} = 0 RETURNING id)"
-           ", done_run AS (INSERT INTO runs (job_id, queue, type, worker, ready_at, started_at, ended_at, outcome) "
-           f"SELECT id, ?::text, ?::text, ?::text, ?::bigint, ?::bigint, {NOW}, ?::text FROM done)"
-           ", done_event AS (INSERT INTO events (job_id, at, from_status, to_status, actor, message) "
-           f"SELECT id, {NOW}, 'running', 'completed', ?::text, ?::text FROM done)")
+def _completion_ctes(columns: tuple[str, ...], nulls: tuple[bool, ...], with_log: bool) -> str:
+    """The held completion's own UPDATE (sql._completion_sql), then the rows the general path
+    writes with it, as SELECTs from it (typed: a CTE's parameters have no column to infer from)."""
+    sql = (f", done AS ({_completion_sql(columns, nulls, NOW)} RETURNING id)"
+           f", done_run AS ({INTO_RUNS}SELECT id, ?::text, ?::text, ?::text, ?::bigint, ?::bigint, {NOW}, ?::text "
+           "FROM done)"
+           f", done_event AS ({INTO_EVENTS}SELECT id, {NOW}, 'running', 'completed', ?::text, ?::text, NULL "
+           "FROM done)")
     if with_log:
-        sql += (", done_log AS (INSERT INTO job_logs (job_id, started_at, ended_at, head, tail, dropped) "
-                f"SELECT id, ?::bigint, {NOW}, ?::bytea, ?::bytea, ?::bigint FROM done "
-                "ON CONFLICT (job_id, started_at) DO UPDATE SET ended_at = excluded.ended_at, head = excluded.head, "
-                "tail = excluded.tail, dropped = excluded.dropped)")
+        sql += (f", done_log AS ({INTO_LOGS}SELECT id, ?::bigint, {NOW}, ?::bytea, ?::bytea, ?::bigint FROM done"
+                f"{LOGS_UPSERT})")
     return sql
 
 
 def claim_ctes(request: ClaimRequest, *, after_done: bool) -> tuple[str, list]:
     """CTEs that take the best ready job for `request` (`taken`: its row, or no row) and write its
     event; with after_done, only when `done` completed its job (all or nothing)."""
-    params = [request.worker, request.lease_ms, request.lease_ms, request.token]
-    if request.queues:
-        params.append(request.queues[0])
-    if request.types:
-        params += request.types
-    return _claim_sql(bool(request.queues), len(request.types or ()), after_done), params
+    queue = request.queues[0] if request.queues else None
+    types = request.types or []
+    params = take_params(request, None) + pick_params(None, queue, types, True)
+    return _claim_ctes(queue is not None, len(types), after_done), params
 
 
 @lru_cache(maxsize=64)
-def _claim_sql(by_queue: bool, types: int, after_done: bool) -> str:
-    filters = (" AND queue = ?" if by_queue else "") + (f" AND type IN ({','.join('?' * types)})" if types else "")
-    pick = (f"SELECT id FROM jobs WHERE status = 'pending' AND waiting_on = 0 AND run_at <= {NOW}{filters}"
-            f"{NOT_PAUSED.replace('?', NOW)} ORDER BY priority DESC, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED")
-    gate = "EXISTS (SELECT 1 FROM done) AND " if after_done else ""
-    sql = (f", taken AS (UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = {NOW}, "
-           f"heartbeat_at = {NOW}, lease_ms = COALESCE(?::bigint, timeout_ms), "
-           f"lease_expires_at = {NOW} + COALESCE(?::bigint, timeout_ms), token = ?, progress = NULL, "
-           f"progress_at = NULL, updated_at = {NOW} "
-           f"WHERE {gate}status = 'pending' AND id = ({pick}) RETURNING *)"
-           ", taken_event AS (INSERT INTO events (job_id, at, from_status, to_status, actor, message) "
-           "SELECT id, claimed_at, 'pending', 'running', worker, 'run ' || attempts || ' of ' || max_attempts "
-           "FROM taken)")
-    return sql
+def _claim_ctes(by_queue: bool, types: int, after_done: bool) -> str:
+    """The general claim's UPDATE and pick (sql._take_sql, sql._pick_sql) at the statement's time,
+    and its event as a SELECT from it."""
+    pick = _pick_sql("", by_queue, types, SKIP_LOCKED, True, NOW)
+    take = _take_sql(pick, False, NOW, "EXISTS (SELECT 1 FROM done) AND " if after_done else "")
+    return (f", taken AS ({take})"
+            f", taken_event AS ({INTO_EVENTS}SELECT id, claimed_at, 'pending', 'running', worker, "
+            f"{CLAIM_MESSAGE_SQL}, NULL FROM taken)")
 
 
-def statement(now_sql: str, completion: tuple[str, list] | None, claim: tuple[str, list] | None) -> tuple[str, list]:
-    """The whole statement. Its one row: jobctl_done (1: the completion was written, 0: nothing
-    was; absent without a completion), jobctl_now, then the taken job's columns (NULL when none)
-    and jobctl_after (its `after` ids, when it has any)."""
-    params = [*(completion[1] if completion else ()), *(claim[1] if claim else ())]
+def statement(now_sql: str, clock: int | None, completion: tuple[str, list] | None,
+              claim: tuple[str, list] | None) -> tuple[str, list]:
+    """The whole statement, whose time is now_sql's (with `clock` its one parameter: the engine's
+    CLOCK). Its one row: jobctl_done (1: the completion was written, 0: nothing was; absent
+    without a completion), jobctl_now, then the taken job's columns (NULL when none) and
+    jobctl_after (its `after` ids, when it has any)."""
+    params = [clock, *(completion[1] if completion else ()), *(claim[1] if claim else ())]
     return _statement_sql(now_sql, completion[0] if completion else None, claim[0] if claim else None), params
 
 

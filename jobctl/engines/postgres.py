@@ -46,7 +46,7 @@ from jobctl.engines.base import Change, Check, ClaimRequest, Decide, Inserted, N
 from jobctl.engines.pg_driver import Connection, Cursor, _row_type
 from jobctl.engines.pg_schema import SCHEMA_VERSION
 from jobctl.engines.pg_target import Target, _first_line
-from jobctl.engines.sql import SQLEngine, schema_check
+from jobctl.engines.sql import HELD_SQL, SQLEngine, completed, completion_fields, schema_check
 from jobctl.engines.transfer import PostgresTransfer
 from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, JobctlError)
 from jobctl.models import Job, row_damage
@@ -98,13 +98,16 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
     NULL_EQ = "IS NOT DISTINCT FROM"
     GREATEST = "GREATEST"
     NO_LIMIT = None  # LIMIT NULL: no limit
-    SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
+    SKIP_LOCKED = pg_onestatement.SKIP_LOCKED
     ROW_LOCK = " FOR UPDATE"
     PARENTS_LOCK = " FOR NO KEY UPDATE"  # (they are updated: dep_flags)
     ID_AMONG = "id = ANY(ARRAY({}))"
     STORES_NUL = False  # text cannot hold NUL: a payload or result with one is refused (_refuse_nul)
     wakes = True  # LISTEN/NOTIFY on a connection of its own
     reconnects = True  # a lost connection is replaced at the next call (_reconnect)
+    # The time a statement goes by: its parameter when a test injected a clock (_clock_ms), else
+    # the server's. Tests and production run the same statements, as River's `coalesce(@now, now())`.
+    CLOCK = f"COALESCE(?::bigint, {NOW_SQL})"
 
     def __init__(self, target: Target, raw, clock: Callable[[], float] | None = None):
         self.target = target
@@ -270,15 +273,17 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
 
     # -- the clock -------------------------------------------------------------------------
 
+    def _clock_ms(self) -> int | None:
+        """CLOCK's parameter: the injected clock's time in ms (tests), None for the server's."""
+        return None if self.clock is None else int(self.clock() * 1000)
+
     def now(self) -> int:
         """The server's clock in ms. Outside a transaction, when the server cannot be reached,
         this host's clock corrected by the difference seen last (views and the worker's
         clock-jump check only; every write reads the server's time itself)."""
-        if self.clock is not None:
-            return int(self.clock() * 1000)
         try:
             with self._errors():
-                ms = self.conn.execute("SELECT " + NOW_SQL).fetchone()[0]
+                ms = self.conn.execute("SELECT " + self.CLOCK, (self._clock_ms(),)).fetchone()[0]
         except ConnectionLost:
             if self.conn.in_transaction:
                 raise
@@ -382,7 +387,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
             yield started
 
     # The time in a projection above the row lock: read once the lock is granted, not before a wait for it.
-    _JOB_ROW_AND_NOW = f"SELECT *, {NOW_SQL} AS jobctl_now FROM (SELECT * FROM jobs WHERE id = ? FOR UPDATE) AS locked"
+    _JOB_ROW_AND_NOW = f"SELECT *, {CLOCK} AS jobctl_now FROM (SELECT * FROM jobs WHERE id = ? FOR UPDATE) AS locked"
 
     def _begin_with_job(self, job_id: int) -> tuple[int, Any]:
         """BEGIN, then job `job_id`'s row locked and the server's time, in one round trip (the
@@ -393,11 +398,11 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
             c.pending[:] = [BEGIN_WRITE.encode()]
             c.in_transaction = True
             try:
-                cur = c.execute(self._JOB_ROW_AND_NOW, (job_id,))
+                cur = c.execute(self._JOB_ROW_AND_NOW, (self._clock_ms(), job_id))
                 assert isinstance(cur, Cursor)  # (a SELECT is never deferred)
                 raw = cur.cur.fetchone()
                 if raw is None:  # no such job: the time on its own (the caller refuses the job anyway)
-                    return c.execute("SELECT " + NOW_SQL).fetchone()[0], None
+                    return c.execute("SELECT " + self.CLOCK, (self._clock_ms(),)).fetchone()[0], None
                 return raw[-1], _row_type(cur.cur.description[:-1])(raw[:-1])
             except BaseException as e:
                 self._rollback()  # (a lock timeout, say, leaves the transaction open and failed)
@@ -416,21 +421,17 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
             if c.in_transaction:
                 raise RuntimeError("a write transaction inside another")
             row = None
-            if self.clock is not None:
-                self._begin(BEGIN_WRITE)
-                now = int(self.clock() * 1000)
-            elif job_id is None:
-                now = self._begin(BEGIN_WRITE + "; SELECT " + NOW_SQL).fetchone()[0]
+            if job_id is None:
+                clock = self._clock_ms()  # (a literal: the BEGIN's round trip sends no parameters)
+                now = self._begin(f"{BEGIN_WRITE}; SELECT " + self.CLOCK.replace("?", "NULL" if clock is None else str(clock))
+                                  ).fetchone()[0]
             else:
                 now, row = self._begin_with_job(job_id)
-            if self.clock is None:
-                self._offset_ms = now - time.time_ns() // 1_000_000
+            self._offset_ms = now - time.time_ns() // 1_000_000
             c = self.conn  # (a new one, if _begin had to reconnect)
             c.notify = False
             c.in_transaction = True
             try:
-                if self.clock is not None and job_id is not None:
-                    row = self._job_row(c, job_id)
                 yield c, now, row
             except BaseException:
                 self._rollback()
@@ -498,15 +499,12 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         """Claims under limits take turns (a transaction advisory lock for this schema's
         admission), then count with a fresh statement snapshot, at a fresh server time: what
         other claims committed while this one waited is counted."""
-        ms = c.execute(f"SELECT pg_advisory_xact_lock(?), {NOW_SQL}", (_key("admission", self.target.schema),)
-                       ).fetchone()[1]
-        return ms if self.clock is None else int(self.clock() * 1000)
+        return c.execute(f"SELECT pg_advisory_xact_lock(?), {self.CLOCK}",
+                         (_key("admission", self.target.schema), self._clock_ms())).fetchone()[1]
 
     def _held_rows_now(self, c, now: int) -> tuple[list, int]:
-        if self.clock is not None:
-            return self._held_rows(c), now
-        rows = c.execute(f"SELECT t.now AS jobctl_now, held.* FROM (SELECT {NOW_SQL} AS now) AS t "
-                         f"LEFT JOIN ({self.HELD_ROWS.format('')}) AS held ON true").fetchall()
+        rows = c.execute(f"SELECT t.now AS jobctl_now, held.* FROM (SELECT {self.CLOCK} AS now) AS t "
+                         f"LEFT JOIN ({self.HELD_ROWS.format('')}) AS held ON true", (self._clock_ms(),)).fetchall()
         held = [r[1:] for r in rows if r[1] is not None]  # (type is never NULL: a NULL one is the empty join)
         return [dict(zip(("type", "concurrency_group", "cost_units", "claimed_at"), r)) for r in held], rows[0][0]
 
@@ -582,14 +580,14 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
     # -- the worker's hot path: one statement per step (pg_onestatement.py) ---------------------
 
     def claim(self, request: ClaimRequest) -> Job | None:
-        if self.clock is None and pg_onestatement.claims_alone(request):
+        if pg_onestatement.claims_alone(request):
             written = self._one_statement(None, request, "")
             if written is not None:
                 return written[1]
         return super().claim(request)
 
     def update_job(self, job_id: int, decide: Decide, actor: str) -> Job:
-        completion = self._completion_in_one(job_id, decide)
+        completion = self._completion_alone(job_id, decide)
         if completion is not None:
             written = self._one_statement(completion, None, actor)
             if written is not None and written[0] is not None:
@@ -599,14 +597,14 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
     def update_jobs_and_claim(self, updates: list[tuple[int, Decide]], requests: list[ClaimRequest],
                               actor: str) -> tuple[list[Job], list[Job]]:
         if len(updates) <= 1 and len(requests) <= 1 and (updates or requests):
-            completion = self._completion_in_one(*updates[0]) if updates else None
+            completion = self._completion_alone(*updates[0]) if updates else None
             return self._in_one_statement_or_not(updates, completion, requests, actor)
         return self._update_jobs_and_claim(updates, requests, actor)
 
     def prepare_update_and_claim(self, job_id: int, decide: Decide, request: ClaimRequest,
                                  actor: str) -> Callable[[], tuple[list[Job], list[Job]]]:
         updates = [(job_id, decide)]
-        return partial(self._in_one_statement_or_not, updates, self._completion_in_one(job_id, decide), [request],
+        return partial(self._in_one_statement_or_not, updates, self._completion_alone(job_id, decide), [request],
                        actor)
 
     def _in_one_statement_or_not(self, updates: list[tuple[int, Decide]], completion: tuple[Job, Change] | None,
@@ -614,7 +612,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         """At most one update (with its completion alone, if it has one) and one claim: in one
         statement where it can be, else by the general path."""
         request = requests[0] if requests else None
-        if ((completion is not None or not updates) and self.clock is None
+        if ((completion is not None or not updates)
                 and (request is None or pg_onestatement.claims_alone(request))):
             written = self._one_statement(completion, request, actor)
             if written is not None:
@@ -622,18 +620,13 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                 return ([done] if done is not None else []), ([claimed] if claimed is not None else [])
         return self._update_jobs_and_claim(updates, requests, actor)
 
-    def _completion_in_one(self, job_id: int, decide: Decide) -> tuple[Job, Change] | None:
-        """The completion alone (SQLEngine), when the one statement can write it: not with an
-        injected clock (the statement reads the server's)."""
-        return None if self.clock is not None else self._completion_alone(job_id, decide)
-
     def _one_statement(self, completion: tuple[Job, Change] | None, request: ClaimRequest | None,
                        actor: str) -> tuple[Job | None, Job | None] | None:
         """Complete and/or claim in one statement: (the completed job, the claimed job or None);
         None when nothing was written (the row no longer holds the claim the completion was decided
         on, or the connection was found dead before the statement ran): take the general path."""
         sql, params = pg_onestatement.statement(
-            NOW_SQL,
+            self.CLOCK, self._clock_ms(),
             None if completion is None else pg_onestatement.completion_ctes(*completion, actor),
             None if request is None else pg_onestatement.claim_ctes(request, after_done=completion is not None))
         with self._errors():
@@ -659,7 +652,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                 return None
             job, change = completion
             self._claims.pop(job.id, None)
-            done = job.updated({**change.fields, "status": "completed", "updated_at": now, "finished_at": now})
+            done = completed(job, completion_fields(change), now)
         if request is None or row.get("id") is None:
             return done, None
         after = row.pop("jobctl_after")
@@ -677,7 +670,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         try:
             with self._errors():
                 c = self.conn
-                held_with = "SELECT 1 FROM jobs WHERE status IN ('running', 'cancel_requested') AND token = ?"  # (jobs_held)
+                held_with = f"SELECT 1 FROM jobs WHERE {HELD_SQL} AND token = ?"  # (jobs_held)
                 if request is not None and c.execute(held_with, (request.token,)).fetchone():
                     return True
                 if completion is not None:

@@ -35,12 +35,15 @@ from functools import lru_cache, partial
 
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, Decision, Inserted, NewJob, RunLog
 from jobctl.errors import DamagedJob, InvalidState, JobctlError, NoSuchJob
-from jobctl.models import FINISHED, JOB_COLUMNS, Event, Job, row_damage
+from jobctl.models import FINISHED, HELD, JOB_COLUMNS, REACTING, Event, Job, row_damage
 from jobctl import payloads
 from jobctl.payloads import sha256
 
-HELD = ("running", "cancel_requested")
-REACTING = ("buried", "completed", "cancelled")  # the states a job may have a reaction to (Job.reaction_type)
+# The states in SQL, as the partial indexes of both schemas spell them (schema.py, pg_schema.py,
+# whose migrations keep their own frozen text: tests/test_engine_contract.py checks they agree).
+# A query that means "ready" or "held" says it with these, so the planner matches the index.
+READY = "status = 'pending' AND waiting_on = 0"  # ready, or scheduled for later (run_at): not blocked
+HELD_SQL = "status IN (" + ", ".join(f"'{s}'" for s in HELD) + ")"
 DEPENDS, DEPENDED_ON = 1, 2  # bits of jobs.dep_flags (schema.py)
 UNIQUE_LIVE = ("pending", "running", "cancel_requested")
 MAX_CLAIMS_KEPT = 4096  # jobs an engine remembers as it claimed them (a worker holds a few)
@@ -73,8 +76,27 @@ def details_text(details: dict | None) -> str | None:
     return json.dumps(details, ensure_ascii=False) if details else None
 
 
-INSERT_RUN = ("INSERT INTO runs (job_id, queue, type, worker, ready_at, started_at, ended_at, outcome) "
-              "VALUES (?,?,?,?,?,?,?,?)")
+# The rows a transition writes besides the job's, each written by one text: the general path
+# appends VALUES, PostgreSQL's one statement a SELECT from the CTE that changed the job.
+INTO_RUNS = "INSERT INTO runs (job_id, queue, type, worker, ready_at, started_at, ended_at, outcome) "
+INTO_EVENTS = "INSERT INTO events (job_id, at, from_status, to_status, actor, message, details) "
+INTO_LOGS = "INSERT INTO job_logs (job_id, started_at, ended_at, head, tail, dropped) "
+LOGS_UPSERT = (" ON CONFLICT (job_id, started_at) DO UPDATE SET ended_at = excluded.ended_at, head = excluded.head, "
+               "tail = excluded.tail, dropped = excluded.dropped")
+INSERT_RUN = INTO_RUNS + "VALUES (?,?,?,?,?,?,?,?)"
+
+# The claim's event says which run this is, in SQL where the claim is one statement (of the row
+# the UPDATE returned) and in Python after the general claim's UPDATE: the same words.
+CLAIM_MESSAGE_SQL = "'run ' || attempts || ' of ' || max_attempts"
+
+
+def claim_message(job: Job) -> str:
+    return f"run {job.attempts} of {job.max_attempts}"
+
+
+# The completion's guard: the row still holds the claim it was decided on (same token, still
+# running) and no job waits on it (its dependents are the general path's to unblock).
+HOLDS_CLAIM = f"status = 'running' AND token = ? AND dep_flags & {DEPENDED_ON} = 0"
 
 
 def completes_alone(job: Job, change: Change) -> bool:
@@ -88,38 +110,87 @@ def completes_alone(job: Job, change: Change) -> bool:
                     for k, v in change.fields.items()))
 
 
+# The two writers of the worker's transitions, the claim and the completion of a held job, are
+# built here once for every path: the general claim (SQLEngine._take), SQLite's held completion
+# (_complete_held) and PostgreSQL's one statement (pg_onestatement.py). Their time is `now`: SQL
+# text that is either a parameter ("?", the value the transaction read) or the statement's own
+# reading of the clock; the other dialect hooks are the pick's index and row-lock clauses.
+# (lru_cache: the same text object for the same shape: a worker's statement is looked up, not rebuilt.)
+
 @lru_cache(maxsize=64)
-def _pick_sql(indexed: str, by_queue: bool, types: int, skip_locked: str, paused: bool = True) -> str:
+def _pick_sql(indexed: str, by_queue: bool, types: int, skip_locked: str, paused: bool = True, now: str = "?") -> str:
     """The claim's pick: the best ready job of one queue (or of any) and of these types (or any);
-    with `paused`, one that no pause holds (false: the engine knows there is no pause at all)."""
+    with `paused`, one that no pause holds (false: the engine knows there is no pause at all).
+    Its parameters: pick_params."""
     queue_filter = " AND queue = ?" if by_queue else ""
     type_filter = f" AND type IN ({','.join('?' * types)})" if types else ""
-    return (f"SELECT id FROM jobs{indexed} WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?"
-            f"{queue_filter}{type_filter}{NOT_PAUSED if paused else ''} ORDER BY priority DESC, run_at, id "
+    not_paused = NOT_PAUSED.replace("?", now) if paused else ""
+    return (f"SELECT id FROM jobs{indexed} WHERE {READY} AND run_at <= {now}"
+            f"{queue_filter}{type_filter}{not_paused} ORDER BY priority DESC, run_at, id "
             f"LIMIT 1{skip_locked}")
 
 
+def pick_params(now: int | None, queue: str | None, types: list[str], paused: bool) -> list:
+    """_pick_sql's parameters; `now` None where its time is the statement's own."""
+    at = [] if now is None else [now]
+    return [*at, *([] if queue is None else [queue]), *types, *(at * 2 if paused else ())]
+
+
 @lru_cache(maxsize=64)
-def _take_sql(pick: str, boot: bool) -> str:
-    """The claim: the job that `pick` finds, moved to running (the same text for the same pick);
-    with `boot`, its lease also timed on the engine's boot clock (SQLEngine._boot)."""
+def _take_sql(pick: str, boot: bool, now: str = "?", gate: str = "") -> str:
+    """The claim: the job that `pick` finds (and `gate` allows), moved to running; with `boot`,
+    its lease also timed on the engine's boot clock (SQLEngine._boot). Its parameters: take_params,
+    then the pick's."""
     lease_boot = ("lease_boot_ms = ? + COALESCE(?, timeout_ms), lease_boot_id = ?" if boot else
                   "lease_boot_ms = NULL, lease_boot_id = NULL")
-    return ("UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = ?, "
-            "heartbeat_at = ?, lease_ms = COALESCE(?, timeout_ms), lease_expires_at = ? + COALESCE(?, timeout_ms), "
-            f"token = ?, progress = NULL, progress_at = NULL, updated_at = ?, {lease_boot} "
-            f"WHERE status = 'pending' AND id = ({pick}) RETURNING *")
+    return (f"UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = {now}, "
+            f"heartbeat_at = {now}, lease_ms = COALESCE(?, timeout_ms), lease_expires_at = {now} + COALESCE(?, timeout_ms), "
+            f"token = ?, progress = NULL, progress_at = NULL, updated_at = {now}, {lease_boot} "
+            f"WHERE {gate}status = 'pending' AND id = ({pick}) RETURNING *")
+
+
+def take_params(request: ClaimRequest, now: int | None, boot: tuple[int, int] | None = None) -> list:
+    """_take_sql's own parameters; `now` None where its time is the statement's own."""
+    if now is None:
+        params = [request.worker, request.lease_ms, request.lease_ms, request.token]
+    else:
+        params = [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now]
+    if boot is not None:
+        params += [boot[0], request.lease_ms, boot[1]]
+    return params
 
 
 @lru_cache(maxsize=64)
-def _completion_sql(columns: tuple[str, ...], nulls: tuple[bool, ...]) -> str:
-    """(The same text object for the same shape: a worker's statement is looked up, not rebuilt.)
+def _completion_sql(columns: tuple[str, ...], nulls: tuple[bool, ...], now: str = "?") -> str:
+    """The completion of a held job, written where its row still holds the claim (HOLDS_CLAIM).
     A column set to None is written as NULL in the text: SQLite's module binds a None parameter
     through its adapter look-up, several times the cost of an int or a str, and a completion
-    clears nine columns."""
+    clears nine columns. Its parameters: completion_statement."""
     assignments = "".join(f", {k} = NULL" if null else f", {k} = ?" for k, null in zip(columns, nulls))
-    return (f"UPDATE jobs SET status = 'completed', updated_at = ?, finished_at = ?{assignments} "
-            f"WHERE id = ? AND status = 'running' AND token = ? AND dep_flags & {DEPENDED_ON} = 0")
+    return (f"UPDATE jobs SET status = 'completed', updated_at = {now}, finished_at = {now}{assignments} "
+            f"WHERE id = ? AND {HOLDS_CLAIM}")
+
+
+def completion_fields(change: Change) -> dict:
+    """The columns a held completion sets besides those _completion_sql sets itself."""
+    fields = change.fields
+    if "status" in fields or "updated_at" in fields or "finished_at" in fields:
+        fields = {k: v for k, v in fields.items() if k not in ("status", "updated_at", "finished_at")}
+    return fields
+
+
+def completion_statement(job: Job, fields: dict, now: int | None, now_sql: str = "?") -> tuple[str, list]:
+    """_completion_sql of `fields` for `job` and its parameters; `now` None where its time is the
+    statement's own (now_sql)."""
+    values = fields.values()
+    sql = _completion_sql(tuple(fields), tuple(v is None for v in values), now_sql)
+    at = [] if now is None else [now, now]
+    return sql, [*at, *(v for v in values if v is not None), job.id, job.token]
+
+
+def completed(job: Job, fields: dict, now: int) -> Job:
+    """`job` as the held completion of `fields` left it."""
+    return job.updated({**fields, "status": "completed", "updated_at": now, "finished_at": now})
 
 
 def _chunks(jobs: Iterable[NewJob], size: int) -> Iterator[list[NewJob]]:
@@ -248,7 +319,7 @@ class SQLEngine:
                *, new_job: bool = False):
         """Record a transition in the job's history (new_job: the first event of a job just inserted)."""
         c.execute(
-            "INSERT INTO events (job_id, at, from_status, to_status, actor, message, details) VALUES (?,?,?,?,?,?,?)",
+            INTO_EVENTS + "VALUES (?,?,?,?,?,?,?)",
             (job_id, now, from_status, to_status, actor, message, details_text(details)),
         )
 
@@ -402,8 +473,7 @@ class SQLEngine:
             if paused is None:
                 paused = self._pauses_possible(c)
             pick = _pick_sql(index, queue is not None, len(types), self.SKIP_LOCKED, paused)
-            params = [now, queue, *types] if queue is not None else [now, *types]
-            job = self._take(c, request, now, pick, [*params, now, now] if paused else params)
+            job = self._take(c, request, now, pick, pick_params(now, queue, types, paused))
             if job is not None:
                 return job
         return None
@@ -416,10 +486,7 @@ class SQLEngine:
         the transaction holds the write lock; where rows are locked, the pick locks its row and
         skips rows that other claims hold (SKIP_LOCKED)."""
         boot = self._boot()
-        params = [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now]
-        if boot is not None:
-            params += [boot[0], request.lease_ms, boot[1]]
-        params += pick_params
+        params = take_params(request, now, boot) + pick_params
         sql = _take_sql(pick, boot is not None)
         while True:
             rows = self._claimed_rows(c, sql, params, request.token)
@@ -433,7 +500,7 @@ class SQLEngine:
         if rows[0]["dep_flags"] & DEPENDS:
             job.after = [r[0] for r in c.execute(
                 "SELECT after_id FROM job_deps WHERE job_id = ? ORDER BY after_id", (job.id,))]
-        self._event(c, job.id, now, "pending", "running", request.worker, f"run {job.attempts} of {job.max_attempts}")
+        self._event(c, job.id, now, "pending", "running", request.worker, claim_message(job))
         return job
 
     def _pauses_possible(self, c) -> bool:
@@ -450,7 +517,7 @@ class SQLEngine:
     # -- admission control -------------------------------------------------------------------
 
     HELD_ROWS = ("SELECT type, concurrency_group, cost_units, claimed_at FROM jobs{} "
-                 "WHERE status IN ('running', 'cancel_requested')")  # literals: the partial index's own
+                 "WHERE " + HELD_SQL)  # literals: the partial index's own
 
     def _held_rows(self, c) -> list:
         """Every held job's type, group, cost and start: few rows (one per running handler)."""
@@ -566,7 +633,7 @@ class SQLEngine:
                 # fixed by its WHERE: only the index that starts with them gives that order without a
                 # sort, so a planner takes it even without statistics.
                 best = ("SELECT best.id FROM (SELECT id FROM jobs" + self._indexed("jobs_ready_by_type") +
-                        " WHERE status = 'pending' AND waiting_on = 0 AND type = ? AND concurrency_group {}"
+                        f" WHERE {READY} AND type = ? AND concurrency_group {{}}"
                         f" AND run_at <= ?{queue_filter}{paused}{room_sql} ORDER BY type, concurrency_group, "
                         "priority DESC, run_at, id LIMIT 1) AS best")
                 union = " UNION ALL ".join(best.format("IS NULL" if g is None else "= ?") for _, g in keys)
@@ -580,7 +647,7 @@ class SQLEngine:
                 type_sql = f" AND type IN ({','.join('?' * len(types))})" if types is not None else ""
                 index = "jobs_ready_by_queue" if queue is not None else "jobs_ready"
                 pick = (f"SELECT id FROM jobs{self._indexed(index)} "
-                        f"WHERE status = 'pending' AND waiting_on = 0 AND run_at <= ?{queue_filter}{paused}"
+                        f"WHERE {READY} AND run_at <= ?{queue_filter}{paused}"
                         f"{type_sql}{shut_sql}{room_sql} ORDER BY priority DESC, run_at, id LIMIT 1{self.SKIP_LOCKED}")
                 params = [now, *queue_params, now, now, *(types or ()), *shut, *room_params]
             job = self._take(c, request, now, pick, params)
@@ -594,7 +661,7 @@ class SQLEngine:
         # (each step is the first row of the index after the last type: ordered as that index
         # alone orders rows, so a planner without statistics still takes it)
         walk = ("SELECT type FROM jobs" + self._indexed("jobs_ready_by_type") +
-                " WHERE status = 'pending' AND waiting_on = 0{} ORDER BY type, concurrency_group, priority DESC, "
+                f" WHERE {READY}{{}} ORDER BY type, concurrency_group, priority DESC, "
                 "run_at, id LIMIT 1")
         rows = c.execute(f"WITH RECURSIVE t(v, n) AS (SELECT ({walk.format('')}), 1 UNION ALL "
                          f"SELECT ({walk.format(' AND type > t.v')}), n + 1 FROM t WHERE t.v IS NOT NULL AND n <= ?) "
@@ -613,7 +680,7 @@ class SQLEngine:
             return None
         room = admission.room
         walk = ("SELECT concurrency_group FROM jobs" + self._indexed("jobs_ready_by_type") +
-                " WHERE status = 'pending' AND waiting_on = 0 AND type = ? AND concurrency_group {} "
+                f" WHERE {READY} AND type = ? AND concurrency_group {{}} "
                 "ORDER BY type, concurrency_group, priority DESC, run_at, id LIMIT 1")
         groups = ", ".join(f"g{i}(v, n) AS (SELECT ({walk.format('IS NOT NULL')}), 1 UNION ALL "
                            f"SELECT ({walk.format('> g' + str(i) + '.v')}), n + 1 FROM g{i} "
@@ -634,7 +701,7 @@ class SQLEngine:
             units = policy.held_units(limits, held)
             starts = {t: self._recent_starts(c, held, t, n, window, now) for t, (n, window) in limits.rates.items()}
             admission = policy.admission(limits, {t: len(s) for t, s in starts.items()}, units)
-            ready_sql = ("SELECT count(*) FROM jobs{} WHERE status = 'pending' AND waiting_on = 0 "
+            ready_sql = (f"SELECT count(*) FROM jobs{{}} WHERE {READY} "
                          "AND run_at <= ? AND {}" + NOT_PAUSED)
             counts: dict[tuple[str, str], int] = {}
             for t in ({*limits.rates, *limits.types} if held_ready else ()):
@@ -777,20 +844,16 @@ class SQLEngine:
         """Inside a write transaction: write the completion decided on `job` as this engine claimed
         it, where the row still holds that claim (same id, running, same token, nobody waiting on
         it); None, with nothing written, where it does not (the caller decides on the row as it is)."""
-        fields = change.fields
-        if "status" in fields or "updated_at" in fields or "finished_at" in fields:  # (the statement's own)
-            fields = {k: v for k, v in fields.items() if k not in ("status", "updated_at", "finished_at")}
+        fields = completion_fields(change)
         self._claims.pop(job.id, None)
-        values = fields.values()
-        sql = _completion_sql(tuple(fields), tuple(v is None for v in values))
-        if c.execute(sql, [now, now, *(v for v in values if v is not None), job.id, job.token]).rowcount != 1:
+        if c.execute(*completion_statement(job, fields, now)).rowcount != 1:
             return None
         assert change.run is not None  # (completes_alone)
         self._run_ended(c, job, now, change.run)
         if change.log is not None:
             self._store_output(c, job, change, now)
         self._event(c, job.id, now, "running", "completed", change.actor or actor, change.message)
-        return job.updated({**fields, "status": "completed", "updated_at": now, "finished_at": now})
+        return completed(job, fields, now)
 
     def _complete_held_or_decide(self, c, job_id: int, decide: Decide, completion: tuple[Job, Change], now: int,
                                  actor: str) -> Job:
@@ -887,9 +950,7 @@ class SQLEngine:
         assert out is not None
         ended = None if change.to_status in ("running", "cancel_requested") else now
         c.execute(
-            "INSERT INTO job_logs (job_id, started_at, ended_at, head, tail, dropped) VALUES (?,?,?,?,?,?) "
-            "ON CONFLICT (job_id, started_at) DO UPDATE SET ended_at = excluded.ended_at, head = excluded.head, "
-            "tail = excluded.tail, dropped = excluded.dropped",
+            INTO_LOGS + "VALUES (?,?,?,?,?,?)" + LOGS_UPSERT,
             (job.id, job.claimed_at, ended, bytes(out.head), bytes(out.tail), out.dropped))
 
     def _react(self, c, job: Job, row, change: Change, now: int, actor: str) -> int | None:
@@ -944,7 +1005,7 @@ class SQLEngine:
         def select(now: int) -> tuple[str, list]:
             expired, params = self._expired_where(now)
             # (only held rows are read, through an index on status: tests/test_lease_sweeps.py)
-            sql = f"SELECT * FROM jobs WHERE status IN ('running', 'cancel_requested') AND ({expired}"
+            sql = f"SELECT * FROM jobs WHERE {HELD_SQL} AND ({expired}"
             if silent_for_ms is not None:
                 silent, silent_params = self._silent_where(now, silent_for_ms)
                 sql += f" OR {silent}"
@@ -989,8 +1050,8 @@ class SQLEngine:
 
     MATCH_KINDS = {  # update_matching's kinds of job not yet started; every parameter is "now"
         "pending": "status = 'pending'",
-        "ready": "status = 'pending' AND waiting_on = 0 AND run_at <= ?",
-        "scheduled": "status = 'pending' AND waiting_on = 0 AND run_at > ?",
+        "ready": f"{READY} AND run_at <= ?",
+        "scheduled": f"{READY} AND run_at > ?",
         "blocked": "status = 'pending' AND waiting_on > 0",
         "buried": "status = 'buried'",
     }
@@ -1214,7 +1275,7 @@ class SQLEngine:
         now = self.now()
         if stuck:  # held, and its lease expired or it ran past its timeout
             expired, expired_args = self._expired_where(now)
-            clauses.append(f"status IN ('running', 'cancel_requested') AND ({expired} OR claimed_at + timeout_ms < ?)")
+            clauses.append(f"{HELD_SQL} AND ({expired} OR claimed_at + timeout_ms < ?)")
             args += [*expired_args, now]
         if created_older_than_ms is not None:
             clauses.append("created_at < ?")
@@ -1228,7 +1289,7 @@ class SQLEngine:
                 over, over_args = self._over_key(kind, name, room, held_by.limits)
                 held.append(over)
                 held_args += over_args
-            clauses.append("status = 'pending' AND waiting_on = 0 AND run_at <= ?" + NOT_PAUSED +
+            clauses.append(f"{READY} AND run_at <= ?" + NOT_PAUSED +
                            " AND (" + " OR ".join(held) + ")")
             args += [now, now, now, *held_args]
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
@@ -1297,11 +1358,11 @@ class SQLEngine:
                     continue
                 scheduled[queue] = c.execute(
                     f"SELECT count(*) FROM jobs{self._indexed('jobs_pending_age')} "
-                    "WHERE status = 'pending' AND waiting_on = 0 AND queue = ? AND run_at > ?", (queue, now),
+                    f"WHERE {READY} AND queue = ? AND run_at > ?", (queue, now),
                 ).fetchone()[0]
                 rows = c.execute(
                     f"SELECT * FROM jobs{self._indexed('jobs_pending_age')} "
-                    "WHERE status = 'pending' AND waiting_on = 0 AND queue = ? AND run_at <= ? "
+                    f"WHERE {READY} AND queue = ? AND run_at <= ? "
                     "ORDER BY run_at, id LIMIT ?", (queue, now, limit),
                 ).fetchall()
                 ready = sound_jobs(rows, damaged)
@@ -1410,7 +1471,7 @@ class SQLEngine:
         expired, args = self._expired_where(self.now())
         with self._read() as c:
             return c.execute(
-                f"SELECT count(*) FROM jobs WHERE status IN ('running', 'cancel_requested') AND ({expired})", args
+                f"SELECT count(*) FROM jobs WHERE {HELD_SQL} AND ({expired})", args
             ).fetchone()[0]
 
     def pending_types(self) -> dict[str, int]:

@@ -29,7 +29,7 @@ from urllib.parse import quote
 from jobctl.engines import files
 from jobctl.engines.base import Check, NewJob
 from jobctl.engines.schema import APPLICATION_ID, COUNT_INSERTED, SCHEMA_VERSION  # sqlite-utils loads only on migrate
-from jobctl.engines.sql import SQLEngine, details_text, schema_check
+from jobctl.engines.sql import HELD_SQL, SQLEngine, details_text, schema_check
 from jobctl.engines.transfer import SQLiteTransfer
 from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput
 
@@ -560,7 +560,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         finally:
             c.text_factory = _TEXT
         if found is None:
-            return c.execute("SELECT * FROM jobs WHERE status IN ('running', 'cancel_requested') AND token = ?",
+            return c.execute(f"SELECT * FROM jobs WHERE {HELD_SQL} AND token = ?",
                              (token,)).fetchall()  # (the held jobs' partial index: few rows)
         if not found:
             return found

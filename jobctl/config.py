@@ -80,7 +80,8 @@ class TypeConfig(Record):
 
 
 class WorkerSettings(Record):
-    """The `[worker]` table: defaults for `jobctl work` (its command-line options win)."""
+    """The `[worker]` table: defaults for `jobctl work` (its command-line options win). The one place
+    the worker's defaults are written: WorkerOptions takes its own from here."""
 
     __slots__ = ("concurrency", "poll", "grace", "lease", "kill_grace", "recover_every", "purge_every", "log_format")
 
@@ -105,7 +106,7 @@ class WorkerSettings(Record):
 SQLITE_KEYS = ("busy_timeout", "synchronous", "allow_network_fs")  # the [sqlite] table: this engine's own settings
 POSTGRES_KEYS = ("schema", "busy_timeout")  # the [postgres] table
 MOVED_TO_SQLITE = ("busy_timeout", "synchronous")  # top-level keys of jobctl 0.1.0, still read there
-WORKER_KEYS = ("concurrency", "poll", "grace", "lease", "kill_grace", "recover_every", "purge_every", "log_format")
+WORKER_KEYS = WorkerSettings.__slots__  # the [worker] table's keys (its defaults: WorkerSettings())
 
 
 class Settings(Record):

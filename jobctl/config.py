@@ -10,10 +10,14 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jobctl.durations import PRIORITY_LABELS, PRIORITY_MAX, PRIORITY_MIN, parse_duration, parse_priority, validate_name
 from jobctl.errors import ConfigError, InvalidInput
 from jobctl.models import Record
+
+if TYPE_CHECKING:
+    from typing import Callable
 
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_MAX_ATTEMPTS = 3
@@ -80,7 +84,8 @@ class TypeConfig(Record):
 
 
 class WorkerSettings(Record):
-    """The `[worker]` table: defaults for `jobctl work` (its command-line options win)."""
+    """The `[worker]` table: defaults for `jobctl work` (its command-line options win). The one place
+    the worker's defaults are written: WorkerOptions takes its own from here."""
 
     __slots__ = ("concurrency", "poll", "grace", "lease", "kill_grace", "recover_every", "purge_every", "log_format")
 
@@ -105,7 +110,7 @@ class WorkerSettings(Record):
 SQLITE_KEYS = ("busy_timeout", "synchronous", "allow_network_fs")  # the [sqlite] table: this engine's own settings
 POSTGRES_KEYS = ("schema", "busy_timeout")  # the [postgres] table
 MOVED_TO_SQLITE = ("busy_timeout", "synchronous")  # top-level keys of jobctl 0.1.0, still read there
-WORKER_KEYS = ("concurrency", "poll", "grace", "lease", "kill_grace", "recover_every", "purge_every", "log_format")
+WORKER_KEYS = WorkerSettings.__slots__  # the [worker] table's keys (its defaults: WorkerSettings())
 
 
 class Settings(Record):
@@ -436,6 +441,25 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
             raise ConfigError("db: must be a path (or a database URL) string")
         settings.db = data["db"]
         src("db")
+    _apply_sqlite(settings, data, origin, src)
+    _apply_postgres(settings, data, src)
+    if "max_payload_bytes" in data:
+        settings.max_payload_bytes = _int(data["max_payload_bytes"], "max_payload_bytes", 2, 1024**3)
+        src("max_payload_bytes")
+    if "secret_keys" in data:
+        v = data["secret_keys"]
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise ConfigError("secret_keys: must be a list of strings")
+        settings.secret_keys = [x.lower() for x in v]
+        src("secret_keys")
+    _apply_defaults(settings, data, src)
+    _apply_retention(settings, data, src)
+    _apply_types(settings, data, src)
+    _apply_worker(settings, data, src)
+
+
+def _apply_sqlite(settings: Settings, data: dict, origin: str, src: Callable[[str], None]) -> None:
+    """[sqlite], and its keys that jobctl 0.1.0 read at the top (still read there, with a note)."""
     sqlite = data.get("sqlite", {})
     if not isinstance(sqlite, dict):
         raise ConfigError("[sqlite] must be a table")
@@ -461,6 +485,9 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
         else:
             raise ConfigError(f"unknown key {where!r} (known: {', '.join(SQLITE_KEYS)})")
         src(where)
+
+
+def _apply_postgres(settings: Settings, data: dict, src: Callable[[str], None]) -> None:
     postgres = data.get("postgres", {})
     if not isinstance(postgres, dict):
         raise ConfigError("[postgres] must be a table")
@@ -476,16 +503,9 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
         else:
             raise ConfigError(f"unknown key {where!r} (known: {', '.join(POSTGRES_KEYS)})")
         src(where)
-    if "max_payload_bytes" in data:
-        settings.max_payload_bytes = _int(data["max_payload_bytes"], "max_payload_bytes", 2, 1024**3)
-        src("max_payload_bytes")
-    if "secret_keys" in data:
-        v = data["secret_keys"]
-        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            raise ConfigError("secret_keys: must be a list of strings")
-        settings.secret_keys = [x.lower() for x in v]
-        src("secret_keys")
 
+
+def _apply_defaults(settings: Settings, data: dict, src: Callable[[str], None]) -> None:
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise ConfigError("[defaults] must be a table")
@@ -505,6 +525,8 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
             raise ConfigError(f"unknown key {where!r}")
         src(where)
 
+
+def _apply_retention(settings: Settings, data: dict, src: Callable[[str], None]) -> None:
     retention = data.get("retention", {})
     if not isinstance(retention, dict):
         raise ConfigError("[retention] must be a table")
@@ -517,6 +539,9 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
             settings.retention[key] = _duration(value, f"retention.{key}")
         src(f"retention.{key}")
 
+
+def _apply_types(settings: Settings, data: dict, src: Callable[[str], None]) -> None:
+    """[types.X], then the check that no reactions loop."""
     types = data.get("types", {})
     if not isinstance(types, dict):
         raise ConfigError("[types] must be a table of tables")
@@ -563,6 +588,9 @@ def apply_config(settings: Settings, data: dict, origin: str) -> None:
     if loop:
         raise ConfigError(f"types react to each other in a loop: {' -> '.join(loop)} (each reaction would "
                           "enqueue the next for ever); remove one of these reactions")
+
+
+def _apply_worker(settings: Settings, data: dict, src: Callable[[str], None]) -> None:
     worker = data.get("worker", {})
     if not isinstance(worker, dict):
         raise ConfigError("[worker] must be a table")

@@ -10,49 +10,17 @@ import os
 import time
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from jobctl import payloads, transitions
-from jobctl.config import Settings, duration_in_range, parse_backoff, parse_cost
-from jobctl.durations import parse_duration, parse_priority, parse_time, validate_name
+from jobctl import jobspec, payloads, transitions
+from jobctl.config import Settings, duration_in_range
+from jobctl.durations import parse_duration, parse_time, validate_name
 from jobctl.engines.base import ClaimRequest, Decision, Engine, Inserted, NewJob
 from jobctl.errors import CancelRequested, InvalidInput, NoSuchJob
+from jobctl.jobspec import validate_job_id
 from jobctl.models import Event, Job, Record
 from jobctl.transitions import backoff_delay, one_line  # noqa: F401  (re-exported: tests and scripts use them)
 
 if TYPE_CHECKING:
     from jobctl.limits import Limits
-
-MAX_ATTEMPTS_LIMIT = 1000
-MAX_ID = 2**63 - 1
-BATCH_KEYS = {"type", "payload", "queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout",
-              "key", "unique", "after", "cost", "group", "on_buried", "on_completed", "on_cancelled"}
-REACTIONS = ("on_buried", "on_completed", "on_cancelled")
-BATCH_OPTIONS = frozenset(("queue", "priority", "delay", "at", "max_attempts", "backoff", "timeout", "key", "unique",
-                           "after", "cost", "group", *REACTIONS))  # the batch keys that are prepare()'s options
-
-
-def validate_job_id(value) -> int:
-    try:
-        n = int(value)
-        if isinstance(value, float) and value != n:  # 1.5 from JSON is not job 1
-            raise ValueError
-    except (TypeError, ValueError, OverflowError):
-        raise InvalidInput(f"invalid job id {value!r}: must be a positive integer") from None
-    if isinstance(value, bool) or not 1 <= n <= MAX_ID:
-        raise InvalidInput(f"invalid job id {value!r}: must be from 1 to {MAX_ID}")
-    return n
-
-
-def validate_max_attempts(value) -> int:
-    try:
-        n = int(value)
-        if isinstance(value, bool) or isinstance(value, float) and value != n:
-            raise ValueError
-    except (TypeError, ValueError, OverflowError):
-        raise InvalidInput(f"invalid max attempts {value!r}: must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}") from None
-    if not 1 <= n <= MAX_ATTEMPTS_LIMIT:
-        raise InvalidInput(f"invalid max attempts {value!r}: must be from 1 to {MAX_ATTEMPTS_LIMIT}")
-    return n
-
 
 _OPERATOR: list[str] = []  # the name, looked up once per process (a read of the passwd database)
 
@@ -123,7 +91,7 @@ def _positive_ms(value, what: str) -> int:
 
 
 class Queue:
-    """The job queue over one engine. `engine` is None for validation alone (prepare)."""
+    """The job queue over one engine. Checking input needs none: jobctl.jobspec."""
 
     engine: Engine
 
@@ -190,9 +158,7 @@ class Queue:
         self.close()
 
     def now(self) -> int:
-        """The database's clock, ms since the epoch (this host's, without a database)."""
-        if self.engine is None:
-            return time.time_ns() // 1_000_000
+        """The database's clock, ms since the epoch."""
         return self.engine.now()
 
     def has_changed(self) -> bool:
@@ -209,70 +175,9 @@ class Queue:
 
     # -- enqueue ---------------------------------------------------------------------------
 
-    def prepare(self, type: str, payload=None, *, payload_text: str | bytes | None = None, queue=None,
-                priority=None, delay=None, at=None, max_attempts=None, backoff=None, timeout=None, key=None,
-                unique: bool = False, after: Iterable = (), cost=None, group=None, on_buried=None, on_completed=None,
-                on_cancelled=None) -> NewJob:
-        """Validate one job's options into a NewJob: command line > [types.X] > [defaults]."""
-        s = self.settings
-        validate_name(type, "type")
-        tc = s.type_config(type)
-        if payload_text is not None:
-            payload = payloads.parse_json(payload_text)
-        elif payload is None:
-            payload = {}
-        compact = payloads.compact(payload, max_bytes=s.max_payload_bytes)
-        queue = validate_name(queue, "queue") if queue is not None else (tc and tc.queue) or s.queue
-        if priority is not None:
-            priority = parse_priority(priority)
-        else:
-            priority = tc.priority if tc and tc.priority is not None else s.priority
-        if max_attempts is not None:
-            max_attempts = validate_max_attempts(max_attempts)
-        else:
-            max_attempts = tc.max_attempts if tc and tc.max_attempts is not None else s.max_attempts
-        backoff = parse_backoff(backoff) if backoff is not None else (tc and tc.backoff) or s.backoff
-        if timeout is not None:
-            timeout_s = parse_duration(timeout, what="timeout")
-            if timeout_s <= 0:
-                raise InvalidInput("invalid timeout: must be more than 0")
-        else:
-            timeout_s = tc.timeout if tc and tc.timeout is not None else s.timeout
-        if delay is not None and at is not None:
-            raise InvalidInput("--delay and --at cannot be used together; give one of them")
-        delay_ms, not_before = 0, None
-        if delay is not None:
-            delay_ms = int(parse_duration(delay, what="delay") * 1000)
-        elif at is not None:
-            not_before = parse_time(at)  # a time in the past means now: the engine takes the later
-        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
-            raise InvalidInput("invalid idempotency key: must be a string of 1 to 255 characters")
-        if not isinstance(unique, bool):
-            raise InvalidInput(f"invalid unique {unique!r}: must be true or false")
-        if isinstance(after, (str, int)):
-            after = [after]
-        after_ids = [validate_job_id(a) for a in after]
-        # Only what the job sets itself is stored: a group or cost left out is the type's in the
-        # config of whoever claims it (limits.Limits.resolve), not frozen from the enqueuer's.
-        cost_units = parse_cost(cost) if cost is not None else 0
-        group = validate_name(group, "group") if group is not None else None
-        given = {"on_buried": on_buried, "on_completed": on_completed, "on_cancelled": on_cancelled}
-        reactions: dict[str, str | None] = {}
-        for name, value in given.items():
-            if value is None:
-                reactions[name] = getattr(tc, name) if tc else None
-                continue
-            reactions[name] = validate_name(value, f"--{name.replace('_', '-')} type")
-            if reactions[name] == type:
-                raise InvalidInput(f"invalid --{name.replace('_', '-')} {value!r}: a job of type {type} cannot react "
-                                   "to itself; name another type")
-        return NewJob(
-            queue=queue, type=type, payload=compact, payload_hash=payloads.canonical_hash(payload),
-            priority=priority, max_attempts=max_attempts, backoff=backoff, timeout_ms=int(timeout_s * 1000),
-            delay_ms=delay_ms, not_before=not_before, idempotency_key=key, unique=unique, after=after_ids,
-            cost_units=cost_units, concurrency_group=group, on_buried=reactions["on_buried"],
-            on_completed=reactions["on_completed"], on_cancelled=reactions["on_cancelled"],
-        )
+    def prepare(self, type: str, payload=None, **options) -> NewJob:
+        """jobspec.prepare with this queue's settings: one job's options checked into a NewJob."""
+        return jobspec.prepare(self.settings, type, payload, **options)
 
     def enqueue(self, type: str, payload=None, *, actor: str | None = None, **options) -> EnqueueResult:
         return self.insert([self.prepare(type, payload, **options)], actor=actor)[0]
@@ -280,8 +185,8 @@ class Queue:
     def insert(self, jobs: list[NewJob], *, actor: str | None = None,
                on_progress: Callable[[int, int], None] | None = None) -> list[EnqueueResult]:
         """Insert jobs validated by prepare()/prepare_batch(), all or nothing. Validation needs no
-        engine (Queue(None, settings).prepare(...)), so a command can refuse bad input before it
-        opens, or creates, the database. on_progress(inserted, total) is called along the way,
+        engine (jobctl.jobspec), so a command can refuse bad input before it opens, or creates,
+        the database. on_progress(inserted, total) is called along the way,
         inside the one transaction (so a later failure still leaves nothing inserted)."""
         if not jobs:
             return []
@@ -300,50 +205,9 @@ class Queue:
                 raise
             raise NoSuchJob(e.job_id, where=f"{source}: \"after\": ") from None
 
-    def prepare_batch_line(self, text: str, lineno: int, defaults: dict | None = None) -> NewJob | None:
-        """One NDJSON line of `enqueue --batch` (None for a blank line); errors name the line.
-        defaults: {batch key: value} for a line that does not give that key (or gives null): the
-        options given with --batch/--chain, in the forms of prepare()."""
-        if not text.strip():
-            return None
-        try:
-            # The line's object wraps the payload: only the payload's own depth counts (prepare checks it).
-            obj = payloads.parse_json(text, what="JSON", wrapper_levels=1)
-            if not isinstance(obj, dict):
-                raise InvalidInput("each line must be a JSON object with at least a \"type\"")
-            unknown = set(obj) - BATCH_KEYS
-            if unknown:
-                shown = sorted(repr(k if len(k) <= 40 else k[:40] + "…") for k in unknown)
-                raise InvalidInput(f"unknown key(s) {', '.join(shown[:5])}{' …' if len(shown) > 5 else ''} "
-                                   f"(known: {', '.join(sorted(BATCH_KEYS))})")
-            if "type" not in obj:
-                raise InvalidInput("missing \"type\"")
-            opts = {k: v for k, v in obj.items() if v is not None and k in BATCH_OPTIONS}  # null: not given
-            if not isinstance(opts.get("after", []), list):
-                raise InvalidInput("\"after\" must be a list of job ids")
-            for k, v in (defaults or {}).items():
-                # A line that gives "delay" or "at" gives its start time: neither default applies.
-                if v is not None and k not in opts and not (k in ("delay", "at") and ("delay" in opts or "at" in opts)):
-                    opts[k] = v
-            if "payload" in obj and obj["payload"] is None:
-                opts["payload_text"] = "null"  # an explicit null is a payload, not "use the default {}"
-            job = self.prepare(obj["type"], obj.get("payload", {}), **opts)
-            job.source = f"line {lineno}"
-            return job
-        except InvalidInput as e:
-            raise InvalidInput(f"line {lineno}: {e}; nothing was enqueued") from None
-
-    def prepare_batch(self, lines: list[str], *, on_progress: Callable[[int, int], None] | None = None,
-                      step: int = 1000, defaults: dict | None = None) -> list[NewJob]:
-        """Validate every line (blank ones skipped); on_progress(lines done, total) every `step` lines."""
-        jobs = []
-        for n, line in enumerate(lines, 1):
-            job = self.prepare_batch_line(line, n, defaults)
-            if job is not None:
-                jobs.append(job)
-            if on_progress is not None and (n % step == 0 or n == len(lines)):
-                on_progress(n, len(lines))
-        return jobs
+    def prepare_batch(self, lines: list[str], **options) -> list[NewJob]:
+        """jobspec.prepare_batch with this queue's settings: every `enqueue --batch` line checked."""
+        return jobspec.prepare_batch(self.settings, lines, **options)
 
     def enqueue_batch(self, lines: list[str], *, actor: str | None = None) -> list[EnqueueResult]:
         """All or nothing: every line is validated before one transaction inserts them all."""

@@ -169,7 +169,7 @@ def test_batch_options_and_reactions_together(any_db):
 # -- enqueue --help lists the batch keys, readable at 80 columns -------------------------------------
 
 def test_enqueue_help_lists_every_batch_key_within_80_columns():
-    from jobctl.queue import BATCH_KEYS
+    from jobctl.jobspec import BATCH_KEYS
 
     r = subprocess.run([*JOBCTL, "enqueue", "--help"], capture_output=True, text=True,
                        env={**os.environ, "COLUMNS": "80"}, timeout=60)

@@ -166,3 +166,14 @@ def test_counts_and_priority_labels_written_as_toml_integers_and_labels_are_take
     assert r.exit_code == 0, r.output
     shown = tomllib.loads(r.stdout)
     assert shown["types"]["x"]["cost_units"] == 2 and shown["types"]["x"]["concurrency_limit"] == 4, r.stdout
+
+
+def test_the_worker_defaults_are_written_once():
+    """[worker] in the config and `jobctl work`'s options share one table of defaults (WorkerSettings)."""
+    from jobctl.config import WORKER_KEYS, WorkerSettings
+    from jobctl.worker.loop import WorkerOptions
+
+    defaults, options = WorkerSettings(), WorkerOptions(worker_id="w")
+    assert WORKER_KEYS == WorkerSettings.__slots__
+    assert {k: getattr(options, k) for k in WORKER_KEYS} == {k: getattr(defaults, k) for k in WORKER_KEYS}
+    assert (defaults.poll, defaults.grace, defaults.lease, defaults.purge_every) == (1.0, 30.0, 60.0, 600.0)

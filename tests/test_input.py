@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from jobctl import payloads
+from jobctl import jobspec, payloads
 from jobctl.config import Settings, load_settings
 from jobctl.errors import InvalidInput
 from jobctl.queue import Queue
@@ -359,7 +359,7 @@ def test_payload_on_stdin_is_read_only_up_to_the_limit(cli, db, tmp_path):
 
 
 def test_a_batch_line_past_the_limit_and_the_keys_room_is_refused_by_number(cli, db, tmp_path):
-    from jobctl.cli.jobs import BATCH_LINE_ROOM
+    from jobctl.cli.inputs import BATCH_LINE_ROOM
 
     cfg = tmp_path / "c.toml"
     cfg.write_text("max_payload_bytes = 100\n")
@@ -404,9 +404,9 @@ def test_a_payload_257_deep_is_refused_alone_and_in_a_batch(cli, db):
 
 
 def test_prepare_batch_line_counts_the_payload_depth_only():
-    q = Queue(None, Settings())
-    assert q.prepare_batch_line('{"type": "t", "payload": ' + nested(256) + "}", 1).payload == nested(256)
+    s = Settings()
+    assert jobspec.prepare_batch_line(s, '{"type": "t", "payload": ' + nested(256) + "}", 1).payload == nested(256)
     with pytest.raises(InvalidInput, match="line 1: .*256 levels"):
-        q.prepare_batch_line('{"type": "t", "payload": ' + nested(257) + "}", 1)
+        jobspec.prepare_batch_line(s, '{"type": "t", "payload": ' + nested(257) + "}", 1)
     with pytest.raises(InvalidInput, match="line 1"):  # the other keys may not be deep either
-        q.prepare_batch_line('{"type": "t", "after": ' + nested(200) + "}", 1)
+        jobspec.prepare_batch_line(s, '{"type": "t", "after": ' + nested(200) + "}", 1)

@@ -32,7 +32,7 @@ def top(mods: set[str]) -> set[str]:
 
 
 def _core_modules():
-    names = ["jobctl.queue", "jobctl.models", "jobctl.config", "jobctl.payloads", "jobctl.durations",
+    names = ["jobctl.queue", "jobctl.jobspec", "jobctl.models", "jobctl.config", "jobctl.payloads", "jobctl.durations",
              "jobctl.errors"]
     names += [f"jobctl.engines.{m.name}" for m in pkgutil.iter_modules(jobctl.engines.__path__)]
     for optional in ("jobctl.worker", "jobctl.stats"):
@@ -160,3 +160,34 @@ def test_engine_capabilities_are_declared_not_probed():
              if path.startswith("jobctl/worker/") or path in ("jobctl/waiting.py", "jobctl/queue.py")
              for n, line in enumerate(text.splitlines(), 1) if probing.search(line)]
     assert not found, found
+
+
+def test_checking_what_to_enqueue_needs_no_engine():
+    """jobctl.jobspec checks a job's options with no database: importing and using it loads no
+    engine (nor its drivers), only the engine contract's NewJob record."""
+    loaded = modules_after("from jobctl import jobspec\nfrom jobctl.config import Settings\n"
+                           "jobspec.prepare(Settings(), 't', payload_text='{}')\n"
+                           "jobspec.prepare_batch_line(Settings(), '{\"type\": \"t\"}', 1)")
+    engines = {m for m in loaded if m.startswith("jobctl.engines.")} - {"jobctl.engines.base"}
+    assert not engines, sorted(engines)
+    assert not top(loaded) & (UI | HEAVY | {"sqlite3", "psycopg2"}), sorted(top(loaded))
+    assert "jobctl.queue" not in loaded
+    source = _source_files()["jobctl/jobspec.py"]
+    assert not re.search(r"^\s*(import|from)\s+jobctl\.(queue|engines\.(?!base\b))", source, re.M)
+
+
+def test_no_module_builds_a_queue_without_an_engine_to_check_input():
+    found = [path for path, text in _source_files().items() if "Queue(None" in text]
+    assert not found, found
+
+
+def test_the_cli_command_modules_do_not_import_each_other_in_a_circle():
+    """cli/jobs.py (enqueue, ...) uses cli/foreground.py's wait; foreground (wait, run) never reaches
+    back into jobs: what both read from a file or stdin is in cli/inputs.py, which imports no command."""
+    imports = re.compile(r"^\s*from\s+jobctl\.cli\.(\w+)\s+import|^\s*from\s+jobctl\.cli\s+import\s+(\w+)", re.M)
+    uses = {Path(path).stem: {a or b for a, b in imports.findall(text)}
+            for path, text in _source_files().items() if path.startswith("jobctl/cli/")}
+    assert "jobs" not in uses["foreground"] and "foreground" in uses["jobs"]
+    assert not uses["inputs"]
+    both_ways = sorted((a, b) for a in uses for b in uses[a] if a < b and a in uses.get(b, ()))
+    assert not both_ways, both_ways

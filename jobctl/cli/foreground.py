@@ -57,7 +57,7 @@ def wait(
     Example: jobctl wait 42 43 --timeout 10m && echo all done
     """
     timeout_s = parse_wait_timeout(timeout, "--timeout")
-    from jobctl.queue import validate_job_id
+    from jobctl.jobspec import validate_job_id
 
     ids = list(dict.fromkeys(validate_job_id(i) for i in job_ids))  # a malformed id is a usage error before any wait
     with state(ctx).open_queue() as q:
@@ -79,14 +79,14 @@ def run(
 
     Example: jobctl run send-invoice '{"order": 42}'
     """
-    from jobctl.cli.jobs import _read_payload_file
+    from jobctl.cli.inputs import read_payload_file
     from jobctl.errors import InvalidInput
 
     st = state(ctx)
     settings = st.settings
     if payload is not None and payload_file is not None:
         raise InvalidInput("give the payload either as an argument or with --payload-file, not both")
-    text = _read_payload_file(payload_file, settings.max_payload_bytes) if payload_file is not None else payload
+    text = read_payload_file(payload_file, settings.max_payload_bytes) if payload_file is not None else payload
     from jobctl.worker.foreground import run_foreground
 
     code = run_foreground(settings, type, text, db=st.db_path(),

@@ -4,10 +4,8 @@ retry, retry-buried, reschedule. The first five are called from shell loops: kee
 from __future__ import annotations
 
 import itertools
-import os
-import stat
 import sys
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import typer
 
@@ -16,114 +14,27 @@ from jobctl.cli.state import tell
 from jobctl.completion import complete_backoff, complete_priority, complete_queue, complete_type
 from jobctl.errors import InvalidInput, NothingToClaim
 
-REACTION_KEYS = ("on_buried", "on_completed", "on_cancelled")
-
-
-def _open_source(path: str):
-    if path == "-":
-        if sys.stdin is None or not hasattr(sys.stdin, "buffer"):  # started with stdin closed (`<&-`)
-            raise InvalidInput("standard input is closed: pipe the input in, or give a file instead of -")
-        return sys.stdin.buffer
-    try:
-        return open(path, "rb")
-    except OSError as e:
-        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
-
-
-def _read_source(path: str) -> bytes:
-    """All of a file or stdin. Unbounded: for job input use _read_payload_file or _batch_lines."""
-    f = _open_source(path)
-    try:
-        return f.read()
-    except OSError as e:
-        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
-    finally:
-        if f is not sys.stdin.buffer:
-            f.close()
-
-
-def _read_payload_file(path: str, limit: int) -> bytes:
-    """At most `limit` bytes: one more byte says the payload is too large (never /dev/zero in memory)."""
-    f = _open_source(path)
-    try:
-        data = f.read(limit + 1)
-    except OSError as e:
-        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
-    finally:
-        if f is not sys.stdin.buffer:
-            f.close()
-    if len(data) > limit:
-        raise InvalidInput(
-            f"payload too large: {'stdin' if path == '-' else path} holds more than {limit} bytes, the limit "
-            "(max_payload_bytes in the config); nothing was enqueued")
-    return data
-
-
-BATCH_LINE_ROOM = 64 * 1024  # a --batch line's keys besides the payload: type, queue, key, after, ...
-
-
-def _batch_lines(path: str, payload_limit: int, on_progress=None) -> Iterator[tuple[int, str]]:
-    """(number, text) of each NDJSON line of --batch, read line by line and never held whole: a line
-    longer than the payload limit plus the other keys' room is refused without reading the rest of
-    it. on_progress(bytes read, bytes in all) for a regular file (a pipe's size is unknown)."""
-    most = payload_limit + BATCH_LINE_ROOM
-    f = _open_source(path)
-    size, done = 0, 0
-    try:
-        try:
-            st = os.fstat(f.fileno())
-            if stat.S_ISREG(st.st_mode):
-                size = st.st_size - f.tell()
-        except (OSError, ValueError, AttributeError):  # (a test's stand-in for stdin has no descriptor)
-            size = 0
-        n = 0
-        while True:
-            raw = f.readline(most + 1)
-            if not raw:
-                if on_progress is not None and size:
-                    on_progress(done, done)
-                return
-            n += 1
-            if not raw.endswith(b"\n") and len(raw) > most:
-                raise InvalidInput(
-                    f"line {n}: longer than {most} bytes (the payload limit, max_payload_bytes in "
-                    f"the config, plus {BATCH_LINE_ROOM} for the other keys); nothing was enqueued")
-            try:
-                text = raw.decode("utf-8").rstrip("\n")
-            except UnicodeDecodeError:
-                raise InvalidInput(f"line {n}: not UTF-8 text; nothing was enqueued") from None
-            yield n, text
-            if on_progress is not None and size:
-                done += len(raw)
-                if n % 1000 == 0:
-                    on_progress(done, max(size, done))
-    except OSError as e:
-        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
-    finally:
-        if f is not sys.stdin.buffer:
-            f.close()
-
-
 def _enqueue_many(st, path: str, *, chain: bool, defaults: dict, as_json: bool, wait: bool, wait_s) -> None:
     """enqueue --batch/--chain: every line checked first, into a JobSpool (memory stays flat however
     many lines), then one transaction inserts them all; the ids are printed once it committed."""
+    from jobctl import jobspec
+    from jobctl.cli.inputs import batch_lines
     from jobctl.cli.progress import progress_bar
     from jobctl.errors import NoSuchJob
-    from jobctl.queue import Queue
     from jobctl.spool import JobSpool
 
-    checker = Queue(None, st.settings)  # bad input is refused before the file is created
-    options = {k: v for k, v in defaults.items() if v is not None and k not in REACTION_KEYS}
+    settings = st.settings  # bad input is refused before the file is created
+    options = {k: v for k, v in defaults.items() if v is not None and k not in jobspec.REACTIONS}
     if options:
-        checker.prepare("batch-options", **options)  # a bad option is named once, not as line 1's
+        jobspec.prepare(settings, "batch-options", **options)  # a bad option is named once, not as line 1's
     # A chain's first job waits on --after; every later one on the job before it.
     defaults = {k: v for k, v in defaults.items() if v is not None}
     later = {k: v for k, v in defaults.items() if k != "after"} if chain else defaults
     with JobSpool() as spool:
         try:
             with progress_bar("checking") as on_progress:
-                for n, text in _batch_lines(path, st.settings.max_payload_bytes, on_progress):
-                    job = checker.prepare_batch_line(text, n, later if len(spool) else defaults)
+                for n, text in batch_lines(path, st.settings.max_payload_bytes, on_progress):
+                    job = jobspec.prepare_batch_line(settings, text, n, later if len(spool) else defaults)
                     if job is None:
                         continue
                     if chain and len(spool):
@@ -257,13 +168,17 @@ def enqueue(
         raise InvalidInput("missing TYPE: `jobctl enqueue TYPE [PAYLOAD]`, or --batch PATH")
     if payload is not None and payload_file is not None:
         raise InvalidInput("give the payload either as an argument or with --payload-file, not both")
-    text = _read_payload_file(payload_file, st.settings.max_payload_bytes) if payload_file is not None else payload
-    from jobctl.queue import Queue
+    text: str | bytes | None = payload
+    if payload_file is not None:
+        from jobctl.cli.inputs import read_payload_file
 
-    new_job = Queue(None, st.settings).prepare(  # bad input is refused before the file is created
-        type, payload_text=text, queue=queue, priority=priority, delay=delay, at=at, max_attempts=max_attempts,
-        backoff=backoff, timeout=timeout, key=key, unique=unique, after=after or [], cost=cost, group=group,
-        **reactions)
+        text = read_payload_file(payload_file, st.settings.max_payload_bytes)
+    from jobctl import jobspec
+
+    new_job = jobspec.prepare(  # bad input is refused before the file is created
+        st.settings, type, payload_text=text, queue=queue, priority=priority, delay=delay, at=at,
+        max_attempts=max_attempts, backoff=backoff, timeout=timeout, key=key, unique=unique, after=after or [],
+        cost=cost, group=group, **reactions)
     with st.open_queue(create=True) as q:
         r = q.insert([new_job])[0]
         if wait:
@@ -395,7 +310,7 @@ def _each(ctx, job_ids: List[int], action, as_json: bool, line=None) -> None:
     """Apply an action to several jobs; report every one; exit with the first error's code.
     An action may return a job or a list of jobs; line(job) is the human line (default: id and state)."""
     from jobctl.errors import JobctlError
-    from jobctl.queue import validate_job_id
+    from jobctl.jobspec import validate_job_id
 
     job_ids = [validate_job_id(i) for i in job_ids]  # a malformed id is a usage error: nothing is done
     first_error = None

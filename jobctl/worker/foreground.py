@@ -43,10 +43,10 @@ def run_foreground(settings, type: str, payload_text: str | bytes | None, *, db:
     """Run the handler of `type` to its end; its exit code (128+N when killed by signal N).
     Raises InvalidInput for a bad payload or a type without a runnable command (before anything
     starts), CannotRun (126/127) when the spawn itself fails, HandlerTimedOut (124) after a timeout."""
-    from jobctl.queue import Queue
+    from jobctl import jobspec
     from jobctl.worker.loop import check_commands, handler_types
 
-    job = Queue(None, settings).prepare(type, payload_text=payload_text)  # the payload as enqueue takes it
+    job = jobspec.prepare(settings, type, payload_text=payload_text)  # the payload as enqueue takes it
     handler_types(settings, [type])
     check_commands(settings, [type])
     tc = settings.type_config(type)

@@ -22,7 +22,7 @@ from functools import partial
 from typing import Callable
 
 from jobctl import handlers, payloads
-from jobctl.config import Settings
+from jobctl.config import Settings, WorkerSettings
 from jobctl.durations import format_duration
 from jobctl.errors import CancelRequested, DatabaseUnusable, InvalidInput, InvalidState, JobctlError, NoSuchJob
 from jobctl.models import Job, Record
@@ -61,6 +61,9 @@ def registry_base(engine) -> str:
     return os.path.join(state, "jobctl", hashlib.sha256(engine.identity.encode()).hexdigest()[:16])
 
 
+_DEFAULTS = WorkerSettings()  # the [worker] table's defaults: WorkerOptions's too
+
+
 class WorkerOptions(Record):
     """What `jobctl work` was asked to do. A plain record (models.Record), not a dataclass:
     importing dataclasses costs a worker's start-up ~10 ms."""
@@ -71,10 +74,11 @@ class WorkerOptions(Record):
     def __init__(self, worker_id: str | None = None,
                  queues: list[str] | None = None,  # None: every queue
                  types: list[str] | None = None,  # None: every type with a command
-                 concurrency: int = 1, max_jobs: int | None = None, max_time: float | None = None,
-                 stop_when_empty: bool = False, poll: float = 1.0, grace: float = 30.0, lease: float = 60.0,
-                 kill_grace: float = 5.0, recover_every: float = 30.0, purge_every: float = 600.0,
-                 log_format: str = "human",
+                 concurrency: int = _DEFAULTS.concurrency, max_jobs: int | None = None, max_time: float | None = None,
+                 stop_when_empty: bool = False, poll: float = _DEFAULTS.poll, grace: float = _DEFAULTS.grace,
+                 lease: float = _DEFAULTS.lease, kill_grace: float = _DEFAULTS.kill_grace,
+                 recover_every: float = _DEFAULTS.recover_every, purge_every: float = _DEFAULTS.purge_every,
+                 log_format: str = _DEFAULTS.log_format,
                  config_path: str | None = None):  # passed to handlers as JOBCTL_CONFIG when set
         self.worker_id: str = own_worker_id() if worker_id is None else worker_id
         self.queues = queues

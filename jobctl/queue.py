@@ -83,13 +83,6 @@ def _with_output(decide, output):
     return with_output
 
 
-def _positive_ms(value, what: str) -> int:
-    seconds = parse_duration(value, what=what)
-    if seconds <= 0:
-        raise InvalidInput(f"invalid {what}: must be more than 0")
-    return int(seconds * 1000)
-
-
 class Queue:
     """The job queue over one engine. Checking input needs none: jobctl.jobspec."""
 

@@ -521,3 +521,20 @@ def refused_line(r, *needles) -> str:
 def pg_named(url: str, app: str) -> str:
     """The URL with an application_name, so a test can find that engine's server processes."""
     return f"{url}&application_name={app}"
+
+
+def keeper_of(worker_pid: int) -> int | None:
+    """The living keeper process of a worker (jobctl/worker/keeper.py), found by its command line;
+    a zombie is dead (it only waits to be reaped)."""
+    from jobctl import handlers
+
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if (any(b"import keeper" in a for a in argv) and str(worker_pid).encode() in argv
+                and handlers.proc_start(int(name)) is not None):
+            return int(name)
+    return None

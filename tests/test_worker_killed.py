@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import JOBCTL
+from conftest import JOBCTL, keeper_of
 from jobctl import handlers
 from jobctl.worker import keeper
 
@@ -86,17 +86,7 @@ def test_a_worker_that_exits_normally_ends_its_keeper(tmp_path):
     _enqueue(tmp_path, cfg, 1)
     w = _worker(tmp_path, cfg, "--stop-when-empty")
     assert w.wait(30) == 0
-    me = str(w.pid).encode()
-    left = []
-    for name in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if any(b"import keeper" in a for a in argv) and me in argv and _alive(int(name)):
-            left.append(name)
-    assert not left
+    assert keeper_of(w.pid) is None
 
 
 def test_the_keeper_kills_the_groups_it_was_told_of_when_its_worker_ends(tmp_path):
@@ -214,17 +204,6 @@ def test_a_concurrency_limit_holds_when_a_worker_is_killed(tmp_path):
                 p.wait()
 
 
-def _keeper_of(worker_pid: int) -> int | None:
-    for name in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if any(b"import keeper" in a for a in argv) and str(worker_pid).encode() in argv and _alive(int(name)):
-            return int(name)
-    return None
-
 
 def test_a_worker_whose_keeper_was_killed_says_so_once_and_works_on(tmp_path):
     cfg = tmp_path / "c.toml"
@@ -232,8 +211,8 @@ def test_a_worker_whose_keeper_was_killed_says_so_once_and_works_on(tmp_path):
     _enqueue(tmp_path, cfg, 1)
     w = _worker(tmp_path, cfg)
     try:
-        assert _wait_for(lambda: _keeper_of(w.pid) is not None, 20)
-        os.kill(_keeper_of(w.pid), signal.SIGKILL)
+        assert _wait_for(lambda: keeper_of(w.pid) is not None, 20)
+        os.kill(keeper_of(w.pid), signal.SIGKILL)
         _enqueue(tmp_path, cfg, 2)
 
         def done():

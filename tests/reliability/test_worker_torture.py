@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import keeper_of
+
 from .util import JOBCTL, assert_rescued_once, integrity, jobctl, jobs, rows
 
 RECORD = 'echo "$JOBCTL_JOB_ID $JOBCTL_ATTEMPT $PPID" >> "$RUNLOG"'
@@ -240,18 +242,6 @@ fi
 '''
 
 
-def _keeper_of(worker_pid: int) -> int | None:
-    """The keeper process of a worker (jobctl/worker/keeper.py), by its command line."""
-    for name in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if any(b"import keeper" in a for a in argv) and str(worker_pid).encode() in argv:
-            return int(name)
-    return None
-
 
 def alive(pid: int) -> bool:
     try:
@@ -275,7 +265,7 @@ def test_next_worker_does_not_rerun_a_job_while_the_killed_workers_handler_lives
     escaped = int(escaped_file.read_text())
     try:
         assert alive(leader) and alive(escaped)
-        keeper = _keeper_of(a.pid)
+        keeper = keeper_of(a.pid)
         assert keeper is not None
         os.kill(keeper, signal.SIGKILL)  # first its keeper (which kills a killed worker's handlers)
         time.sleep(0.2)

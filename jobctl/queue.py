@@ -624,9 +624,9 @@ class Queue:
                         f"here puts each handler in a cgroup of its own under {where}; its log says which cap "
                         "applies when it starts)")
             else:
-                text = ("memory_limit caps each process only: per process, each process of a handler may use up "
-                        "to its type's memory_limit (address space, RLIMIT_AS), not the handler's whole tree; a "
-                        f"handler that starts 4 processes may use 4 times it (no cgroup for it here: {where})")
+                text = ("memory_limit caps each process only (its address space, RLIMIT_AS), not the handler's "
+                        "whole tree: a handler that starts 4 processes may use 4 times its type's memory_limit "
+                        f"(no cgroup for it here: {where})")
             checks.append(Check("memory limits", True, text + types,
                                 {"memory_limit_scope": "tree" if version else "process", "memory_cgroup": version}))
         return checks

@@ -165,7 +165,7 @@ def test_doctor_says_the_memory_limits_are_per_process_only_when_a_type_has_one(
     assert r.exit_code == 0, r.output  # a note, not a problem
     report = json.loads(r.stdout)
     check = next(c for c in report["checks"] if c["check"] == "memory limits")
-    assert check["ok"] and check["detail"].startswith("memory_limit caps each process only: per process,"), check
+    assert check["ok"] and check["detail"].startswith("memory_limit caps each process only (its address space, RLIMIT_AS)"), check
     assert "(hog 200MiB)" in check["detail"] and "JOBCTL_MEMORY_CGROUP=0" in check["detail"], check
     assert report["memory_limit_scope"] == "process" and report["memory_cgroup"] is None
     cfg.write_text('[types.free]\ncommand = ["true"]\n')

@@ -5,6 +5,7 @@ The real tree cap is tried on this machine's cgroups (skipped, with the reason, 
 one exists). The v2 steps cannot run here (the v2 hierarchy has no memory controller): they are
 checked against a temporary folder laid out like cgroupfs; the real v2 path is not run by CI."""
 
+import errno
 import json
 import os
 import re
@@ -133,12 +134,18 @@ def alive(pid: int) -> bool:
 
 # -- cgroup v2, against a folder laid out like cgroupfs ------------------------------------------
 
-def fake_v2(tmp_path, procs: str, controllers="cpu memory pids"):
+def fake_v2(tmp_path, procs: str, controllers="cpu memory pids", delegated=True):
     base = tmp_path / "cg" / "worker.service"
     base.mkdir(parents=True)
     (base / "cgroup.controllers").write_text(controllers + "\n")
     (base / "cgroup.subtree_control").write_text("")
     (base / "cgroup.procs").write_text(procs)
+    if delegated:  # as systemd marks a Delegate=yes unit's cgroup (or: its files are the worker's user's)
+        try:
+            os.setxattr(base, "trusted.delegate" if os.geteuid() == 0 else "user.delegate", b"1")
+        except OSError as e:
+            if os.geteuid() == 0 or os.stat(base).st_uid != os.geteuid():
+                pytest.skip(f"cannot mark {base} as delegated ({e.strerror})")
     return base
 
 
@@ -184,12 +191,16 @@ def test_v2_the_worker_moves_into_a_leaf_and_each_handler_gets_a_capped_sibling(
     assert cg.leftover == [] and not group.exists()
 
 
-@pytest.mark.parametrize("procs, controllers, why", [
-    ("{me}\n4242\n", "cpu memory", "other processes share the worker's cgroup"),
-    ("{me}\n", "cpu pids", "the memory controller is not available"),
+@pytest.mark.parametrize("procs, controllers, delegated, why", [
+    ("{me}\n4242\n", "cpu memory", True, "other processes share the worker's cgroup"),
+    ("{me}\n", "cpu pids", True, "the memory controller is not available"),
+    ("{me}\n", "cpu memory", False, "is not marked as delegated"),
 ])
-def test_v2_the_worker_keeps_the_per_process_cap_where_it_cannot_have_its_cgroup(tmp_path, procs, controllers, why):
-    base = fake_v2(tmp_path, procs.format(me=os.getpid()), controllers)
+def test_v2_the_worker_keeps_the_per_process_cap_where_it_cannot_have_its_cgroup(tmp_path, procs, controllers,
+                                                                                   delegated, why):
+    if not delegated and os.geteuid() != 0:
+        pytest.skip("a user other than root owns the files it made: that is the mark of a delegation")
+    base = fake_v2(tmp_path, procs.format(me=os.getpid()), controllers, delegated)
     cg, note = MemoryCgroups.setup([(V2, str(base))])
     assert cg is None
     assert note.startswith("memory_limit caps each process of a handler only, not its whole tree (RLIMIT_AS): "
@@ -240,3 +251,16 @@ def test_doctor_says_the_limit_caps_the_whole_tree_where_a_cgroup_can_hold_it(tm
         assert check["detail"].startswith(f"memory_limit caps each handler's whole process tree ({version}: "), check
         assert where in check["detail"] and check["detail"].endswith("(hog 200MiB)"), check
         assert (report["memory_limit_scope"], report["memory_cgroup"]) == ("tree", version)
+
+
+def test_a_handler_that_cannot_move_into_its_cgroup_is_not_started():
+    """The move is the handler's first step after fork: when it fails, its command never runs and
+    the worker hears why (the worker's problem, not the command's)."""
+    from jobctl.worker.supervisor import CgroupMoveError
+
+    rd, wr = os.pipe()
+    os.close(rd)  # cgroup.procs stands for a file that refuses the write (EPIPE)
+    with pytest.raises(CgroupMoveError) as e:
+        PosixLauncher().spawn(["touch", "ran"], 0, 1, 2, dict(os.environ), cgroup_procs=wr)
+    os.close(wr)
+    assert e.value.errno == errno.EPIPE and not os.path.exists("ran")

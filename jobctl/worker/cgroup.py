@@ -139,7 +139,31 @@ def _v2_problem(base: str) -> str | None:
             return f"{base} is not delegated to this user (its {name} is not writable)"
     if not os.access(base, os.W_OK | os.X_OK):
         return f"{base} is not delegated to this user (cannot make cgroups in it)"
+    if not _delegated(base):
+        return (f"{base} is not marked as delegated (as root, jobctl reorganises only a cgroup its manager "
+                "handed over: systemd's Delegate=yes)")
     return None
+
+
+def _delegated(base: str) -> bool:
+    """Whether the cgroup was handed over to this process's user: its cgroup.procs belongs to a
+    user other than root and that is us (only a delegation gives a user one), or its manager marked
+    it delegated (systemd 251 and later set the `trusted.delegate` or `user.delegate` attribute
+    on a Delegate=yes unit's cgroup). Root may write to any cgroup, which says nothing of whether
+    reorganising it would fight its manager."""
+    try:
+        owner = os.stat(os.path.join(base, "cgroup.procs")).st_uid
+    except OSError:
+        return False
+    if owner != 0 and owner == os.geteuid():
+        return True
+    for name in ("trusted.delegate", "user.delegate"):
+        try:
+            if os.getxattr(base, name).strip(b"\0 \n") == b"1":
+                return True
+        except (OSError, AttributeError):
+            pass
+    return False
 
 
 def _v1_problem(base: str) -> str | None:

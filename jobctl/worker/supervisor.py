@@ -583,7 +583,8 @@ class Supervisor:
                 left = self.launcher.token_holders(r.job.token)
                 if left:
                     self.launcher.stop_pids(left, self.kill_grace)
-            self._end_cgroup(r)
+            if r.cgroup is not None:
+                self._end_cgroup(r)
             finished.append((r, rc))
         if self.cgroups is not None and self.cgroups.leftover:
             self.cgroups.sweep()
@@ -606,7 +607,8 @@ class Supervisor:
         """Kill a handler at once and reap it (the worker is leaving); its returncode."""
         self.kill(r)
         rc = self.launcher.reap(r.proc, timeout=wait)
-        self._end_cgroup(r)
+        if r.cgroup is not None:
+            self._end_cgroup(r)
         if r in self.running:
             self.running.remove(r)
         self.forget(r)

@@ -15,6 +15,11 @@ group, then SIGKILL after kill_grace. A process that left the group with setsid(
 the claim's JOBCTL_TOKEN in its environment, and stopped too, so that it cannot overlap the next
 run of its job.
 
+A type's memory_limit is applied between fork and exec: the handler moves itself into a memory
+cgroup of its own where the worker has them (cgroup.py: the limit then holds for its whole tree,
+and what is left in the cgroup when it exits is killed with it), else it caps its address space
+(RLIMIT_AS, each process for itself).
+
 Everything that touches the operating system goes through a Launcher, and every time is read from
 an injected monotonic clock: the rules here are unit-tested with fake processes and a fake clock,
 beside the real-process tests.

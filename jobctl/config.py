@@ -62,7 +62,7 @@ class TypeConfig(Record):
                  cost_units: int | None = None,
                  on_buried: str | None = None,  # the type of a job enqueued when one of this type is buried
                  on_completed: str | None = None, on_cancelled: str | None = None,
-                 memory_limit: int | None = None):  # bytes of address space for its handler (RLIMIT_AS)
+                 memory_limit: int | None = None):  # bytes for its handler (its tree in a cgroup, else RLIMIT_AS)
         self.name = name
         self.command = command
         self.queue = queue

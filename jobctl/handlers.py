@@ -417,9 +417,10 @@ _MEMORY_WORDS = ("memoryerror", "cannot allocate", "out of memory", "bad_alloc",
                  "mmap failed")
 
 
-def memory_failure(returncode: int, stderr_tail: str) -> bool:
-    """Whether a failed run under a memory limit looks like it hit the limit."""
-    if returncode in (-signal.SIGSEGV, -signal.SIGABRT, -signal.SIGKILL, -signal.SIGBUS):
+def memory_failure(returncode: int, stderr_tail: str, signals: bool = True) -> bool:
+    """Whether a failed run under a memory limit looks like it hit the limit (signals: whether a
+    SIGSEGV, SIGABRT, SIGKILL or SIGBUS counts as a sign of it, as it does under RLIMIT_AS)."""
+    if signals and returncode in (-signal.SIGSEGV, -signal.SIGABRT, -signal.SIGKILL, -signal.SIGBUS):
         return True
     tail = stderr_tail.lower()
     return any(word in tail for word in _MEMORY_WORDS)

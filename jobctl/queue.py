@@ -612,12 +612,23 @@ class Queue:
         if limited:
             from jobctl.durations import format_size
 
+            from jobctl.worker.cgroup import describe
+
             # Not a problem (it does not fail doctor), but what the limit means here must be plain.
-            checks.append(Check("memory limits", True,
-                                "per process: each process of a handler may use up to its type's memory_limit "
-                                "(address space, RLIMIT_AS), not the handler's whole tree; a handler that starts "
-                                "4 processes may use 4 times it (" + ", ".join(
-                                    f"{t} {format_size(n)}" for t, n in limited.items()) + ")"))
+            # Found from this process's own cgroup, read only: a worker started like it would get
+            # the same (each worker also says which applies to it when it starts).
+            version, where = describe()
+            types = " (" + ", ".join(f"{t} {format_size(n)}" for t, n in limited.items()) + ")"
+            if version is not None:
+                text = (f"memory_limit caps each handler's whole process tree ({version}: a worker started from "
+                        f"here puts each handler in a cgroup of its own under {where}; its log says which cap "
+                        "applies when it starts)")
+            else:
+                text = ("memory_limit caps each process only (its address space, RLIMIT_AS), not the handler's "
+                        "whole tree: a handler that starts 4 processes may use 4 times its type's memory_limit "
+                        f"(no cgroup for it here: {where})")
+            checks.append(Check("memory limits", True, text + types,
+                                {"memory_limit_scope": "tree" if version else "process", "memory_cgroup": version}))
         return checks
 
     def _own_limits_check(self):

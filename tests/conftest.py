@@ -36,7 +36,8 @@ def pytest_unconfigure(config):
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path, monkeypatch):
     """No test reads the developer's config or database, or inherits their worker id."""
-    for var in ("JOBCTL_DB", "JOBCTL_CONFIG", "JOBCTL_BUSY_TIMEOUT", "JOBCTL_WORKER_ID", "JOBCTL_DEBUG"):
+    for var in ("JOBCTL_DB", "JOBCTL_CONFIG", "JOBCTL_BUSY_TIMEOUT", "JOBCTL_WORKER_ID", "JOBCTL_DEBUG",
+                "JOBCTL_MEMORY_CGROUP"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))

@@ -1,5 +1,8 @@
 """memory_limit: a type's handler runs with its address space capped (RLIMIT_AS); a run that hits
-the cap fails with an error that says so, not a bare exit code."""
+the cap fails with an error that says so, not a bare exit code.
+
+This file is about the per-process cap, which applies where no cgroup can hold a handler's tree:
+JOBCTL_MEMORY_CGROUP=0 asks for it everywhere (the tree cap is tests/test_memory_cgroup.py's)."""
 
 import json
 import shutil
@@ -10,6 +13,11 @@ import pytest
 
 from conftest import JOBCTL, run_cli
 from jobctl.config import load_settings
+
+@pytest.fixture(autouse=True)
+def per_process_cap(monkeypatch):
+    monkeypatch.setenv("JOBCTL_MEMORY_CGROUP", "0")
+
 
 HOG = "import sys; b = bytearray(int(sys.argv[1]) * 1024 * 1024); print('allocated')"
 
@@ -155,8 +163,11 @@ def test_doctor_says_the_memory_limits_are_per_process_only_when_a_type_has_one(
     assert run_cli("--config", cfg, "--db", db, "init").exit_code == 0
     r = run_cli("--config", cfg, "--db", db, "doctor", "--json")
     assert r.exit_code == 0, r.output  # a note, not a problem
-    check = next(c for c in json.loads(r.stdout)["checks"] if c["check"] == "memory limits")
-    assert check["ok"] and check["detail"].startswith("per process:") and "(hog 200MiB)" in check["detail"], check
+    report = json.loads(r.stdout)
+    check = next(c for c in report["checks"] if c["check"] == "memory limits")
+    assert check["ok"] and check["detail"].startswith("memory_limit caps each process only (its address space, RLIMIT_AS)"), check
+    assert "(hog 200MiB)" in check["detail"] and "JOBCTL_MEMORY_CGROUP=0" in check["detail"], check
+    assert report["memory_limit_scope"] == "process" and report["memory_cgroup"] is None
     cfg.write_text('[types.free]\ncommand = ["true"]\n')
     r = run_cli("--config", cfg, "--db", db, "doctor", "--json")
     assert "memory limits" not in [c["check"] for c in json.loads(r.stdout)["checks"]]

@@ -61,7 +61,8 @@ STARTER = '''\
 # backoff = "exponential"      # exponential (60s, 120s, ... 1h), linear, fixed (60s), or [10, 30, 60]
 # jitter = 0.0                 # spread retry delays by up to this fraction (0.1 = +-10%)
 # timeout = "10m"              # longest a single run may take
-# memory_limit = "none"        # the handler's address space, such as "512MiB" (also per type)
+# memory_limit = "none"        # the handler's memory, such as "512MiB" (also per type): its whole tree
+#                              # where the worker may make a cgroup, else each process's address space
 # log_head = "64KiB"           # of each run's output (stdout and stderr), the first bytes kept
 # log_tail = "1MiB"            # and the last (`jobctl logs ID`); also per type
 

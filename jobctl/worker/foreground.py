@@ -18,7 +18,7 @@ import time
 from jobctl import engines, handlers
 from jobctl.errors import CannotRun, HandlerTimedOut
 from jobctl.worker.passfile import HandlerDb
-from jobctl.worker.supervisor import COMMAND_ERRORS, PosixLauncher, _stdin_fd, close_inherited_fds
+from jobctl.worker.supervisor import COMMAND_ERRORS, CgroupMoveError, PosixLauncher, _stdin_fd, close_inherited_fds
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
 
@@ -54,9 +54,16 @@ def run_foreground(settings, type: str, payload_text: str | bytes | None, *, db:
     handler_db = HandlerDb(db)  # the URL without its password, as a worker gives it (worker/passfile)
     env = handler_env(settings, type, job.queue, job.max_attempts, handler_db.url, config_path)
     memory_limit = settings.memory_limit_of(type)  # applied by the launcher, as the worker's does
+    real = launcher is None
     launcher = launcher or PosixLauncher()
     kill_grace = settings.worker.kill_grace
     close_inherited_fds()
+    cgroups = slot = None
+    oom_kills = 0
+    if memory_limit is not None and real:  # the handler's whole tree capped where the system allows it
+        from jobctl.worker.cgroup import MemoryCgroups
+
+        cgroups, _ = MemoryCgroups.setup()
 
     state: dict = {"proc": None, "pending": []}
 
@@ -70,8 +77,16 @@ def run_foreground(settings, type: str, payload_text: str | bytes | None, *, db:
     try:
         stdin = _stdin_fd(job.payload.encode("utf-8"))
         try:
-            proc = launcher.spawn(command, stdin, 1, 2, env,
-                                  **({} if memory_limit is None else {"memory_limit": memory_limit}))
+            limit: dict = {} if memory_limit is None else {"memory_limit": memory_limit}
+            if cgroups is not None and memory_limit is not None:
+                try:
+                    slot = cgroups.create(memory_limit)
+                    limit["cgroup_procs"] = slot.procs_fd
+                except OSError:
+                    cgroups = None  # the per-process cap, as where there is no cgroup
+            proc = launcher.spawn(command, stdin, 1, 2, env, **limit)
+        except CgroupMoveError as e:
+            raise CannotRun(f"cannot start the handler of {type} in its memory cgroup ({e.strerror})", 126) from None
         except (OSError, ValueError, TypeError) as e:
             reason = getattr(e, "strerror", None) or str(e)
             code = 127 if getattr(e, "errno", None) == 2 else 126
@@ -87,10 +102,14 @@ def run_foreground(settings, type: str, payload_text: str | bytes | None, *, db:
         timed_out = _watch(launcher, proc, clock, job.timeout_ms / 1000, kill_grace)
         launcher.signal_group(proc, signal.SIGKILL)  # what the handler left behind in its group
         rc = launcher.reap(proc)
+        if slot is not None and cgroups is not None:
+            oom_kills = cgroups.oom_kills(slot)
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
         handler_db.close()
+        if slot is not None and cgroups is not None:
+            cgroups.remove(slot)  # (what is left in it is killed first)
     if timed_out:
         from jobctl.durations import format_duration
 
@@ -101,7 +120,10 @@ def run_foreground(settings, type: str, payload_text: str | bytes | None, *, db:
         # is the terminal's, so jobctl cannot read it, and says the limit whatever the failure.
         from jobctl.durations import format_size
 
-        if handlers.memory_failure(rc, ""):
+        if oom_kills:
+            sys.stderr.write(f"jobctl: the handler of {type} failed ({handlers.describe_exit(rc)}): it hit its memory "
+                             f"limit of {format_size(memory_limit)} (the kernel killed {oom_kills} of its processes)\n")
+        elif handlers.memory_failure(rc, "", signals=slot is None):
             sys.stderr.write(f"jobctl: the handler of {type} was killed ({handlers.describe_exit(rc)}) while running with "
                              f"a memory limit of {format_size(memory_limit)}: it probably hit the limit\n")
         else:

@@ -173,6 +173,7 @@ class Worker:
                                   lease=options.lease)
         self.max_time_at: float | None = None
         self.next_recover = self.next_purge = 0.0
+        self.memory_note = ""  # which memory cap applies, said once at the start (_memory_cgroups)
 
     # compatibility: what the old single class exposed
     @property
@@ -191,6 +192,7 @@ class Worker:
         if self.real:
             check_commands(self.settings, self.types)
             close_inherited_fds()
+            self._memory_cgroups()  # before the keeper starts: under cgroup v2 the worker moves first
             self.sup.keeper = Keeper.start(warn=lambda m: self.log("keeper", m))
         wake_r, saved = self._install_signals()
         self.begin()
@@ -233,6 +235,15 @@ class Worker:
         self.log("stopped", f"{self.claimed} job(s) started")
         return self.exit_code
 
+    def _memory_cgroups(self) -> None:
+        """Where a type it runs has a memory_limit: cap each handler's whole tree in a cgroup of
+        its own if the system lets this worker, else each process (RLIMIT_AS). Nothing is done
+        (not even looked at) when no type has a limit."""
+        if any(self.settings.memory_limit_of(t) is not None for t in self.types):
+            from jobctl.worker.cgroup import MemoryCgroups
+
+            self.sup.cgroups, self.memory_note = MemoryCgroups.setup()
+
     def _give_back_the_log(self) -> None:
         """A stopping worker folds the write-ahead log into the file and truncates it, so that the
         log's space goes back to the disk (a worker stopped on a full disk held it). SQLite does
@@ -255,6 +266,8 @@ class Worker:
         queues = ", ".join(self.o.queues) if self.o.queues else "all"
         self.log("started", f"pid {os.getpid()}, types {', '.join(self.types)}; queues {queues}; "
                             f"concurrency {self.o.concurrency}")
+        if self.memory_note:
+            self.log("memory", self.memory_note)
 
     def step(self) -> bool:
         """One round of the loop, without waiting; True when the worker is done."""
@@ -514,10 +527,13 @@ class Worker:
             last_err = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
             how = handlers.describe_exit(rc)
             limit = self.settings.memory_limit_of(r.job.type)
-            if limit is not None and handlers.memory_failure(rc, tail):
+            # Under a memory cgroup the kernel counts its OOM kills: a SIGKILL alone says nothing then.
+            if limit is not None and (r.oom_kills or handlers.memory_failure(rc, tail, signals=r.oom_kills is None)):
                 from jobctl.durations import format_size
 
                 details["memory_limit"] = limit
+                if r.oom_kills:
+                    details["oom_killed"] = r.oom_kills
                 how = f"out of memory: the handler hit its memory limit of {format_size(limit)} ({how})"
             tc = self.settings.types.get(r.job.type)
             bury = bool(tc and rc in tc.bury_exit_codes)

@@ -15,6 +15,11 @@ group, then SIGKILL after kill_grace. A process that left the group with setsid(
 the claim's JOBCTL_TOKEN in its environment, and stopped too, so that it cannot overlap the next
 run of its job.
 
+A type's memory_limit is applied between fork and exec: the handler moves itself into a memory
+cgroup of its own where the worker has them (cgroup.py: the limit then holds for its whole tree,
+and what is left in the cgroup when it exits is killed with it), else it caps its address space
+(RLIMIT_AS, each process for itself).
+
 Everything that touches the operating system goes through a Launcher, and every time is read from
 an injected monotonic clock: the rules here are unit-tested with fake processes and a fake clock,
 beside the real-process tests.
@@ -33,6 +38,7 @@ from jobctl.models import Job, Record
 from jobctl.worker.output import RunOutputBuffer
 
 if TYPE_CHECKING:
+    from jobctl.worker.cgroup import MemoryCgroups, Slot
     from jobctl.worker.keeper import Keeper
 
 # errno values of a spawn that failed on the worker's side: the job is not to blame.
@@ -78,6 +84,10 @@ def _grow(fd: int) -> None:
 
 COMMAND_ERRORS = {errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR, errno.EISDIR, errno.ELOOP,
                   errno.ENAMETOOLONG, errno.ETXTBSY, errno.EPERM}
+
+
+class CgroupMoveError(OSError):
+    """A handler could not move itself into its memory cgroup (the worker's side, not the command's)."""
 
 
 class SpawnError(Exception):
@@ -195,14 +205,17 @@ class PosixLauncher:
         return path
 
     def spawn(self, argv: list[str], stdin: int, stdout: int, stderr: int, env: dict,
-              memory_limit: int | None = None) -> Proc:
+              memory_limit: int | None = None, cgroup_procs: int | None = None) -> Proc:
         """Start argv in a session of its own with fds 0, 1 and 2 from stdin, stdout and stderr;
-        memory_limit: its address space in bytes (RLIMIT_AS), set between fork and exec."""
+        memory_limit: its address space in bytes (RLIMIT_AS), set between fork and exec;
+        cgroup_procs: the `cgroup.procs` of its memory cgroup (open), which it moves itself into
+        between fork and exec instead (its whole tree is capped there: no RLIMIT_AS then)."""
         path = self.resolve(argv[0], env)
         if path is None:
             raise OSError(errno.ENOENT, "not found on PATH", argv[0])
-        if memory_limit is not None:
-            return self._fork_exec(path, argv, env, (stdin, stdout, stderr), memory_limit)
+        if memory_limit is not None or cgroup_procs is not None:
+            return self._fork_exec(path, argv, env, (stdin, stdout, stderr),
+                                   None if cgroup_procs is not None else memory_limit, cgroup_procs)
         if self._to_default is None:
             self._to_default = _signals_to_default()
         try:
@@ -218,27 +231,34 @@ class PosixLauncher:
         return Proc(pid)
 
     @staticmethod
-    def _fork_exec(path: str, argv: list[str], env: dict, fds: tuple[int, int, int], memory_limit: int) -> Proc:
-        """posix_spawn cannot set a resource limit in the child: fork, limit, exec. An exec that
-        fails is reported through a close-on-exec pipe, so the caller sees the OSError as with
-        posix_spawn."""
+    def _fork_exec(path: str, argv: list[str], env: dict, fds: tuple[int, int, int], memory_limit: int | None,
+                   cgroup_procs: int | None = None) -> Proc:
+        """posix_spawn cannot set a resource limit or a cgroup in the child: fork, limit (or move
+        into the cgroup), exec. An exec that fails is reported through a close-on-exec pipe, so
+        the caller sees the OSError as with posix_spawn (CgroupMoveError for the move)."""
         import resource
 
         r, w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:  # the child: only async-signal-safe work, then exec or _exit
+            step = b""
             try:
                 os.close(r)
                 os.setsid()
+                if cgroup_procs is not None:  # first: all it starts, from here on, is in the cgroup
+                    step = b"c"
+                    os.write(cgroup_procs, str(os.getpid()).encode())
+                    step = b""
                 for target, fd in enumerate(fds):
                     os.dup2(fd, target)
                 signal.pthread_sigmask(signal.SIG_SETMASK, ())
                 for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
                     signal.signal(sig, signal.SIG_DFL)
-                resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+                if memory_limit is not None:
+                    resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
                 os.execve(path, argv, env)
             except OSError as e:
-                os.write(w, str(e.errno or 0).encode())
+                os.write(w, step + str(e.errno or 0).encode())
             finally:
                 os._exit(127)
         os.close(w)
@@ -248,6 +268,9 @@ class PosixLauncher:
             os.close(r)
         if failed:
             os.waitpid(pid, 0)
+            if failed.startswith(b"c"):
+                code = int(failed[1:])
+                raise CgroupMoveError(code, os.strerror(code))
             raise OSError(int(failed), os.strerror(int(failed)), argv[0])
         return Proc(pid)
 
@@ -304,7 +327,7 @@ class Running(Record):
     """One handler process and the claim it works for."""
 
     __slots__ = ("job", "proc", "out", "err", "started", "deadline", "next_heartbeat", "stop_reason", "kill_at",
-                 "killed", "spawn_ticks", "registered", "output", "grown", "next_step")
+                 "killed", "spawn_ticks", "registered", "output", "grown", "next_step", "cgroup", "oom_kills")
 
     def __init__(self, job: Job, proc: Proc,
                  out: int,  # read end of its stdout pipe (-1 once at its end)
@@ -330,6 +353,8 @@ class Running(Record):
         self.output = output
         self.grown = False  # its pipes were made bigger (_grow)
         self.next_step: Callable[[], tuple] | None = None  # its completion and the next claim, prepared (the loop's)
+        self.cgroup: Slot | None = None  # its memory cgroup, until removed
+        self.oom_kills: int | None = None  # under a memory cgroup: its processes the OOM killer killed
 
     def fds(self) -> list[int]:
         return [fd for fd in (self.out, self.err) if fd >= 0]
@@ -388,6 +413,7 @@ class Supervisor:
         self.running: list[Running] = []
         self.unregistered: list[Running] = []  # started, not yet in the orphan registry
         self.keeper: Keeper | None = None  # kills the handlers if this worker dies (set by the loop)
+        self.cgroups: MemoryCgroups | None = None  # a memory_limit caps a handler's tree there (set by the loop)
         self._spare: tuple[int, ...] | None = None  # the next handler's pipes, made beforehand (prepare)
 
     # -- starting ------------------------------------------------------------------------------
@@ -400,6 +426,7 @@ class Supervisor:
         writers: list[int] = []
         readers: list[int] = []
         stdin = -1
+        slot = None
         try:
             payload = job.payload.encode("utf-8")  # exactly as stored; never on a command line
             pipes, self._spare = self._spare or _handler_pipes(), None
@@ -408,11 +435,21 @@ class Supervisor:
             self._stop_orphans(job)
             before = handlers.boot_ticks()
             # a launcher of tests' fakes need not know of memory limits
-            limit = {} if memory_limit is None else {"memory_limit": memory_limit}
+            limit: dict = {} if memory_limit is None else {"memory_limit": memory_limit}
+            if memory_limit is not None and self.cgroups is not None:
+                try:
+                    slot = self.cgroups.create(memory_limit)
+                except OSError as e:
+                    raise CgroupMoveError(e.errno, f"cannot make its memory cgroup: {e.strerror or e}") from None
+                limit["cgroup_procs"] = slot.procs_fd
             proc = self.launcher.spawn(command, stdin, writers[0], writers[1], env, **limit)
         except (OSError, ValueError, TypeError) as e:
             for fd in writers + readers + ([stdin] if stdin >= 0 else []):
                 os.close(fd)
+            if slot is not None and self.cgroups is not None:
+                self.cgroups.remove(slot)
+            if isinstance(e, CgroupMoveError):
+                raise SpawnError(f"cannot start a handler in its memory cgroup ({e.strerror})") from None
             if not isinstance(e, OSError):  # an argument with a NUL byte, say
                 raise SpawnError(f"cannot run {command[0]}: {e}", command=True) from None
             reason = e.strerror or str(e)
@@ -424,6 +461,10 @@ class Supervisor:
         now = self.clock()
         r = Running(job, proc, readers[0], readers[1], now, now + job.timeout_ms / 1000, now + heartbeat_every,
                     output=new_output() if new_output is not None else RunOutputBuffer(0, 0, 1024 * 1024 + 4096, STDERR_KEEP))
+        if slot is not None:
+            slot.close_fd()  # the handler moved itself in before its exec
+            r.cgroup = slot
+            r.oom_kills = 0
         self.running.append(r)
         r.spawn_ticks = (before, handlers.boot_ticks())
         if self.keeper is not None:
@@ -465,6 +506,8 @@ class Supervisor:
     def close(self) -> None:
         for r in self.running:
             r.close()
+        if self.cgroups is not None:
+            self.cgroups.sweep()
         spare, self._spare = self._spare, None
         for fd in spare or ():
             os.close(fd)
@@ -545,8 +588,20 @@ class Supervisor:
                 left = self.launcher.token_holders(r.job.token)
                 if left:
                     self.launcher.stop_pids(left, self.kill_grace)
+            if r.cgroup is not None:
+                self._end_cgroup(r)
             finished.append((r, rc))
+        if self.cgroups is not None and self.cgroups.leftover:
+            self.cgroups.sweep()
         return finished
+
+    def _end_cgroup(self, r: Running) -> None:
+        """The handler has exited: read its cgroup's OOM kills, then kill what is left in it (a
+        process that left its group with setsid is still there) and remove it."""
+        slot, r.cgroup = r.cgroup, None
+        if slot is not None and self.cgroups is not None:
+            r.oom_kills = self.cgroups.oom_kills(slot)
+            self.cgroups.remove(slot)
 
     def forget(self, r: Running) -> None:
         if self.registry is not None and r.registered:
@@ -557,6 +612,8 @@ class Supervisor:
         """Kill a handler at once and reap it (the worker is leaving); its returncode."""
         self.kill(r)
         rc = self.launcher.reap(r.proc, timeout=wait)
+        if r.cgroup is not None:
+            self._end_cgroup(r)
         if r in self.running:
             self.running.remove(r)
         self.forget(r)

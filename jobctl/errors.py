@@ -38,6 +38,12 @@ class NoSuchJob(JobctlError):
         self.job_id = job_id
 
 
+class NoSuchWorker(JobctlError):
+    """no such worker"""
+
+    exit_code = 3
+
+
 class InvalidState(JobctlError):
     """not allowed in the job's current state"""
 

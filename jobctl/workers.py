@@ -61,15 +61,13 @@ def view(now: int, rows: list[dict], held: list[tuple[int, str, str | None]], *,
     scripts: dict[str, dict] = {}
     for job_id, type, worker in held:
         name = worker or ""
-        entry = holder.get(name)
-        if entry is None:
-            entry = scripts.get(name)
-            if entry is None:
-                entry = scripts[name] = {"worker": worker, "host": None, "pid": None, "state": None,
-                                         "started_at": None, "last_seen": None, "jobs": [], "done": None,
-                                         "failed": None, "queues": None, "types": None, "concurrency": None,
-                                         "version": None, "request": None}
-        entry["jobs"].append({"id": job_id, "type": type})
+        found = holder.get(name) or scripts.get(name)
+        if found is None:
+            found = scripts[name] = {"worker": worker, "host": None, "pid": None, "state": None,
+                                     "started_at": None, "last_seen": None, "jobs": [], "done": None,
+                                     "failed": None, "queues": None, "types": None, "concurrency": None,
+                                     "version": None, "request": None}
+        found["jobs"].append({"id": job_id, "type": type})
     entries += scripts.values()
     entries.sort(key=lambda e: (e["worker"] or "", e["state"] is None, e["started_at"] or ""))
     return entries

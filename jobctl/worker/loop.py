@@ -24,7 +24,7 @@ from typing import Callable
 from jobctl import __version__, handlers, payloads
 from jobctl.config import Settings, WorkerSettings
 from jobctl.durations import format_duration
-from jobctl.errors import CancelRequested, DatabaseUnusable, InvalidInput, InvalidState, JobctlError, NoSuchJob
+from jobctl.errors import CancelRequested, ConnectionLost, DatabaseBusy, DatabaseUnusable, InvalidInput, InvalidState, JobctlError, NoSuchJob
 from jobctl.models import Job, Record
 from jobctl.worker.keeper import Keeper
 from jobctl.worker.log import Log
@@ -689,11 +689,13 @@ class Worker:
             self.next_orders = now + ORDERS_CHECK
         elif now >= self.next_orders:
             self.next_orders = now + ORDERS_CHECK
+            # Reads, not through rec.db: one that succeeds during an outage is no sign that
+            # writes go through again (db-ok), and one that fails is simply tried again.
             try:
-                if not self.rec.db(self.q.engine.orders_changed):
+                if not self.q.engine.orders_changed():
                     return
-                found, request = self.rec.db(self.q.engine.worker_request, self.instance)
-            except Retry:
+                found, request = self.q.engine.worker_request(self.instance)
+            except (DatabaseBusy, ConnectionLost):
                 return
             self._obey(found, request, now)
 

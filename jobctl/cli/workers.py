@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 
 from jobctl.cli.app import app, emit, emit_json, state
+from jobctl.completion import complete_worker
 from jobctl.errors import InvalidInput
 
 workers_app = typer.Typer(
@@ -23,8 +24,11 @@ def workers(
     as_json: bool = typer.Option(False, "--json", help="One worker object per line (NDJSON)."),
     all_: bool = typer.Option(False, "--all", "-a", help="Also workers that stopped in the last day."),
 ):
-    """List the workers: state (running, draining, lost, stopped), last seen, the jobs each runs
-    now, jobs done and failed since it started, its queues. Jobs claimed by scripts (`jobctl
+    """List the workers of this database: which are alive, what each runs now, what each has done.
+
+    One row per `jobctl work` process: its state (running, draining, lost when not seen for three
+    of its renewal periods, stopped with --all), when it started and was last seen, the jobs it
+    runs now, jobs done and failed since it started, its queues. Jobs claimed by scripts (`jobctl
     claim`) are shown under their worker id, with no host, pid or state.
 
     Example: jobctl workers --all
@@ -120,7 +124,7 @@ def _order(ctx: typer.Context, request: str, worker: Optional[List[str]], host: 
 @workers_app.command()
 def drain(
     ctx: typer.Context,
-    worker: Optional[List[str]] = typer.Argument(None, help="Worker ids, as `jobctl workers` shows them."),
+    worker: Optional[List[str]] = typer.Argument(None, metavar="[WORKER...]", autocompletion=complete_worker, help="Worker ids, as `jobctl workers` shows them (or --host, or --all)."),
     host: Optional[str] = typer.Option(None, "--host", metavar="HOST", help="Every worker on this host."),
     all_: bool = typer.Option(False, "--all", help="Every worker of this database."),
     as_json: bool = typer.Option(False, "--json", help="One object per worker told: {worker, host, pid, request}."),
@@ -137,7 +141,7 @@ def drain(
 @workers_app.command()
 def stop(
     ctx: typer.Context,
-    worker: Optional[List[str]] = typer.Argument(None, help="Worker ids, as `jobctl workers` shows them."),
+    worker: Optional[List[str]] = typer.Argument(None, metavar="[WORKER...]", autocompletion=complete_worker, help="Worker ids, as `jobctl workers` shows them (or --host, or --all)."),
     host: Optional[str] = typer.Option(None, "--host", metavar="HOST", help="Every worker on this host."),
     all_: bool = typer.Option(False, "--all", help="Every worker of this database."),
     now: bool = typer.Option(False, "--now", help="Stop the running jobs at once and release them (the run does not count), as a second SIGTERM."),

@@ -202,9 +202,9 @@ class Worker:
             close_inherited_fds()
             self.sup.keeper = Keeper.start(warn=lambda m: self.log("keeper", m))
         wake_r, saved = self._install_signals()
-        self.begin()
         hold, release = getattr(self.log, "hold", None), getattr(self.log, "release", None)
         try:
+            self.begin()  # (it registers the worker: a database found unusable there stops it as below)
             while True:
                 if hold is not None:
                     hold()  # a round's lines (a job done, the next started) in one write

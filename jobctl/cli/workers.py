@@ -49,53 +49,19 @@ def workers(
 
 
 def _table(entries: list[dict], now: int) -> None:
+    import os
+    import shutil
     import sys
 
-    from rich.text import Text
+    from jobctl import workers_view
 
-    from jobctl import output
-    from jobctl.durations import parse_time
-    from jobctl.output import Col, grid_lines
-    from jobctl.untrusted import safe
-
-    out = output.console()
     if not entries:
-        out.print("no workers (none has run on this database in the last day)")
+        emit("no workers (none has run on this database in the last day)")
         return
-    styles = {"running": "green", "draining": "yellow", "lost": "bold red", "stopped": "dim"}
-
-    def ago(at: str | None) -> str:
-        return "-" if at is None else output.ago(parse_time(at), now)
-
-    def jobs(e: dict) -> str:
-        return ", ".join(f"{j['id']} {safe(j['type'])}" for j in e["jobs"]) or "-"
-
-    cols = [Col("WORKER", cut=True, least=8, soft=18), Col("HOST", cut=True, least=6, soft=12, drop=3),
-            Col("PID", right=True, drop=2), Col("STATE"), Col("STARTED", drop=4), Col("LAST SEEN"),
-            Col("JOBS", cut=True, least=8, soft=16), Col("DONE", right=True, drop=5),
-            Col("FAILED", right=True, drop=5), Col("QUEUES", cut=True, least=6, soft=10, drop=1)]
-    rows = []
-    for e in entries:
-        state_ = e["state"]
-        rows.append([
-            Text(safe(e["worker"] if e["worker"] is not None else "(none)")),
-            Text(safe(e["host"]) if e["host"] is not None else "-"),
-            Text("-" if e["pid"] is None else str(e["pid"])),
-            Text(state_ or "-", style=styles.get(state_ or "", "")),
-            Text(ago(e["started_at"])),
-            Text(ago(e["last_seen"])),
-            Text(jobs(e)),
-            Text("-" if e["done"] is None else str(e["done"])),
-            Text("-" if e["failed"] is None else str(e["failed"])),
-            Text("-" if e["state"] is None else ", ".join(safe(q) for q in e["queues"]) if e["queues"] else "all"),
-        ])
-    width = out.width if out.is_terminal else 100_000  # in a pipe: every line whole, for grep
-    lines = grid_lines(cols, rows, width)
-    if out.is_terminal:
-        for line in lines:
-            out.print(line, crop=False)
-    else:
-        sys.stdout.write("".join(line.plain.rstrip() + "\n" for line in lines))
+    terminal = sys.stdout.isatty()
+    width = shutil.get_terminal_size().columns if terminal else None  # in a pipe: every line whole, for grep
+    colour = terminal and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    sys.stdout.write("".join(line + "\n" for line in workers_view.lines(entries, now, width=width, colour=colour)))
 
 
 def _order(ctx: typer.Context, request: str, worker: Optional[List[str]], host: Optional[str], all_: bool,
@@ -129,9 +95,11 @@ def drain(
     all_: bool = typer.Option(False, "--all", help="Every worker of this database."),
     as_json: bool = typer.Option(False, "--json", help="One object per worker told: {worker, host, pid, request}."),
 ):
-    """Tell workers to claim nothing more, finish the jobs they run and exit 0 (as after SIGTERM:
-    jobs still running after the worker's --grace are stopped and released). Each worker notices
-    within 2 seconds, on whatever host it runs.
+    """Tell workers to claim nothing more, finish the jobs they run and exit, as after SIGTERM.
+
+    Jobs still running after the worker's --grace are stopped and released, as after SIGTERM.
+    Each worker notices within 2 seconds, on whatever host it runs. A worker id with no worker
+    that is not stopped is exit 3, and nothing is asked of anyone.
 
     Example: jobctl workers drain --host web-3
     """
@@ -147,8 +115,10 @@ def stop(
     now: bool = typer.Option(False, "--now", help="Stop the running jobs at once and release them (the run does not count), as a second SIGTERM."),
     as_json: bool = typer.Option(False, "--json", help="One object per worker told: {worker, host, pid, request}."),
 ):
-    """Stop workers: with --now, as a second SIGTERM (running jobs are stopped and go back to
-    pending without using a run, and the worker exits); without it, the same as `workers drain`.
+    """Stop workers: with --now at once, as a second SIGTERM; without it, as `workers drain`.
+
+    With --now the running jobs are stopped and go back to pending without using a run, and the
+    worker exits. Each worker notices within 2 seconds, on whatever host it runs.
 
     Example: jobctl workers stop host-2:4242 --now
     """

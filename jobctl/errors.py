@@ -84,6 +84,10 @@ class CheckFailed(JobctlError):
     exit_code = 9
 
 
+class PermissionDenied(DatabaseUnusable):
+    """The user lacks a right on the schema or its tables (exit 8, as on an unwritable file)."""
+
+
 class DiskFull(DatabaseUnusable):
     """the disk holding the database is full; nothing changed"""
 

@@ -14,7 +14,7 @@ from jobctl import jobspec, payloads, transitions
 from jobctl.config import Settings, duration_in_range
 from jobctl.durations import parse_duration, parse_time, validate_name
 from jobctl.engines.base import ClaimRequest, Decision, Engine, Inserted, NewJob
-from jobctl.errors import CancelRequested, InvalidInput, NoSuchJob
+from jobctl.errors import CancelRequested, InvalidInput, NoSuchJob, PermissionDenied
 from jobctl.jobspec import validate_job_id
 from jobctl.models import Event, Job, Record
 from jobctl.transitions import backoff_delay, one_line  # noqa: F401  (re-exported: tests and scripts use them)
@@ -571,7 +571,10 @@ class Queue:
 
         snap = self.engine.stats_snapshot(limit=limit, queues=queues or None)
         figures = collect(snap, queues=queues, limit=limit, also_known=also_known)
-        figures["workers"] = self.worker_summary()
+        try:
+            figures["workers"] = self.worker_summary()
+        except PermissionDenied:  # a monitoring role not yet granted the workers' table: stats go on without it
+            figures["workers"] = None
         limit_figures = self.limit_figures()
         if limit_figures is not None:
             from jobctl.limits import summary

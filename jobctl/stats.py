@@ -159,6 +159,12 @@ def check(stats: dict, *, max_ready_age: float | None = None, max_buried: int | 
         n = stats["totals"]["stuck"]
         (crossed if n > max_stuck else held).append(f"{n} stuck (max {max_stuck})")
     if min_workers is not None:
+        if stats.get("workers") is None:
+            from jobctl.errors import PermissionDenied
+
+            raise PermissionDenied("--min-workers needs to read the workers table, which this user may not (its "
+                                   "rights were granted before jobctl added that table); as the schema's owner, run "
+                                   "the GRANT ... ON ALL TABLES IN SCHEMA of the README again")
         alive, lost = stats["workers"]["alive"], stats["workers"]["lost"]
         said = f"{alive} worker(s) alive" + (f", {lost} lost" if lost else "")
         (crossed if alive < min_workers else held).append(f"{said} (min {min_workers})")

@@ -149,3 +149,10 @@ def test_a_hundred_workers_list_quickly(tmp_path, n):
         listed, _ = q.workers()
         took = time.perf_counter() - started
     assert len(listed) == n and took < 0.1
+
+
+def test_doctor_checks_the_workers_table_on_both_engines():
+    from jobctl.engines import pg_schema, schema
+
+    for layout in (schema.expected_layout(), pg_schema.expected_layout()):
+        assert {"table workers", "column workers.last_seen", "column workers.request", "index workers_worker"} <= layout

@@ -48,7 +48,8 @@ from jobctl.engines.pg_schema import SCHEMA_VERSION
 from jobctl.engines.pg_target import Target, _first_line
 from jobctl.engines.sql import HELD_SQL, SQLEngine, completed, completion_fields, schema_check
 from jobctl.engines.transfer import PostgresTransfer
-from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, JobctlError)
+from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, JobctlError,
+                           PermissionDenied)
 from jobctl.models import Job, row_damage
 
 ORDERS = "workers"  # the payload of a NOTIFY that carries an order to workers, not news of jobs
@@ -73,10 +74,6 @@ _NOT_JOBCTL = ("42P01", "42703", "42883")  # undefined table, column, function: 
 
 class ReadOnly(DatabaseUnusable):
     """The server refuses writes (a standby, or default_transaction_read_only)."""
-
-
-class PermissionDenied(DatabaseUnusable):
-    """The user lacks a right on the schema or its tables (exit 8, as on an unwritable file)."""
 
 
 class KeyRace(DatabaseBusy):

@@ -40,6 +40,7 @@ CHANGE_CHECK = 0.05  # while idle, how often the database is asked whether anyon
 SPAWN_MIN_DELAY, SPAWN_MAX_DELAY = 0.5, 30.0  # back-off after a handler could not be started
 REGISTER_AFTER = 0.002  # a handler still running this long after its start is put in the orphan registry
 RENEW_MAX_INTERVAL = 10.0  # the registry row's last_seen is renewed at least this often, idle or not
+RENEW_MIN_INTERVAL = 1.0  # and at most this often (a third of the lease between the two)
 ORDERS_CHECK = 0.5  # how often the worker looks whether an operator ordered it to drain or stop (noticed within 2 s)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 EXIT_UNUSABLE = DatabaseUnusable.exit_code
@@ -178,7 +179,9 @@ class Worker:
         # The registry (`jobctl workers`): this process's row, renewed every renew_every seconds;
         # lost to a reader after LOST_AFTER of them (jobctl/workers.py).
         self.instance = os.urandom(8).hex()
-        self.renew_every = max(min(options.lease / 3, RENEW_MAX_INTERVAL), 0.05)
+        # (not more often than once a second: with a short lease, renewals as frequent as the
+        # heartbeats would add a write-lock holder every third of a second per worker)
+        self.renew_every = min(max(options.lease / 3, RENEW_MIN_INTERVAL), RENEW_MAX_INTERVAL)
         self.registered_at: int | None = None  # started_at of the row (the database's clock); None: not yet
         self.next_renew = self.next_orders = 0.0
         self.ordered = 0  # an operator's order seen: 1 drain, 2 stop (counted as signals are)

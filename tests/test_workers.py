@@ -156,3 +156,18 @@ def test_doctor_checks_the_workers_table_on_both_engines():
 
     for layout in (schema.expected_layout(), pg_schema.expected_layout()):
         assert {"table workers", "column workers.last_seen", "column workers.request", "index workers_worker"} <= layout
+
+
+def test_the_first_log_line_names_the_database_without_its_password(tmp_path, pg_url):
+    from urllib.parse import urlsplit, urlunsplit
+
+    config(tmp_path, "true")
+    parts = urlsplit(pg_url)
+    url, secret = pg_url, parts.password
+    if secret is None:  # (trust authentication takes any password)
+        secret = "s3cret-pw"
+        url = urlunsplit(parts._replace(netloc=f"{parts.username}:{secret}@{parts.netloc.split('@', 1)[-1]}"))
+    code, log = finish(start_worker(tmp_path, url, "--stop-when-empty", name="a"))
+    first = log.splitlines()[0]
+    assert code == 0 and f"started: database postgresql://{parts.username}:***@" in first, log
+    assert f"config {tmp_path / 'jobctl.toml'};" in first and secret not in log

@@ -267,10 +267,12 @@ class Worker:
         self.next_purge = started
         queues = ", ".join(self.o.queues) if self.o.queues else "all"
         config = os.path.abspath(self.settings.config_path) if self.settings.config_path else None
-        # The first line names the database and the config (a JOBCTL_DB inherited by mistake shows here).
-        self.log("started", f"database {self.q.location}; config {config or 'none (built-in defaults)'}; "
+        # The first line names the database and the config (a JOBCTL_DB inherited by mistake shows
+        # here): a file by its absolute path, a server by its URL without the password.
+        database = self.q.location if self.q.engine.files is None else os.path.abspath(self.q.location)
+        self.log("started", f"database {database}; config {config or 'none (built-in defaults)'}; "
                             f"pid {os.getpid()}, types {', '.join(self.types)}; queues {queues}; "
-                            f"concurrency {self.o.concurrency}", database=self.q.location, config=config)
+                            f"concurrency {self.o.concurrency}", database=database, config=config)
         self._register(started)
 
     def step(self) -> bool:

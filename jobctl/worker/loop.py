@@ -677,7 +677,7 @@ class Worker:
 
     def _registry(self, now: float) -> None:
         """Renew the registry row when due (one write, whatever the number of running jobs), and
-        about once a second, when the engine's wake-up says someone wrote (SQLite: data_version;
+        twice a second, when the engine's wake-up says someone wrote (SQLite: data_version;
         PostgreSQL: a NOTIFY of an order), read the row for an operator's order."""
         if now >= self.next_renew:
             if self.registered_at is None:
@@ -718,8 +718,8 @@ class Worker:
     def _unregister(self) -> None:
         """On the way out: the row says stopped. One try: a worker that cannot write it shows as
         lost after three renewal periods, and is forgotten a day later."""
-        if self.registered_at is None or self.exit_code == EXIT_UNUSABLE:
-            return
+        if self.registered_at is None or self.exit_code == EXIT_UNUSABLE or self.forced:
+            return  # (a third signal: leave at once, not after a wait for the write lock)
         try:
             self.q.engine.worker_stopped(self.instance, self.rec.done, self.rec.failed)
         except JobctlError:

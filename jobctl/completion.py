@@ -30,8 +30,29 @@ def _queue_names(db: str, incomplete: str) -> list[str]:
         engine.close()
 
 
+def _worker_ids(db: str, incomplete: str) -> list[str]:
+    from jobctl import engines
+
+    engine = engines.open(db, busy_timeout=0.2, read_only=True)
+    try:
+        _now, rows, _held = engine.worker_rows(jobs=False)
+        return sorted({r["worker"] for r in rows if r["state"] != "stopped" and r["worker"].startswith(incomplete)})
+    finally:
+        engine.close()
+
+
+def complete_worker(ctx, incomplete: str) -> list[str]:
+    """Ids of the workers not stopped, from the registry (`jobctl workers`); [] on any problem."""
+    return _from_db(ctx, incomplete, _worker_ids)
+
+
 def complete_queue(ctx, incomplete: str) -> list[str]:
     """Queue names from the database named by --db / JOBCTL_DB / the config; [] on any problem."""
+    return _from_db(ctx, incomplete, _queue_names)
+
+
+def _from_db(ctx, incomplete: str, names) -> list[str]:
+    """names(db, incomplete) of the database named by --db / JOBCTL_DB / the config; [] on any problem."""
     try:
         root = ctx.find_root()
         params = root.params or {}
@@ -43,7 +64,7 @@ def complete_queue(ctx, incomplete: str) -> list[str]:
 
         if scheme_of(db) in (None, "sqlite") and not os.path.isfile(sqlite_path(db)):
             return []
-        return _queue_names(db, incomplete or "")
+        return names(db, incomplete or "")
     except Exception:  # noqa: BLE001 - completion must stay silent, whatever happens
         return []
 

@@ -38,6 +38,12 @@ class NoSuchJob(JobctlError):
         self.job_id = job_id
 
 
+class NoSuchWorker(JobctlError):
+    """no such worker"""
+
+    exit_code = 3
+
+
 class InvalidState(JobctlError):
     """not allowed in the job's current state"""
 
@@ -76,6 +82,10 @@ class CheckFailed(JobctlError):
     """a threshold was crossed"""
 
     exit_code = 9
+
+
+class PermissionDenied(DatabaseUnusable):
+    """The user lacks a right on the schema or its tables (exit 8, as on an unwritable file)."""
 
 
 class DiskFull(DatabaseUnusable):

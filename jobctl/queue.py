@@ -14,7 +14,7 @@ from jobctl import jobspec, payloads, transitions
 from jobctl.config import Settings, duration_in_range
 from jobctl.durations import parse_duration, parse_time, validate_name
 from jobctl.engines.base import ClaimRequest, Decision, Engine, Inserted, NewJob
-from jobctl.errors import CancelRequested, InvalidInput, NoSuchJob
+from jobctl.errors import CancelRequested, InvalidInput, NoSuchJob, PermissionDenied
 from jobctl.jobspec import validate_job_id
 from jobctl.models import Event, Job, Record
 from jobctl.transitions import backoff_delay, one_line  # noqa: F401  (re-exported: tests and scripts use them)
@@ -571,6 +571,10 @@ class Queue:
 
         snap = self.engine.stats_snapshot(limit=limit, queues=queues or None)
         figures = collect(snap, queues=queues, limit=limit, also_known=also_known)
+        try:
+            figures["workers"] = self.worker_summary()
+        except PermissionDenied:  # a monitoring role not yet granted the workers' table: stats go on without it
+            figures["workers"] = None
         limit_figures = self.limit_figures()
         if limit_figures is not None:
             from jobctl.limits import summary
@@ -582,6 +586,43 @@ class Queue:
     def location(self) -> str:
         """The database, fit to print (never a password)."""
         return self.engine.location
+
+    # -- workers ---------------------------------------------------------------------------
+
+    def workers(self, *, all: bool = False) -> tuple[list[dict], int]:
+        """`jobctl workers`: one entry per worker (jobctl.workers.view), and the database time."""
+        from jobctl import workers
+
+        now, rows, held = self.engine.worker_rows()
+        return workers.view(now, rows, held, all=all), now
+
+    def worker_summary(self) -> dict:
+        """{"alive", "lost"}: worker processes (stats)."""
+        from jobctl import workers
+
+        now, rows, _ = self.engine.worker_rows(jobs=False)
+        return workers.summary(now, rows)
+
+    def order_workers(self, request: str, *, workers: list[str] | None = None, host: str | None = None,
+                      actor: str | None = None) -> list[dict]:
+        """Ask workers to drain or stop ("drain", "stop"): those named, those on `host`, or every
+        one (neither). A name or host with no worker that is not stopped is NoSuchWorker (exit 3),
+        and nothing is asked of anyone. Returns the registry rows ordered."""
+        from jobctl.errors import NoSuchWorker
+
+        rows, missing = self.engine.order_workers(request, workers=workers, host=host, actor=actor or operator_name())
+        if missing:
+            _, _, held = self.engine.worker_rows()
+            scripts = sorted({w for _, _, w in held if w in missing})
+            name = missing[0]
+            if name in scripts:
+                raise NoSuchWorker(f"worker {name} is not a `jobctl work` process (its running jobs were claimed "
+                                   "by a script with `jobctl claim`); nothing was asked of any worker")
+            raise NoSuchWorker(f"no running worker {name}; nothing was asked of any worker; `jobctl workers` "
+                               "lists them")
+        if host is not None and not rows:
+            raise NoSuchWorker(f"no running worker on host {host}; nothing was asked; `jobctl workers` lists them")
+        return rows
 
     def health_checks(self) -> list:
         """The engine's checks (integrity, schema, files or server), then the queue's own: jobs of a

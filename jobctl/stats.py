@@ -134,7 +134,7 @@ def _throughput(snap: dict) -> dict:
 # -- the --check probe -----------------------------------------------------------------------
 
 def check(stats: dict, *, max_ready_age: float | None = None, max_buried: int | None = None,
-          max_stuck: int | None = None) -> tuple[bool, str]:
+          max_stuck: int | None = None, min_workers: int | None = None) -> tuple[bool, str]:
     """(all thresholds hold, one summary line naming every figure and what was crossed)."""
     crossed, held = [], []
     if max_ready_age is not None:
@@ -158,6 +158,16 @@ def check(stats: dict, *, max_ready_age: float | None = None, max_buried: int | 
     if max_stuck is not None:
         n = stats["totals"]["stuck"]
         (crossed if n > max_stuck else held).append(f"{n} stuck (max {max_stuck})")
+    if min_workers is not None:
+        if stats.get("workers") is None:
+            from jobctl.errors import PermissionDenied
+
+            raise PermissionDenied("--min-workers needs to read the workers table, which this user may not (its "
+                                   "rights were granted before jobctl added that table); as the schema's owner, run "
+                                   "the GRANT ... ON ALL TABLES IN SCHEMA of the README again")
+        alive, lost = stats["workers"]["alive"], stats["workers"]["lost"]
+        said = f"{alive} worker(s) alive" + (f", {lost} lost" if lost else "")
+        (crossed if alive < min_workers else held).append(f"{said} (min {min_workers})")
     if crossed:
         return False, "CRITICAL: " + "; ".join(crossed) + (f" | ok: {', '.join(held)}" if held else "")
     return True, "OK: " + ", ".join(held)
@@ -215,6 +225,9 @@ def prometheus(stats: dict) -> str:
            [({}, t["run_time"]["runs"])])
     family("jobctl_wait_median_seconds", "Median wait from ready to start over the runs of the last hour (0: no runs).",
            [({}, t["wait"]["median"] or 0.0)])
+    if stats.get("workers") is not None:
+        family("jobctl_workers", "Worker processes: alive (running or draining) and lost (not seen for 3 renewal periods).",
+               [({"state": k}, stats["workers"][k]) for k in ("alive", "lost")])
     family("jobctl_stats_generated_timestamp_seconds",
            "When these figures were read (Unix time): a stale textfile shows as an old timestamp.",
            [({}, parse_time(stats["generated_at"]) / 1000)])

@@ -97,7 +97,10 @@ def render(stats: dict, now: int, *, width: int | None = None, height: int | Non
     sections = [stuck(stats), buried(stats, now), aging(stats)] + ([limits(stats)] if stats.get("limits") else [])
     for section in sections:
         parts += section_view(section) + [Text("")]
-    return Group(*parts, *throughput(stats))
+    parts += throughput(stats)
+    if stats.get("workers") is not None:
+        parts += [Text(""), workers_text(stats["workers"])]
+    return Group(*parts)
 
 
 RIGHT = {"justify": "right"}
@@ -249,6 +252,17 @@ def summary_line(stats: dict) -> Text:
             line.append(f" ({paused})", style="magenta")
     else:
         line.append("no ready jobs")
+    if stats.get("workers") is not None:
+        line.append(" · ")
+        line.append_text(workers_text(stats["workers"]))
+    return line
+
+
+def workers_text(workers: dict) -> Text:
+    """`workers 2 alive, 1 lost` (the lost ones in red): worker processes of `jobctl workers`."""
+    line = Text(f"workers {workers['alive']:,} alive")
+    if workers["lost"]:
+        line.append(f", {workers['lost']:,} lost", style="bold red")
     return line
 
 

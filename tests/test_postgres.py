@@ -193,7 +193,7 @@ def test_a_v1_schema_is_migrated_to_the_index_by_type_and_group(pg_url, pg_base,
             "run_at, id, queue, cost_units, concurrency_group) WHERE status = 'pending' AND waiting_on = 0; "
             f"ALTER TABLE {s}.jobs RENAME COLUMN lease_boot_ms TO expiry_seen_at; "
             f"ALTER TABLE {s}.jobs RENAME COLUMN lease_boot_id TO expiry_seen_hb; "
-            f"ALTER TABLE {s}.jobs DROP COLUMN progress_at; "
+            f"ALTER TABLE {s}.jobs DROP COLUMN progress_at; DROP TABLE {s}.workers; "
             f"UPDATE {s}.schema_version SET version = 1")
     finally:
         admin.close()

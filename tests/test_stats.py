@@ -153,6 +153,8 @@ completed  0.00  0.13  0.03
 failed     0.00  0.07  0.02
 run time (last hour, 3 runs): median 2s, p95 5s
 wait from ready to start: median 10s
+
+workers 0 alive
 """
 
 

@@ -32,6 +32,8 @@ def commands():
             if cmd is None or cmd.hidden:
                 continue
             if hasattr(cmd, "list_commands"):
+                if getattr(cmd, "invoke_without_command", False):  # a group that does something alone (`workers`)
+                    yield " ".join(prefix + [name]), cmd
                 yield from walk(cmd, prefix + [name])
             else:
                 yield " ".join(prefix + [name]), cmd

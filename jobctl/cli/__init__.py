@@ -18,7 +18,7 @@ def typer_app() -> "Typer":
     without typer, see fast.py)."""
     from jobctl.cli.app import app
     # Import order is the order of `jobctl --help`: the job lifecycle first, then views, then the file.
-    from jobctl.cli import jobs, foreground, work, views, logs, stats, admin, config_cmd  # noqa: F401,I001  (each registers its commands)
+    from jobctl.cli import jobs, foreground, work, views, workers, logs, stats, admin, config_cmd  # noqa: F401,I001  (each registers its commands)
 
     return app
 
@@ -54,7 +54,10 @@ def _only_the_command_run(argv: list[str]):
         elif not arg.startswith("-"):
             found = [c for c in app.registered_commands
                      if get_command_name(c.name or c.callback.__name__) == arg]  # type: ignore[union-attr]
-            return found or None
+            if found:
+                return found, []
+            groups = [g for g in app.registered_groups if g.name == arg]  # `workers`: the group alone
+            return ([], groups) if groups else None
     return None
 
 
@@ -156,7 +159,7 @@ def run(argv: list[str] | None = None) -> int:
     else:
         only = _only_the_command_run(sys.argv[1:] if argv is None else list(argv))
     if only:
-        app.registered_commands, app.registered_groups = only, []
+        app.registered_commands, app.registered_groups = only
     try:
         # Without standalone mode, a `raise typer.Exit(code)` in a command comes back as the
         # return value (commands themselves return None).

@@ -32,6 +32,7 @@ def stats(
     max_ready_age: Optional[str] = typer.Option(None, "--max-ready-age", metavar="DUR", help="--check: the oldest ready job may wait at most this long."),
     max_buried: Optional[int] = typer.Option(None, "--max-buried", metavar="N", min=0, help="--check: at most N buried jobs."),
     max_stuck: Optional[int] = typer.Option(None, "--max-stuck", metavar="N", min=0, help="--check: at most N stuck jobs."),
+    min_workers: Optional[int] = typer.Option(None, "--min-workers", metavar="N", min=0, help="--check: at least N workers alive (`jobctl workers`)."),
     quiet: bool = typer.Option(False, "--quiet", help="--check: print nothing when all thresholds hold (a crossing still prints its line)."),
 ):
     """Show the queue at a glance: counts per queue, stuck, buried and aging jobs, throughput.
@@ -51,11 +52,13 @@ def stats(
     if interval_s < 0.1:
         raise InvalidInput(f"--interval {interval} is too short; use 100ms or more")
     age_s = parse_duration(max_ready_age, what="--max-ready-age") if max_ready_age is not None else None
-    thresholds = age_s is not None or max_buried is not None or max_stuck is not None
+    thresholds = age_s is not None or max_buried is not None or max_stuck is not None or min_workers is not None
     if check and not thresholds:
-        raise InvalidInput("--check needs at least one threshold: --max-ready-age DUR, --max-buried N, --max-stuck N")
+        raise InvalidInput("--check needs at least one threshold: --max-ready-age DUR, --max-buried N, --max-stuck N, "
+                           "--min-workers N")
     if thresholds and not check:
-        raise InvalidInput("--max-ready-age, --max-buried and --max-stuck are thresholds of --check; add --check")
+        raise InvalidInput("--max-ready-age, --max-buried, --max-stuck and --min-workers are thresholds of --check; "
+                           "add --check")
     if quiet and not check:
         raise InvalidInput("--quiet belongs to --check (print nothing when all thresholds hold); add --check")
     if check and (watch or fmt != "table"):
@@ -93,7 +96,8 @@ def stats(
                          "`jobctl doctor` says more\n")
 
     if check:
-        ok, line = run_check(figures, max_ready_age=age_s, max_buried=max_buried, max_stuck=max_stuck)
+        ok, line = run_check(figures, max_ready_age=age_s, max_buried=max_buried, max_stuck=max_stuck,
+                             min_workers=min_workers)
         if not (ok and quiet):
             emit(line)
         if not ok:

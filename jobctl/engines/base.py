@@ -324,8 +324,28 @@ class Engine(Protocol):
     def wait_for_change(self, timeout: float) -> bool:
         """Block until another process commits or `timeout` seconds pass; True if one did."""
 
+    def orders_changed(self) -> bool:
+        """As has_changed, remembered apart, for orders to workers (`jobctl workers drain|stop`):
+        whether one may have been written since the last call (SQLite: any commit; PostgreSQL: a
+        NOTIFY that carries one). A worker reads its registry row only then."""
+
     def now(self) -> int:
         """The database's clock, ms since the epoch."""
+
+    # -- the workers' registry (`jobctl workers`): each a short transaction or read --------
+    def register_worker(self, instance: str, info: dict, started_at: int | None = None) -> int:
+        """Add the row of a worker process (forgetting rows stopped or not seen for a day); its started_at."""
+    def renew_worker(self, instance: str, state: str, done: int, failed: int) -> tuple[bool, str | None]:
+        """last_seen = now, with the worker's state and counts: (the row exists, the operator's request)."""
+    def worker_stopped(self, instance: str, done: int, failed: int) -> None:
+        """The worker left cleanly: its row says stopped."""
+    def worker_request(self, instance: str) -> tuple[bool, str | None]:
+        """(the row exists, the operator's request: drain, stop or None)."""
+    def order_workers(self, request: str, *, workers: list[str] | None = None, host: str | None = None,
+                      actor: str) -> tuple[list[dict], list[str]]:
+        """Ask the workers named, on a host, or all to drain or stop: (rows ordered, names with no row)."""
+    def worker_rows(self, *, jobs: bool = True) -> tuple[int, list[dict], list[tuple[int, str, str | None]]]:
+        """(now, every registry row, the held jobs as (id, type, worker)) from one read."""
 
     # -- writes: one transaction each ------------------------------------------------------
     def insert_jobs(self, jobs: list[NewJob], actor: str, *,

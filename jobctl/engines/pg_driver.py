@@ -152,6 +152,7 @@ class Connection:
         self.raw = raw
         self.in_transaction = False
         self.notify = False
+        self.orders = False  # a NOTIFY of an order to workers (`jobctl workers drain`) to send with the COMMIT
         self.pending: list[bytes] = []  # deferred statements, in order
         self._uses: dict[str, int] = {}
         self._prepared: dict[str, bytes] = {}  # SQL text -> its EXECUTE template

@@ -22,7 +22,7 @@ states plus the changes since the last fold, never the number of finished jobs.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # A pending job waiting on `after` jobs counts as 'blocked' (as in SQLite's job_counts).
 _STATE = "CASE WHEN status = 'pending' AND waiting_on > 0 THEN 'blocked' ELSE status END"
@@ -180,7 +180,14 @@ def _v3() -> list[str]:
     return list(LEASE_AND_PROGRESS)
 
 
-MIGRATIONS = {1: _v1, 2: _v2, 3: _v3}
+def _v4() -> list[str]:
+    """As SQLite's v11: the workers' registry."""
+    from jobctl.engines.schema import WORKERS
+
+    return list(WORKERS)
+
+
+MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4}
 
 # Reading the counts: the folded totals plus the changes not yet folded (one snapshot).
 STATE_COUNTS = ("SELECT queue, state, sum(n) FROM (SELECT queue, state, n FROM job_counts "

@@ -48,9 +48,11 @@ from jobctl.engines.pg_schema import SCHEMA_VERSION
 from jobctl.engines.pg_target import Target, _first_line
 from jobctl.engines.sql import HELD_SQL, SQLEngine, completed, completion_fields, schema_check
 from jobctl.engines.transfer import PostgresTransfer
-from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, JobctlError)
+from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, JobctlError,
+                           PermissionDenied)
 from jobctl.models import Job, row_damage
 
+ORDERS = "workers"  # the payload of a NOTIFY that carries an order to workers, not news of jobs
 # "now" in ms since the epoch: the moment of the call, not the transaction's start (now()).
 NOW_SQL = "floor(extract(epoch from clock_timestamp()) * 1000)::bigint"
 # A write's isolation, said each time: a bare BEGIN takes the server's default_transaction_isolation,
@@ -72,10 +74,6 @@ _NOT_JOBCTL = ("42P01", "42703", "42883")  # undefined table, column, function: 
 
 class ReadOnly(DatabaseUnusable):
     """The server refuses writes (a standby, or default_transaction_read_only)."""
-
-
-class PermissionDenied(DatabaseUnusable):
-    """The user lacks a right on the schema or its tables (exit 8, as on an unwritable file)."""
 
 
 class KeyRace(DatabaseBusy):
@@ -118,6 +116,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         self._identity: str | None = None
         self._listen = None  # the LISTEN connection, opened by the first has_changed()
         self._listen_fresh = False
+        self._news = self._orders_news = False  # notifications heard and not yet asked about (_heard)
         self._listen_retry_at = 0.0
         # Told why, each time a lost connection was replaced (a server restart, a session ended by
         # an administrator): the worker logs it, unless it logged the outage itself.
@@ -429,7 +428,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                 now, row = self._begin_with_job(job_id)
             self._offset_ms = now - time.time_ns() // 1_000_000
             c = self.conn  # (a new one, if _begin had to reconnect)
-            c.notify = False
+            c.notify = c.orders = False
             c.in_transaction = True
             try:
                 yield c, now, row
@@ -438,7 +437,9 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                 raise
             end = "ROLLBACK" if rollback else "COMMIT"
             if c.notify and not rollback:
-                end = f"NOTIFY {self.target.channel}; COMMIT"
+                end = f"NOTIFY {self.target.channel}; {end}"
+            if c.orders and not rollback:
+                end = f"NOTIFY {self.target.channel}, '{ORDERS}'; {end}"
             try:
                 if rollback:
                     c.pending.clear()  # a dry run: what was deferred need not run at all
@@ -516,6 +517,11 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         """Wake listening workers: a NOTIFY sent with the COMMIT (PostgreSQL delivers it then,
         and only if the transaction commits), so it costs no round trip of its own."""
         c.notify = True
+
+    def _orders_sent(self, c) -> None:
+        """Wake the workers: a NOTIFY with the payload ORDERS, sent with the COMMIT. It does not
+        wake idle workers to claim (has_changed tells it apart): it is no news of jobs."""
+        c.orders = True
 
     def _state_counts(self, c) -> list[tuple[str, str, int]]:
         return [(r[0], r[1], int(r[2])) for r in c.execute(pg_schema.STATE_COUNTS).fetchall()]
@@ -740,25 +746,44 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                 pass
             self._listen = None
 
-    def has_changed(self) -> bool:
-        """Whether a job may have become ready since the last call: a notification arrived (or
-        listening (re)started, or cannot start now: then the caller's claim finds out). A
-        notification missed while the listener was down is covered by the caller's polling."""
+    def _heard(self) -> bool:
+        """Read the notifications that arrived into _news (jobs) and _orders_news (orders to
+        workers); False when not listening now (then the caller must look for itself)."""
         conn = self._listener()
         if conn is None:
-            return True
-        if self._listen_fresh:
+            return False
+        if self._listen_fresh:  # anything may have happened before it listened
             self._listen_fresh = False
-            return True
+            self._news = self._orders_news = True
         try:
             conn.poll()
         except psycopg2.Error:
             self._drop_listener()
+            return False
+        for n in conn.notifies:
+            if n.payload == ORDERS:
+                self._orders_news = True
+            else:
+                self._news = True
+        conn.notifies.clear()
+        return True
+
+    def has_changed(self) -> bool:
+        """Whether a job may have become ready since the last call: a notification arrived (or
+        listening (re)started, or cannot start now: then the caller's claim finds out). A
+        notification missed while the listener was down is covered by the caller's polling."""
+        if not self._heard():
             return True
-        if conn.notifies:
-            conn.notifies.clear()
+        news, self._news = self._news, False
+        return news
+
+    def orders_changed(self) -> bool:
+        """Whether an order to workers (`jobctl workers drain|stop`) may have been written since
+        the last call: its NOTIFY arrived (or listening (re)started, or cannot start now)."""
+        if not self._heard():
             return True
-        return False
+        news, self._orders_news = self._orders_news, False
+        return news
 
     def wait_for_change(self, timeout: float) -> bool:
         """Block until a notification arrives or `timeout` seconds pass; True if one came (one

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 APPLICATION_ID = 0x6A6F6263  # "jobc"
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 
 # The state a job counts in (job_counts), and the triggers' change of one row's count.
@@ -278,7 +278,29 @@ def _v10(db) -> None:
                f"WHEN NOT EXISTS (SELECT 1 FROM job_counts_deferred) BEGIN {_COUNT_ADD} END")
 
 
-MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10}
+# The registry of `jobctl work` processes (both engines: pg_schema.py). One row per process, keyed
+# by a random id it draws when it registers (a worker id may be shared by two processes, and a
+# deleted row's key must never be handed to another process). Times are the database's clock;
+# queues and types are JSON lists (queues NULL: every queue); state is what the worker says of
+# itself (running, draining, stopped), request what an operator asked of it (drain, stop).
+WORKERS = (
+    "CREATE TABLE workers (instance TEXT PRIMARY KEY, worker TEXT NOT NULL, host TEXT NOT NULL, "
+    "pid BIGINT NOT NULL, version TEXT NOT NULL, queues TEXT, types TEXT NOT NULL, concurrency BIGINT NOT NULL, "
+    "started_at BIGINT NOT NULL, last_seen BIGINT NOT NULL, renew_ms BIGINT NOT NULL, state TEXT NOT NULL, "
+    "request TEXT, requested_by TEXT, done BIGINT NOT NULL DEFAULT 0, failed BIGINT NOT NULL DEFAULT 0, "
+    "stopped_at BIGINT)",
+    "CREATE INDEX workers_worker ON workers (worker)",
+)
+
+
+def _v11(db) -> None:
+    """The workers' registry (`jobctl workers`): each worker writes its own row when it starts,
+    with its lease renewals, and when it stops; an operator's drain or stop is written there."""
+    for statement in WORKERS:
+        db.execute(statement)
+
+
+MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11}
 
 
 def migrate(conn: sqlite3.Connection, from_version: int) -> None:

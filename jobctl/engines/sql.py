@@ -46,6 +46,7 @@ READY = "status = 'pending' AND waiting_on = 0"  # ready, or scheduled for later
 HELD_SQL = "status IN (" + ", ".join(f"'{s}'" for s in HELD) + ")"
 DEPENDS, DEPENDED_ON = 1, 2  # bits of jobs.dep_flags (schema.py)
 UNIQUE_LIVE = ("pending", "running", "cancel_requested")
+WORKERS_FORGET_MS = 86_400_000  # a stopped or lost worker's row is forgotten a day after it was last seen
 MAX_CLAIMS_KEPT = 4096  # jobs an engine remembers as it claimed them (a worker holds a few)
 
 # A ready job is held while its queue is paused, or its type is paused in its queue, by a pause
@@ -1465,6 +1466,92 @@ class SQLEngine:
                   + f"; a claim buries such a job instead of handing it out; {remedy}",
                   data={"damaged_jobs": [{"id": i, "why": why} for i, why in damaged]}),
         ]
+
+    # -- the workers' registry ---------------------------------------------------------------
+    # One row per `jobctl work` process (schema.WORKERS), written by that process only: when it
+    # starts, with its renewals, when it stops. An operator writes only `request`. Rows of stopped
+    # workers, and of workers not seen for WORKERS_FORGET_MS, are deleted by the next registration.
+
+    _WORKER_COLUMNS = ("instance, worker, host, pid, version, queues, types, concurrency, started_at, last_seen, "
+                       "renew_ms, state, request, requested_by, done, failed, stopped_at")
+
+    def _orders_sent(self, c) -> None:
+        """Inside a write that gave workers an order (drain, stop): wake them, through the engine's
+        wake-up (PostgreSQL: a NOTIFY with the COMMIT). Here: the commit itself (SQLite's
+        data_version, which workers watch) is the news."""
+
+    def register_worker(self, instance: str, info: dict, started_at: int | None = None) -> int:
+        """Add this process's row (info: worker, host, pid, version, queues, types, concurrency,
+        renew_ms, state, done, failed) and forget old rows; returns its started_at (now, unless given:
+        a row deleted by hand is written again with the process's own start)."""
+        with self._write() as (c, now):
+            forget = now - WORKERS_FORGET_MS
+            c.execute("DELETE FROM workers WHERE (state = 'stopped' AND stopped_at < ?) OR last_seen < ?",
+                      (forget, forget))
+            started = now if started_at is None else started_at
+            c.execute("DELETE FROM workers WHERE instance = ?", (instance,))
+            c.execute(
+                "INSERT INTO workers (instance, worker, host, pid, version, queues, types, concurrency, started_at, "
+                "last_seen, renew_ms, state, done, failed) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (instance, info["worker"], info["host"], info["pid"], info["version"],
+                 None if info["queues"] is None else json.dumps(info["queues"]), json.dumps(info["types"]),
+                 info["concurrency"], started, now, info["renew_ms"], info["state"], info.get("done", 0),
+                 info.get("failed", 0)))
+        return started
+
+    def renew_worker(self, instance: str, state: str, done: int, failed: int) -> tuple[bool, str | None]:
+        """One write: last_seen = now, with the worker's state and counts. (found, the operator's
+        request or None); found is False when the row is gone (deleted by hand): register again."""
+        with self._write() as (c, now):
+            row = c.execute("UPDATE workers SET last_seen = ?, state = ?, done = ?, failed = ? WHERE instance = ? "
+                            "RETURNING request", (now, state, done, failed, instance)).fetchone()
+        return (False, None) if row is None else (True, row[0])
+
+    def worker_stopped(self, instance: str, done: int, failed: int) -> None:
+        """The worker leaves cleanly: its row says stopped (kept a day for `workers --all`)."""
+        with self._write() as (c, now):
+            c.execute("UPDATE workers SET state = 'stopped', stopped_at = ?, last_seen = ?, done = ?, failed = ? "
+                      "WHERE instance = ?", (now, now, done, failed, instance))
+
+    def worker_request(self, instance: str) -> tuple[bool, str | None]:
+        """(the row exists, what an operator asked of it: drain, stop or None): one read by key."""
+        with self._read() as c:
+            row = c.execute("SELECT request FROM workers WHERE instance = ?", (instance,)).fetchone()
+        return (False, None) if row is None else (True, row[0])
+
+    def order_workers(self, request: str, *, workers: list[str] | None = None, host: str | None = None,
+                      actor: str) -> tuple[list[dict], list[str]]:
+        """Ask every worker not stopped that is named (`workers`), or on `host`, or all of them
+        (neither given), to drain or stop, in one transaction; a stop is never turned back into a
+        drain. Returns (the rows ordered, as they were, the named workers with no such row)."""
+        with self._write() as (c, now):
+            where, params = "state <> 'stopped'", []
+            if workers is not None:
+                where += " AND worker IN (" + ", ".join("?" * len(workers)) + ")"
+                params += workers
+            if host is not None:
+                where += " AND host = ?"
+                params.append(host)
+            rows = [dict(zip(r.keys(), r)) for r in c.execute(
+                f"SELECT {self._WORKER_COLUMNS} FROM workers WHERE {where} ORDER BY worker, started_at", params)]
+            missing = [w for w in dict.fromkeys(workers or []) if not any(r["worker"] == w for r in rows)]
+            if rows and not missing:
+                keep_stop = " AND (request IS NULL OR request <> 'stop')" if request == "drain" else ""
+                c.execute(f"UPDATE workers SET request = ?, requested_by = ? WHERE {where}{keep_stop}",
+                          [request, actor, *params])
+                self._orders_sent(c)
+        return rows, missing
+
+    def worker_rows(self, *, jobs: bool = True) -> tuple[int, list[dict], list[tuple[int, str, str | None]]]:
+        """For `jobctl workers` and stats, from one read: (now, every registry row as a dict, the held
+        jobs as (id, type, worker), by id; none with jobs=False)."""
+        now = self.now()
+        with self._read() as c:
+            rows = [dict(zip(r.keys(), r)) for r in c.execute(
+                f"SELECT {self._WORKER_COLUMNS} FROM workers ORDER BY worker, started_at")]
+            held = [(r[0], r[1], r[2]) for r in c.execute(
+                f"SELECT id, type, worker FROM jobs WHERE {HELD_SQL} ORDER BY id")] if jobs else []
+        return now, rows, held
 
     def count_expired(self) -> int:
         """Held jobs whose lease has expired."""

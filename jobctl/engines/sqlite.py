@@ -256,6 +256,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         # when a test gave `clock` (a test that steps the wall clock alone sets boot_seconds here).
         self.boot_clock: Callable[[], float] | None = None
         self._data_version: int | None = None
+        self._orders_version: int | None = None  # (orders_changed)
         self._claims: dict = {}
         self._columns: dict[str, list[str]] = {}  # column names of a claim's rows, by its SQL text
         self._no_pauses_at: int | None = None  # the data_version at which no pause existed (_pauses_possible)
@@ -355,6 +356,15 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
             version = self.conn.execute("PRAGMA data_version").fetchone()[0]
         changed = version != self._data_version
         self._data_version = version
+        return changed
+
+    def orders_changed(self) -> bool:
+        """Whether anyone committed since the last call, as has_changed but remembered apart: a
+        worker asks this (about a second apart) before it reads its registry row for an order."""
+        with self._errors():
+            version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        changed = version != self._orders_version
+        self._orders_version = version
         return changed
 
     def wait_for_change(self, timeout: float, *, step: float = 0.02) -> bool:

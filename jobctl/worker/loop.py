@@ -21,10 +21,10 @@ import time
 from functools import partial
 from typing import Callable
 
-from jobctl import handlers, payloads
+from jobctl import __version__, handlers, payloads
 from jobctl.config import Settings, WorkerSettings
 from jobctl.durations import format_duration
-from jobctl.errors import CancelRequested, DatabaseUnusable, InvalidInput, InvalidState, JobctlError, NoSuchJob
+from jobctl.errors import CancelRequested, ConnectionLost, DatabaseBusy, DatabaseUnusable, InvalidInput, InvalidState, JobctlError, NoSuchJob
 from jobctl.models import Job, Record
 from jobctl.worker.keeper import Keeper
 from jobctl.worker.log import Log
@@ -39,6 +39,9 @@ IDLE_MIN_DELAY = 0.05
 CHANGE_CHECK = 0.05  # while idle, how often the database is asked whether anyone committed
 SPAWN_MIN_DELAY, SPAWN_MAX_DELAY = 0.5, 30.0  # back-off after a handler could not be started
 REGISTER_AFTER = 0.002  # a handler still running this long after its start is put in the orphan registry
+RENEW_MAX_INTERVAL = 10.0  # the registry row's last_seen is renewed at least this often, idle or not
+RENEW_MIN_INTERVAL = 1.0  # and at most this often (a third of the lease between the two)
+ORDERS_CHECK = 0.5  # how often the worker looks whether an operator ordered it to drain or stop (noticed within 2 s)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 EXIT_UNUSABLE = DatabaseUnusable.exit_code
 
@@ -174,6 +177,15 @@ class Worker:
         self.max_time_at: float | None = None
         self.next_recover = self.next_purge = 0.0
         self.memory_note = ""  # which memory cap applies, said once at the start (_memory_cgroups)
+        # The registry (`jobctl workers`): this process's row, renewed every renew_every seconds;
+        # lost to a reader after LOST_AFTER of them (jobctl/workers.py).
+        self.instance = os.urandom(8).hex()
+        # (not more often than once a second: with a short lease, renewals as frequent as the
+        # heartbeats would add a write-lock holder every third of a second per worker)
+        self.renew_every = min(max(options.lease / 3, RENEW_MIN_INTERVAL), RENEW_MAX_INTERVAL)
+        self.registered_at: int | None = None  # started_at of the row (the database's clock); None: not yet
+        self.next_renew = self.next_orders = 0.0
+        self.ordered = 0  # an operator's order seen: 1 drain, 2 stop (counted as signals are)
 
     # compatibility: what the old single class exposed
     @property
@@ -195,9 +207,9 @@ class Worker:
             self._memory_cgroups()  # before the keeper starts: under cgroup v2 the worker moves first
             self.sup.keeper = Keeper.start(warn=lambda m: self.log("keeper", m))
         wake_r, saved = self._install_signals()
-        self.begin()
         hold, release = getattr(self.log, "hold", None), getattr(self.log, "release", None)
         try:
+            self.begin()  # (it registers the worker: a database found unusable there stops it as below)
             while True:
                 if hold is not None:
                     hold()  # a round's lines (a job done, the next started) in one write
@@ -226,6 +238,7 @@ class Worker:
             self.exit_code = EXIT_UNUSABLE
         finally:
             self._abandon()
+            self._unregister()
             self.sup.close()
             self.handler_db.close()
             if self.sup.keeper is not None:
@@ -264,10 +277,16 @@ class Worker:
         self.next_recover = started
         self.next_purge = started
         queues = ", ".join(self.o.queues) if self.o.queues else "all"
-        self.log("started", f"pid {os.getpid()}, types {', '.join(self.types)}; queues {queues}; "
-                            f"concurrency {self.o.concurrency}")
+        config = os.path.abspath(self.settings.config_path) if self.settings.config_path else None
+        # The first line names the database and the config (a JOBCTL_DB inherited by mistake shows
+        # here): a file by its absolute path, a server by its URL without the password.
+        database = self.q.location if self.q.engine.files is None else os.path.abspath(self.q.location)
+        self.log("started", f"database {database}; config {config or 'none (built-in defaults)'}; "
+                            f"pid {os.getpid()}, types {', '.join(self.types)}; queues {queues}; "
+                            f"concurrency {self.o.concurrency}", database=database, config=config)
         if self.memory_note:
             self.log("memory", self.memory_note)
+        self._register(started)
 
     def step(self) -> bool:
         """One round of the loop, without waiting; True when the worker is done."""
@@ -279,6 +298,7 @@ class Worker:
         self._retry_unrecorded(clock())
         self.sup.supervise(clock(), self.stop_at)
         self._heartbeats(clock())
+        self._registry(clock())
         self._housekeeping(clock())
         self._claim(clock())
         return not self.sup.running and not self.rec.unrecorded and self._done()
@@ -365,9 +385,10 @@ class Worker:
         if self.signals > self.signals_seen:
             self.signals_seen = self.signals
             name = handlers.signal_name(self.last_signal)
-            if self.signals_seen == 1:
+            level = self.signals_seen + self.ordered  # a drain ordered counts as a first signal
+            if level == 1:
                 self._begin_stop(now, self.o.grace, f"{name} received")
-            elif self.signals_seen == 2:
+            elif level == 2:
                 self._begin_stop(now, 0, f"second signal ({name})")
             else:
                 self._force_stop(name)
@@ -377,6 +398,8 @@ class Worker:
     def _begin_stop(self, now: float, grace: float, why: str) -> None:
         first = not self.stopping
         self.stopping = True
+        if first:
+            self.next_renew = now  # the registry row says `draining` at once
         at = now + grace
         if self.stop_at is not None and self.stop_at <= at:
             return
@@ -650,6 +673,74 @@ class Worker:
             except Retry:
                 self.next_purge = now + min(self.o.purge_every, 5.0)
 
+    # -- the registry ----------------------------------------------------------------------
+
+    def _info(self) -> dict:
+        return {"worker": self.o.worker_id, "host": os.uname().nodename, "pid": os.getpid(),
+                "version": __version__, "queues": self.o.queues, "types": self.types,
+                "concurrency": self.o.concurrency, "renew_ms": int(self.renew_every * 1000),
+                "state": "draining" if self.stopping else "running", "done": self.rec.done,
+                "failed": self.rec.failed}
+
+    def _register(self, now: float) -> None:
+        """Write this process's registry row (again, with its first start, when it was deleted)."""
+        self.next_renew = now + self.renew_every
+        try:
+            self.registered_at = self.rec.db(self.q.engine.register_worker, self.instance, self._info(),
+                                             self.registered_at)
+        except Retry:
+            self.next_renew = now + min(self.renew_every, max(self.rec.delay, 0.1))
+
+    def _registry(self, now: float) -> None:
+        """Renew the registry row when due (one write, whatever the number of running jobs), and
+        twice a second, when the engine's wake-up says someone wrote (SQLite: data_version;
+        PostgreSQL: a NOTIFY of an order), read the row for an operator's order."""
+        if now >= self.next_renew:
+            if self.registered_at is None:
+                self._register(now)
+                return
+            self.next_renew = now + self.renew_every
+            try:
+                found, request = self.rec.db(self.q.engine.renew_worker, self.instance,
+                                             "draining" if self.stopping else "running", self.rec.done, self.rec.failed)
+            except Retry:
+                self.next_renew = now + min(self.renew_every, max(self.rec.delay, 0.1))
+                return
+            self._obey(found, request, now)
+            self.next_orders = now + ORDERS_CHECK
+        elif now >= self.next_orders:
+            self.next_orders = now + ORDERS_CHECK
+            # Reads, not through rec.db: one that succeeds during an outage is no sign that
+            # writes go through again (db-ok), and one that fails is simply tried again.
+            try:
+                if not self.q.engine.orders_changed():
+                    return
+                found, request = self.q.engine.worker_request(self.instance)
+            except (DatabaseBusy, ConnectionLost):
+                return
+            self._obey(found, request, now)
+
+    def _obey(self, found: bool, request: str | None, now: float) -> None:
+        if not found:
+            self.log("registry", "this worker's entry in the workers' registry was gone; registered again")
+            self._register(now)
+        elif request == "stop" and self.ordered < 2:
+            self.ordered = 2
+            self._begin_stop(now, 0, "`jobctl workers stop --now` received")
+        elif request == "drain" and self.ordered < 1:
+            self.ordered = 1
+            self._begin_stop(now, self.o.grace, "`jobctl workers drain` received")
+
+    def _unregister(self) -> None:
+        """On the way out: the row says stopped. One try: a worker that cannot write it shows as
+        lost after three renewal periods, and is forgotten a day later."""
+        if self.registered_at is None or self.exit_code == EXIT_UNUSABLE or self.forced:
+            return  # (a third signal: leave at once, not after a wait for the write lock)
+        try:
+            self.q.engine.worker_stopped(self.instance, self.rec.done, self.rec.failed)
+        except JobctlError:
+            pass
+
     # -- claiming --------------------------------------------------------------------------
 
     def _claim(self, now: float) -> None:
@@ -725,6 +816,7 @@ class Worker:
             if self.empty and not self.spawn_delay and self.watch:
                 times.append(self.next_change_check)
         times += [o.next_try for o in self.rec.unrecorded]
+        times += [self.next_renew, self.next_orders]
         times.append(self.next_purge)
         if not self.rec.unrecorded:  # recovery waits while an outcome of ours does: its time may be past
             times.append(self.next_recover)

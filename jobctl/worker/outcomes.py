@@ -80,6 +80,8 @@ class Recorder:
         self.busy_logged = False
         self.checkpoint_tried = False
         self.cause: type[JobctlError] = DatabaseBusy  # what the last outage was
+        self.done = 0  # outcomes written since the worker started (for its registry row)
+        self.failed = 0
 
     def cause_exit_code(self) -> int:
         """The exit code of a worker that leaves outcomes unwritten: 6 for a lock, 8 otherwise."""
@@ -168,6 +170,7 @@ class Recorder:
             raise
         except (InvalidState, NoSuchJob):
             return None
+        self.done += len(done)
         return claimed
 
     def log_done(self, o: Outcome) -> None:
@@ -237,6 +240,11 @@ class Recorder:
             # The claim is no longer ours (recovered after a long database outage, or deleted).
             o.lost = True
             self.log("lost", f"result not recorded: {e}", job)
+        if not o.lost:
+            if o.kind == "complete":
+                self.done += 1
+            elif o.kind in ("fail", "bury"):
+                self.failed += 1
         if o in self.unrecorded:
             self.unrecorded.remove(o)
         return True, nxt

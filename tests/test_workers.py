@@ -1,0 +1,173 @@
+"""`jobctl workers`: the registry of worker processes on both engines. A worker killed with -9
+turns lost after three renewal periods and its jobs are recovered as before; `workers drain` and
+`workers stop --now` from another process are noticed within 2 s; a row deleted by hand is
+written again. Short leases (1 s: a renewal every second, the shortest) keep these few real processes fast."""
+
+import json
+import os
+import signal
+import sqlite3
+import time
+
+import pytest
+
+from conftest import finish, on_db, run_inproc, start_worker, wait_for
+from jobctl import workers as registry
+
+WORKER_CFG = '[worker]\nlease = "1s"\nkill_grace = "200ms"\nrecover_every = "200ms"\npoll = "100ms"\n'
+
+
+def config(tmp_path, command: str) -> None:
+    (tmp_path / "jobctl.toml").write_text(f"[types.t]\ncommand = {json.dumps(['sh', '-c', command])}\n\n{WORKER_CFG}")
+
+
+def entries(cli, *args) -> dict:
+    r = cli("workers", "--json", *args)
+    assert r.exit_code == 0, r.output
+    return {e["worker"]: e for e in map(json.loads, r.stdout.splitlines())}
+
+
+def delete_rows(db) -> None:
+    if str(db).startswith("postgresql"):
+        import psycopg2
+
+        conn = psycopg2.connect(str(db))
+        conn.autocommit = True
+        conn.cursor().execute("DELETE FROM workers")
+        conn.close()
+    else:
+        conn = sqlite3.connect(db, timeout=5)
+        with conn:
+            conn.execute("DELETE FROM workers")
+        conn.close()
+
+
+def test_a_killed_worker_turns_lost_and_its_job_is_recovered(tmp_path, any_db):
+    cli = on_db(run_inproc, any_db)
+    # The first run hangs (its worker is killed), the second completes.
+    config(tmp_path, "if [ -e ran ]; then exit 0; fi; touch ran; exec sleep 30")
+    assert cli("enqueue", "t").exit_code == 0
+    a = start_worker(tmp_path, any_db, "--worker", "wa", name="a")
+    seen = wait_for(lambda: (e := entries(cli).get("wa")) and e["jobs"] and e, what="wa running job 1")
+    assert seen["state"] == "running" and seen["jobs"] == [{"id": 1, "type": "t"}] and seen["pid"] == a.pid
+    assert seen["queues"] is None and seen["done"] == 0 and seen["failed"] == 0
+    assert "database " in a.log_path.read_text().splitlines()[0]  # the first line names the database
+    a.send_signal(signal.SIGKILL)
+    a.wait()
+    killed = time.monotonic()
+    lost = wait_for(lambda: (e := entries(cli)["wa"])["state"] == "lost" and e, timeout=10, what="wa lost")
+    assert time.monotonic() - killed < 8  # three renewal periods of 1 s, and a second of slack
+    assert lost["jobs"] == [{"id": 1, "type": "t"}]  # still under it until recovered
+    r = cli("stats", "--json")
+    assert json.loads(r.stdout)["workers"] == {"alive": 0, "lost": 1}
+    r = cli("stats", "--check", "--min-workers", "1")
+    assert r.exit_code == 9 and "0 worker(s) alive, 1 lost (min 1)" in r.stdout, r.output
+    # Another worker recovers the job (its lease expired) and runs it again, as before.
+    b = start_worker(tmp_path, any_db, "--worker", "wb", "--stop-when-empty", name="b")
+    code, log = finish(b)
+    assert code == 0 and "recovered" in log, log
+    job = json.loads(cli("show", "1", "--json").stdout)
+    assert job["status"] == "completed" and job["attempts"] == 2
+    after = entries(cli, "--all")
+    assert after["wb"]["state"] == "stopped" and after["wb"]["done"] == 1 and after["wa"]["jobs"] == []
+    assert "wb" not in entries(cli)  # stopped: only with --all
+
+
+def test_drain_and_stop_from_another_process(tmp_path, any_db):
+    cli = on_db(run_inproc, any_db)
+    config(tmp_path, "sleep 1.5")
+    assert cli("enqueue", "t").exit_code == 0 and cli("enqueue", "t").exit_code == 0
+    a = start_worker(tmp_path, any_db, "--worker", "wa", name="a")
+    b = start_worker(tmp_path, any_db, "--worker", "wb", name="b")
+    wait_for(lambda: all(e["jobs"] for e in entries(cli).values()) and len(entries(cli)) == 2,
+             what="each worker running a job")
+    b_job = entries(cli)["wb"]["jobs"][0]["id"]
+    r = cli("workers", "drain", "wa")
+    assert r.exit_code == 0 and "wa (" in r.stdout, r.output
+    wait_for(lambda: "`jobctl workers drain` received" in a.log_path.read_text(), timeout=2.0, what="wa draining")
+    r = cli("workers", "stop", "--now", "--host", os.uname().nodename, "--json")
+    assert r.exit_code == 0 and {json.loads(x)["worker"] for x in r.stdout.splitlines()} == {"wa", "wb"}, r.output
+    wait_for(lambda: "`jobctl workers stop --now` received" in b.log_path.read_text(), timeout=2.0, what="wb stopping")
+    for proc in (a, b):
+        code, log = finish(proc)
+        assert code == 0, log
+    # wa was told to stop too, after its drain: its job may have finished or been released;
+    # wb's was released without using a run.
+    job = json.loads(cli("show", str(b_job), "--json").stdout)
+    assert job["status"] == "pending" and job["attempts"] == 0
+    states = {w: e["state"] for w, e in entries(cli, "--all").items()}
+    assert states == {"wa": "stopped", "wb": "stopped"}
+    r = cli("workers", "drain", "nobody")
+    assert r.exit_code == 3 and "no running worker nobody" in r.one_error_line()
+
+
+def test_a_worker_whose_row_was_deleted_registers_again(tmp_path, any_db):
+    cli = on_db(run_inproc, any_db)
+    config(tmp_path, "true")
+    assert cli("init").exit_code == 0
+    a = start_worker(tmp_path, any_db, "--worker", "wa", name="a")
+    first = wait_for(lambda: entries(cli).get("wa"), what="wa registered")
+    delete_rows(any_db)
+    again = wait_for(lambda: entries(cli).get("wa"), timeout=5, what="wa registered again")
+    assert again["started_at"] == first["started_at"] and again["state"] == "running"
+    a.send_signal(signal.SIGTERM)
+    code, log = finish(a)
+    assert code == 0 and "registered again" in log, log
+
+
+def test_jobs_claimed_by_a_script_show_under_their_worker_id(tmp_path, any_db):
+    cli = on_db(run_inproc, any_db)
+    assert cli("enqueue", "t").exit_code == 0
+    assert cli("claim", "--worker", "cron-7").exit_code == 0
+    (e,) = entries(cli).values()
+    assert e == {**e, "worker": "cron-7", "host": None, "pid": None, "state": None, "jobs": [{"id": 1, "type": "t"}]}
+    r = cli("workers", "stop", "cron-7", "--now")
+    assert r.exit_code == 3 and "claimed by a script" in r.one_error_line()
+    r = cli("workers")
+    assert r.exit_code == 0 and "cron-7" in r.stdout and "1 t" in r.stdout, r.output
+
+
+def test_states_from_the_renewal_period():
+    row = {"state": "running", "last_seen": 10_000, "renew_ms": 1000, "request": None, "stopped_at": None}
+    assert registry.state_of(row, 13_000) == "running"
+    assert registry.state_of(row, 13_001) == "lost"
+    assert registry.state_of({**row, "request": "drain"}, 11_000) == "draining"
+    assert registry.state_of({**row, "state": "stopped"}, 99_000) == "stopped"
+
+
+@pytest.mark.parametrize("n", [100])
+def test_a_hundred_workers_list_quickly(tmp_path, n):
+    from jobctl.queue import Queue
+
+    db = tmp_path / "q.db"
+    with Queue.open(db, create=True) as q:
+        for i in range(n):
+            q.engine.register_worker(f"i{i}", {"worker": f"host-{i % 7}:{1000 + i}", "host": f"host-{i % 7}",
+                                               "pid": 1000 + i, "version": "0", "queues": ["a", "b"], "types": ["t"],
+                                               "concurrency": 4, "renew_ms": 10_000, "state": "running"})
+        started = time.perf_counter()
+        listed, _ = q.workers()
+        took = time.perf_counter() - started
+    assert len(listed) == n and took < 0.1
+
+
+def test_doctor_checks_the_workers_table_on_both_engines():
+    from jobctl.engines import pg_schema, schema
+
+    for layout in (schema.expected_layout(), pg_schema.expected_layout()):
+        assert {"table workers", "column workers.last_seen", "column workers.request", "index workers_worker"} <= layout
+
+
+def test_the_first_log_line_names_the_database_without_its_password(tmp_path, pg_url):
+    from urllib.parse import urlsplit, urlunsplit
+
+    config(tmp_path, "true")
+    parts = urlsplit(pg_url)
+    url, secret = pg_url, parts.password
+    if secret is None:  # (trust authentication takes any password)
+        secret = "s3cret-pw"
+        url = urlunsplit(parts._replace(netloc=f"{parts.username}:{secret}@{parts.netloc.split('@', 1)[-1]}"))
+    code, log = finish(start_worker(tmp_path, url, "--stop-when-empty", name="a"))
+    first = log.splitlines()[0]
+    assert code == 0 and f"started: database postgresql://{parts.username}:***@" in first, log
+    assert f"config {tmp_path / 'jobctl.toml'};" in first and secret not in log

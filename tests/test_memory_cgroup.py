@@ -76,7 +76,7 @@ def test_a_handler_whose_children_together_exceed_the_limit_fails_and_its_cgroup
     w = subprocess.run([*JOBCTL, "--db", str(db), "--config", str(cfg), "work", "--stop-when-empty"],
                        capture_output=True, text=True, timeout=60)
     assert w.returncode == 0, w.stderr
-    pid = re.search(r"started: pid (\d+)", w.stderr).group(1)
+    pid = re.search(r"started: .*\bpid (\d+)", w.stderr).group(1)
     assert f"memory: memory_limit caps each handler's whole process tree (cgroup v1: a cgroup per handler in {base})" \
         in w.stderr, w.stderr
     tree = json.loads(run_inproc("--config", cfg, "--db", db, "show", "1", "--json").stdout)

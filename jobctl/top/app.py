@@ -15,6 +15,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
@@ -185,6 +186,8 @@ class DataThread(threading.Thread):
     def read_detail(self) -> None:
         from jobctl.errors import NoSuchJob
 
+        if self.detail_id is None:
+            return
         try:
             self.post("detail", self.source.detail(self.detail_id))
         except NoSuchJob as e:
@@ -389,7 +392,7 @@ class TopApp(App):
         """Replace the rows, keeping the cursor on the same row (by key) when it is still there."""
         selected = None
         if table.row_count and table.cursor_row is not None and 0 <= table.cursor_row < table.row_count:
-            selected = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+            selected = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
         table.clear(columns=[str(c.label) for c in table.columns.values()] != headers)
         if not table.columns:
             table.add_columns(*headers)
@@ -419,7 +422,7 @@ class TopApp(App):
         i = table.cursor_row
         if not rows or not 0 <= i < table.row_count:
             return None
-        key = table.coordinate_to_cell_key((i, 0)).row_key.value
+        key = table.coordinate_to_cell_key(Coordinate(i, 0)).row_key.value
         for row in rows:
             t = row_target(tab, row)
             if str(t.job_id) == key:

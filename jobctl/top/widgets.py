@@ -38,8 +38,8 @@ def header_lines(snap, width: int, flt_text: str, following: int | None) -> Grou
     first = Text("jobctl top ", style="bold")
     first.append(safe(snap.location))
     right = f"  read {stamp}"
-    if len(first) + len(right) > width:
-        first.truncate(max(width - len(right) - 1, 10), overflow="ellipsis")
+    if len(first) + len(right) + 1 > width:
+        first.truncate(max(width - len(right) - 2, 10))
         first.append("…")
     first.append(" " * max(width - len(first) - len(right), 1))
     first.append(right, style="dim")
@@ -54,7 +54,7 @@ def header_lines(snap, width: int, flt_text: str, following: int | None) -> Grou
     second.append("  workers ")
     w = snap.workers
     if w is None:
-        second.append("- (not tracked yet)", style="dim")
+        second.append("n/a", style="dim")  # (until jobctl keeps a registry of its workers)
     else:
         second.append(f"{w['alive']} alive", style="bold")
         second.append(f", {w['lost']} lost", style="bold red" if w["lost"] else "")
@@ -64,7 +64,7 @@ def header_lines(snap, width: int, flt_text: str, following: int | None) -> Grou
         third.append(safe(flt_text), style="yellow")
     if following is not None:
         third.append(f"  following job {following}", style="bold cyan")
-    for line in (second, third):
+    for line in (first, second, third):
         line.truncate(width, overflow="ellipsis")
     return Group(first, second, third)
 
@@ -130,29 +130,30 @@ def progress_text(job) -> str:
 
 def tab_row(tab: str, row, now: int, wide: bool, patterns=()) -> tuple[str, list]:
     """(row key, cells) of one row of a tab. A buried group's key is its latest job's id."""
-    right = {"justify": "right"}
+    def num(value) -> Text:
+        return Text(str(value), justify="right")
     if tab == "running":
         status = Text(" (cancel asked)", style="yellow") if row.status == "cancel_requested" else Text("")
-        return str(row.id), [Text(str(row.id), **right), text(row.type), *([text(row.queue)] if wide else []),
-                             text(row.worker or "-"), Text(since(row.claimed_at, now), **right) + status,
+        return str(row.id), [num(str(row.id)), text(row.type), *([text(row.queue)] if wide else []),
+                             text(row.worker or "-"), num(since(row.claimed_at, now)) + status,
                              Text(progress_text(row))]
     if tab == "buried":
-        return str(row["latest_id"]), [Text(f"{row['count']:,}", **right), text(row["queue"]), text(row["type"]),
-                                       Text(str(row["latest_id"]), **right),
-                                       Text(ago(row.get("latest_ms"), now).removesuffix(" ago"), **right),
+        return str(row["latest_id"]), [num(f"{row['count']:,}"), text(row["queue"]), text(row["type"]),
+                                       num(str(row["latest_id"])),
+                                       num(ago(row.get("latest_ms"), now).removesuffix(" ago")),
                                        text(row.get("error") or "", "red")]
     if tab == "aging":
-        return str(row["id"]), [Text(str(row["id"]), **right), text(row["queue"]), text(row["type"]),
-                                Text(str(row["priority"]), **right), Text(age(row["waiting_for"]), **right)]
+        return str(row["id"]), [num(str(row["id"])), text(row["queue"]), text(row["type"]),
+                                num(str(row["priority"])), num(age(row["waiting_for"]))]
     if tab == "held":
-        return str(row.id), [Text(str(row.id), **right), text(row.queue), text(row.type),
-                             Text(str(row.priority), **right), Text(since(row.run_at, now), **right)]
+        return str(row.id), [num(str(row.id)), text(row.queue), text(row.type),
+                             num(str(row.priority)), num(since(row.run_at, now))]
     from jobctl.durations import to_rfc3339
 
-    return str(row.id), [Text(str(row.id), **right), text(row.queue), text(row.type),
-                         Text(format_duration(max(row.run_at - now, 0) / 1000), **right),
-                         *([Text(to_rfc3339(row.run_at))] if wide else []),
-                         Text(f"{row.attempts} of {row.max_attempts}", **right)]
+    return str(row.id), [num(str(row.id)), text(row.queue), text(row.type),
+                         num(format_duration(max(row.run_at - now, 0) / 1000)),
+                         *([Text(to_rfc3339(row.run_at) or "")] if wide else []),
+                         num(f"{row.attempts} of {row.max_attempts}")]
 
 
 def row_target(tab: str, row):

@@ -28,7 +28,7 @@ from jobctl.top.widgets import (ConfirmScreen, DetailPane, FilterScreen, HelpScr
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 WIDE = 160  # from this width on, the detail pane sits beside the jobs instead of over them
-IDLE_LOOK = 5.0  # seconds between looks when nothing was committed
+IDLE_LOOK = 10.0  # seconds between looks when nothing was committed (ages go on; a scheduled job gets ready)
 RETRY_AFTER = 2.0  # seconds between attempts while the database is unavailable
 WAKE_POLL = 0.1  # seconds between looks at the engine's wake-up (no I/O on SQLite)
 

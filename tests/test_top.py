@@ -84,6 +84,12 @@ def test_keys_act_in_the_database(known):
             assert "job 9" in app.status_text and "running" in app.status_text, app.status_text
             await press(app, pilot, "c")
             assert app.status_text == "cancel: job 9 is now cancel_requested"
+            # l follows the selected job: its details open and are read again with each look
+            await press(app, pilot, "l")
+            assert app.following == 9 and app.detail is not None and app.detail.job.id == 9
+            assert app.detail.job.status == "cancel_requested"
+            await press(app, pilot, "escape")
+            assert app.following is None
             # p on a job: its type in its queue; again: resumed
             await press(app, pilot, "p")
             assert app.status_text.startswith("paused type t9 in queue email")
@@ -105,8 +111,11 @@ def test_keys_act_in_the_database(known):
         assert q.events(8)[-1].to_dict()["to"] == "pending"
 
 
-def test_bulk_retry_asks_first_and_the_filter_narrows_it(known):
-    db, clock = known
+def test_bulk_retry_asks_first_and_the_filter_narrows_it(tmp_path, monkeypatch):
+    """(SQLite only: the keys' Queue calls are the same on both engines, and the test above runs on both.)"""
+    db = tmp_path / "q" / "jobs.db"
+    q, clock = build_known(db)
+    q.close()
     with Queue.open(db, Settings(), clock=clock) as q:  # two more buried jobs of another error
         for n in range(2):
             j = q.enqueue("t20", {"n": n}, queue="reports").id
@@ -128,9 +137,9 @@ def test_bulk_retry_asks_first_and_the_filter_narrows_it(known):
             await press(app, pilot, "R", "y")
             assert app.status_text == "retried 2 buried jobs"
             await press(app, pilot, "slash")  # a bad filter is refused and the old one stays
-            await pilot.press("ctrl+u", *"colour:red", "enter")
+            await pilot.press("ctrl+u", *"x:1", "enter")
             await settle(app, pilot)
-            assert app.status_text.startswith("filter not applied: unknown filter word 'colour'")
+            assert app.status_text.startswith("filter not applied: unknown filter word 'x'")
             assert app.filter.errors == ["timeout"]
 
     asyncio.run(go())
@@ -209,6 +218,14 @@ def test_the_database_going_away_is_said_and_retried(tmp_path, monkeypatch):
             assert app.status_text == "database available again"
 
     asyncio.run(go())
+
+
+def test_top_needs_a_terminal(db):
+    from conftest import run_inproc
+
+    assert run_inproc("init", db=db).exit_code == 0
+    r = run_inproc("top", db=db)
+    assert r.exit_code == 2 and "needs a terminal" in r.one_error_line()
 
 
 def test_filter_words():

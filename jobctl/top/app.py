@@ -53,13 +53,13 @@ KEYS: list[tuple[str, str, str, bool]] = [
 ]
 
 HELP = [
-    ("↑ ↓ / j k", "move in the focused list"), ("Tab", "queues pane / jobs pane"), ("1-5", "jobs tabs: " + ", ".join(TABS)),
+    ("↑ ↓ j k", "move in the focused list; Tab: queues / jobs"), ("1-5", "jobs tabs: " + ", ".join(TABS)),
     ("Enter", "the job's details (as `jobctl show`) and output"), ("l", "follow the selected job's output"),
     ("r", "retry the selected job (`jobctl retry ID`)"), ("c", "cancel the selected job (`jobctl cancel ID`)"),
-    ("p", "pause or resume the selected queue, or the selected job's type in its queue"),
-    ("R", "retry every buried job matching the filter (asks first)"), ("/", "filter: type:T error:TEXT since:1h ..."),
-    ("b e w", "bury, edit, workers: not available yet"), ("Escape", "close the details or this help"),
-    ("q", "quit"),
+    ("p", "pause or resume the selected queue, or a job's type"),
+    ("R", "retry every buried job matching the filter (asks first)"),
+    ("/", "filter: queue:Q type:T status:S error:TEXT since:1h"),
+    ("b e w", "bury, edit, workers: not available yet"), ("Escape", "close the details"), ("q", "quit"),
 ]
 
 
@@ -207,6 +207,7 @@ class TopApp(App):
     #body { height: 1fr; }
     #jobs { width: 1fr; }
     #detail { width: 1fr; display: none; border-left: vkey $foreground 30%; padding: 0 1; }
+    Screen.-tall #queues { max-height: 14; }
     Screen.-wide #detail { display: block; }
     Screen.-detail #detail { display: block; }
     Screen.-detail #jobs { display: none; }
@@ -230,6 +231,7 @@ class TopApp(App):
     def __init__(self, source: DataSource, *, interval: float = 1.0, patterns=(), start_thread: bool = True):
         super().__init__(ansi_color=True)
         self.theme = "ansi-dark"  # the terminal's own colours; NO_COLOR: none (Textual reads it)
+        self.animation_level = "none"  # over ssh, a slid underline is bytes and time for nothing
         self.source = source
         self.interval = interval
         self.patterns = patterns
@@ -283,6 +285,7 @@ class TopApp(App):
         small = width < MIN_WIDTH or height < MIN_HEIGHT
         self.screen.set_class(small, "-small")
         self.screen.set_class(width >= WIDE, "-wide")
+        self.screen.set_class(height >= 40, "-tall")  # room for more queues
         if small:
             self.query_one("#toosmall", Static).update(Text(
                 f"jobctl top needs at least {MIN_WIDTH}×{MIN_HEIGHT}; this terminal is {width}×{height}.\n"

@@ -200,22 +200,25 @@ class DetailPane(VerticalScroll):
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
+    """The keys; any key closes it."""
 
     def __init__(self, lines: list[tuple[str, str]]):
         super().__init__()
         self.lines = lines
 
     def compose(self) -> ComposeResult:
-        body = Text("jobctl top: keys\n\n", style="bold")
+        body = Text("jobctl top: keys (any key closes this)\n\n", style="bold")
         for key, what in self.lines:
-            body.append(f"  {key:<12}", style="bold")
+            body.append(f"  {key:<10}", style="bold")
             body.append(what + "\n")
-        body.append("\nEvery action runs as the command line's would and says its outcome in the status line.\n"
-                    "Filter words: queue:Q type:T status:S error:TEXT since:1h (a word twice: either value).\n"
-                    "Escape or ? closes this.", style="dim")
+        body.append("\nEach action runs as the command line's does; its outcome shows in the status line.",
+                    style="dim")
         with Vertical(id="help-box"):
             yield Static(body)
+
+    def on_key(self, event) -> None:
+        event.stop()
+        self.dismiss(None)
 
 
 class ConfirmScreen(ModalScreen[bool]):

@@ -69,6 +69,32 @@ def known(any_db, monkeypatch):
     time.tzset()
 
 
+def test_what_each_tab_reads(known):
+    """The data layer alone (no Textual): each tab's rows on a known database, and the filter."""
+    from jobctl.top.data import DataSource
+
+    db, clock = known
+    settings = Settings()
+    source = DataSource(lambda: Queue.open(db, settings, clock=clock), settings)
+    try:
+        snap = source.snapshot()
+        assert [j.id for j in snap.tabs["running"]] == [9, 10]
+        assert [(g["latest_id"], g["count"], g["error"]) for g in snap.tabs["buried"]] == [
+            (8, 1, "bad [red]input[/red]\x1b[2J")]
+        assert sorted(j["id"] for j in snap.tabs["aging"]) == [1, 2, 5]
+        assert [j.id for j in snap.tabs["scheduled"]] == [3] and snap.tabs["held"] == []
+        assert snap.workers is None and snap.figures["queues"]["idle"]["paused"]
+        narrowed = source.snapshot(parse("queue:billing"))
+        assert [j["id"] for j in narrowed.tabs["aging"]] == [1, 2] and narrowed.tabs["running"] == []
+        assert [j.id for j in source.snapshot(parse("type:t10 status:running")).tabs["running"]] == [10]
+        assert source.snapshot(parse("error:BAD")).tabs["buried"][0]["latest_id"] == 8
+        assert source.snapshot(parse("since:1m")).tabs["buried"] == []  # buried 9m39s before the clock
+        detail = source.detail(9)
+        assert detail.job.worker == "host:99" and "lease expired" in detail.why and detail.log_lines == []
+    finally:
+        source.close()
+
+
 def test_keys_act_in_the_database(known):
     db, clock = known
 
@@ -249,14 +275,17 @@ def test_in_a_real_terminal(tmp_path):
     with Queue.open(db, create=True) as q:
         j = q.enqueue("mail", {}, queue="email", max_attempts=1).id
         q.fail(j, token=q.claim().token, error="smtp refused")
-    name = f"jobctl-top-test-{os.getpid()}"
+    name = "top"
+    # A tmux server of the test's own (-L), started here with this environment and no user config:
+    # a shared server would run the command in its own environment.
+    tmux = ["tmux", "-L", f"jobctl-top-test-{os.getpid()}", "-f", os.devnull]
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TMUX")}
     done = tmp_path / "exit"
     cmd = f"{sys.executable} -m jobctl --db {db} top; echo $? > {done}"
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "80", "-y", "24", cmd], check=True, env=env)
+    subprocess.run([*tmux, "new-session", "-d", "-s", name, "-x", "80", "-y", "24", cmd], check=True, env=env)
     try:
         def screen() -> str:
-            return subprocess.run(["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True).stdout
+            return subprocess.run([*tmux, "capture-pane", "-p", "-t", name], capture_output=True, text=True).stdout
 
         def until(text: str) -> str:
             deadline = time.monotonic() + 20
@@ -269,17 +298,17 @@ def test_in_a_real_terminal(tmp_path):
 
         shown = until("OLDEST READY")
         assert "jobctl top" in shown and "email" in shown
-        subprocess.run(["tmux", "send-keys", "-t", name, "2"], check=True)
+        subprocess.run([*tmux, "send-keys", "-t", name, "2"], check=True)
         until("smtp refused")
-        subprocess.run(["tmux", "send-keys", "-t", name, "r"], check=True)
+        subprocess.run([*tmux, "send-keys", "-t", name, "r"], check=True)
         until(f"retry: job {j} is now pending")
-        subprocess.run(["tmux", "send-keys", "-t", name, "q"], check=True)
+        subprocess.run([*tmux, "send-keys", "-t", name, "q"], check=True)
         deadline = time.monotonic() + 10
         while not done.exists():
             assert time.monotonic() < deadline, screen()
             time.sleep(0.1)
         assert done.read_text().strip() == "0"
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
     with Queue.open(db) as q:
         assert q.get(j).status == "pending"

@@ -29,6 +29,7 @@ from jobctl.top.widgets import (ConfirmScreen, DetailPane, FilterScreen, HelpScr
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 WIDE = 160  # from this width on, the detail pane sits beside the jobs instead of over them
 IDLE_LOOK = 10.0  # seconds between looks when nothing was committed (ages go on; a scheduled job gets ready)
+PARTIAL_WAKE_LOOK = 2.0  # the same where the wake-up tells only of jobs that became ready (PostgreSQL)
 RETRY_AFTER = 2.0  # seconds between attempts while the database is unavailable
 WAKE_POLL = 0.1  # seconds between looks at the engine's wake-up (no I/O on SQLite)
 
@@ -88,6 +89,7 @@ class DataThread(threading.Thread):
         self.last_look = 0.0
         self.dirty = True
         self.down_since: float | None = None
+        self.idle_look: float | None = None  # seconds between looks without a wake-up (by engine)
 
     def ask(self, kind: str, *args) -> None:
         self.requests.put((kind, args))
@@ -165,7 +167,9 @@ class DataThread(threading.Thread):
         since = now - self.last_look
         if since < self.interval:
             return
-        if self.down_since is None and not self.dirty and since < IDLE_LOOK:
+        if self.idle_look is None and self.down_since is None:
+            self.idle_look = IDLE_LOOK if self.source.wakes_on_every_commit else max(PARTIAL_WAKE_LOOK, self.interval)
+        if self.down_since is None and not self.dirty and since < (self.idle_look or IDLE_LOOK):
             self.dirty = self.source.has_changed()
             if not self.dirty:
                 return
@@ -309,7 +313,10 @@ class TopApp(App):
         if message.kind == "done":
             self.pending = max(self.pending - 1, 0)
             return
-        kinds[message.kind](message.value)
+        try:
+            kinds[message.kind](message.value)
+        except Exception as e:  # noqa: BLE001 (a row the view cannot draw: said, and the view goes on)
+            self._set_status_error(f"could not draw the {message.kind}: {type(e).__name__}: {e}")
 
     def _got_snapshot(self, snap: Snapshot) -> None:
         self.snapshot = snap
@@ -466,6 +473,15 @@ class TopApp(App):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if isinstance(event.data_table, JobsTable):
             self.action_details()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """Wide screens show the details beside the jobs: they follow the cursor."""
+        if not self.wide or not isinstance(event.data_table, JobsTable) or self.following is not None:
+            return
+        target = self._target()
+        if target is not None and target.job_id is not None and (
+                self.detail is None or self.detail.job.id != target.job_id):
+            self._ask_detail(target.job_id)
 
     def action_follow(self) -> None:
         target = self._target()

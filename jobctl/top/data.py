@@ -79,8 +79,11 @@ class DataSource:
         return self.queue().has_changed()
 
     @property
-    def wakes(self) -> bool:
-        return bool(self.queue().engine.wakes)
+    def wakes_on_every_commit(self) -> bool:
+        """Whether the wake-up tells of every commit (SQLite's data_version), or only of jobs that may
+        have become ready (PostgreSQL's NOTIFY, sent for workers): then the view looks more often."""
+        engine = self.queue().engine
+        return bool(engine.wakes) and getattr(engine, "wakes_on_every_commit", engine.files is not None)
 
     # -- a look at the queue --------------------------------------------------------------------
 

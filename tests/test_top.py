@@ -216,10 +216,12 @@ def test_below_80x24_it_asks_for_room(tmp_path):
         app = make_app(db, Clock(T0))
         async with app.run_test(size=(70, 20)) as pilot:
             await settle(app, pilot)
-            return screen_text(app)
+            await press(app, pilot, "2", "r")  # nothing acts on what cannot be seen
+            return screen_text(app), app.status_text
 
-    shown = asyncio.run(go())
+    shown, status = asyncio.run(go())
     assert "jobctl top needs at least 80×24; this terminal is 70×20." in shown
+    assert status == "needs at least 80×24 to act; q quits"
 
 
 def test_the_database_going_away_is_said_and_retried(tmp_path, monkeypatch):
@@ -254,6 +256,8 @@ def test_top_needs_a_terminal(db):
     assert run_inproc("init", db=db).exit_code == 0
     r = run_inproc("top", db=db)
     assert r.exit_code == 2 and "needs a terminal" in r.one_error_line()
+    r = run_inproc("top", "--interval", "10ms", db=db)
+    assert r.exit_code == 2 and "too short" in r.one_error_line()
 
 
 def test_filter_words():

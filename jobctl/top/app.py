@@ -6,6 +6,7 @@ anyway (times go by: running-for, a scheduled job that became ready)."""
 
 from __future__ import annotations
 
+import functools
 import queue as queues
 import threading
 import time
@@ -62,6 +63,24 @@ HELP = [
     ("/", "filter: queue:Q type:T status:S error:TEXT since:1h"),
     ("b e w", "bury, edit, workers: not available yet"), ("Escape", "close the details"), ("q", "quit"),
 ]
+
+
+def _key(needs_room: bool = True):
+    """A key's action: refused while the screen is too small to show what it would act on, and an
+    unexpected error said in the status line instead of ending the view with a traceback."""
+    def wrap(method):
+        @functools.wraps(method)
+        def run(self, *args):
+            if needs_room and self.screen.has_class("-small"):
+                self._set_status_error(f"needs at least {MIN_WIDTH}×{MIN_HEIGHT} to act; q quits")
+                return None
+            try:
+                return method(self, *args)
+            except Exception as e:  # noqa: BLE001
+                self._set_status_error(f"unexpected error: {type(e).__name__}: {e}")
+                return None
+        return run
+    return wrap
 
 
 class Loaded(Message):
@@ -441,6 +460,7 @@ class TopApp(App):
 
     # -- the keys -----------------------------------------------------------------------------------
 
+    @_key()
     def action_act(self, name: str) -> None:
         if actions.ACTIONS.get(name) is None:
             self._set_status_error(f"{name}: {actions.NOT_YET}")
@@ -456,6 +476,7 @@ class TopApp(App):
             return
         self._ask("act", name, target)
 
+    @_key()
     def action_details(self) -> None:
         target = self._target()
         if target is None or target.job_id is None:
@@ -483,6 +504,7 @@ class TopApp(App):
                 self.detail is None or self.detail.job.id != target.job_id):
             self._ask_detail(target.job_id)
 
+    @_key()
     def action_follow(self) -> None:
         target = self._target()
         if self.following is not None and (target is None or target.job_id == self.following
@@ -498,6 +520,7 @@ class TopApp(App):
             self._shown.clear()
             self._draw(self.snapshot)
 
+    @_key()
     def action_close(self) -> None:
         self.screen.remove_class("-detail")
         if self.following is not None:
@@ -506,6 +529,7 @@ class TopApp(App):
         if not self.wide:
             self._ask("detail", None)
 
+    @_key()
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = f"tab-{tab}"
         self.query_one(f"#table-{tab}", JobsTable).focus()
@@ -515,9 +539,11 @@ class TopApp(App):
         if tab in TABS:
             self.query_one(f"#table-{tab}", JobsTable).focus()
 
+    @_key()
     def action_help(self) -> None:
         self.push_screen(HelpScreen(HELP))
 
+    @_key()
     def action_filter(self) -> None:
         def answered(value: str | None) -> None:
             if value is None:
@@ -535,5 +561,6 @@ class TopApp(App):
             self._ask("filter", flt)
         self.push_screen(FilterScreen(self.filter.text), answered)
 
+    @_key()
     def action_retry_all(self) -> None:
         self._ask("count_buried", self.filter)

@@ -133,10 +133,10 @@ def tab_row(tab: str, row, now: int, wide: bool, patterns=()) -> tuple[str, list
     def num(value) -> Text:
         return Text(str(value), justify="right")
     if tab == "running":
-        status = Text(" (cancel asked)", style="yellow") if row.status == "cancel_requested" else Text("")
+        progress = Text("cancel asked ", style="yellow") if row.status == "cancel_requested" else Text("")
+        progress.append(progress_text(row))
         return str(row.id), [num(str(row.id)), text(row.type), *([text(row.queue)] if wide else []),
-                             text(row.worker or "-"), num(since(row.claimed_at, now)) + status,
-                             Text(progress_text(row))]
+                             text(row.worker or "-"), num(since(row.claimed_at, now)), progress]
     if tab == "buried":
         return str(row["latest_id"]), [num(f"{row['count']:,}"), text(row["queue"]), text(row["type"]),
                                        num(str(row["latest_id"])),

@@ -260,6 +260,37 @@ def test_top_needs_a_terminal(db):
     assert r.exit_code == 2 and "too short" in r.one_error_line()
 
 
+def test_a_lost_server_connection_is_said_and_the_view_goes_on(pg_url):
+    """PostgreSQL: the server ends the view's connections (a restart, a failover); the view says
+    so or reconnects at once, and the next key still acts; never a traceback."""
+    from conftest import pg_named, pg_sql as sql
+
+    url = pg_named(pg_url, "jobctl-top-test")
+    q, clock = build_known(url)
+    q.close()
+
+    async def go():
+        app = make_app(url, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            base = url.split("?")[0]
+            assert sql(base, "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                             "WHERE application_name = 'jobctl-top-test') t")[0][0] >= 1
+            await press(app, pilot, "2", "r")
+            deadline = time.monotonic() + 10
+            while "retry: job 8" not in app.status_text:  # (after "database unavailable", if it said so)
+                assert time.monotonic() < deadline, app.status_text
+                if "database unavailable" in app.status_text:
+                    await pilot.pause(0.3)
+                    await press(app, pilot, "r")
+                else:
+                    await pilot.pause(0.05)
+
+    asyncio.run(go())
+    with Queue.open(url, Settings(), clock=clock) as q:
+        assert q.get(8).status == "pending"
+
+
 def test_filter_words():
     f = parse("type:send-email error:timeout since:1h queue:a queue:b")
     assert f.types == ["send-email"] and f.errors == ["timeout"] and f.since_s == 3600 and f.queues == ["a", "b"]

@@ -242,6 +242,7 @@ class TopApp(App):
     Screen.-small #main { display: none; }
     Screen.-small #toosmall { display: block; }
     DataTable { height: 1fr; }
+    Screen.-nocolor DataTable > .datatable--cursor { text-style: reverse; }
     #queues DataTable, QueuesTable { height: auto; max-height: 7; }
     TabbedContent { height: 1fr; }
     TabPane { padding: 0; }
@@ -286,6 +287,7 @@ class TopApp(App):
         yield Static(id="toosmall")
 
     def on_mount(self) -> None:
+        self.screen.set_class(self.no_color, "-nocolor")  # NO_COLOR: the selected row in reverse video
         self._fit(self.size.width, self.size.height)
         self.query_one(f"#table-{TABS[0]}", JobsTable).focus()
         self._set_status(self.status_text)

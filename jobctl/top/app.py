@@ -71,7 +71,7 @@ def _key(needs_room: bool = True):
     def wrap(method):
         @functools.wraps(method)
         def run(self, *args):
-            if needs_room and self.screen.has_class("-small"):
+            if needs_room and self._base.has_class("-small"):
                 self._set_status_error(f"needs at least {MIN_WIDTH}×{MIN_HEIGHT} to act; q quits")
                 return None
             try:
@@ -84,13 +84,13 @@ def _key(needs_room: bool = True):
 
 
 class Loaded(Message):
-    """A result from the data thread: kind is snapshot, detail, outcome, count, or unavailable."""
+    """A result from the data thread: kind is snapshot, detail, outcome, count, unavailable, or done
+    (a request fully answered)."""
 
-    def __init__(self, kind: str, value: Any, request: int = 0):
+    def __init__(self, kind: str, value: Any):
         super().__init__()
         self.kind = kind
         self.value = value
-        self.request = request
 
 
 class DataThread(threading.Thread):
@@ -195,8 +195,8 @@ class DataThread(threading.Thread):
         self.look()
 
     def look(self) -> None:
+        self.source.has_changed()  # the mark: a commit from here on, even during the read, wakes the next look
         snap = self.source.snapshot(self.filter)
-        self.source.has_changed()  # (the mark: a commit after this read wakes the next look)
         self.last_look = time.monotonic()
         self.dirty = False
         if self.down_since is not None:
@@ -287,7 +287,7 @@ class TopApp(App):
         yield Static(id="toosmall")
 
     def on_mount(self) -> None:
-        self.screen.set_class(self.no_color, "-nocolor")  # NO_COLOR: the selected row in reverse video
+        self._base.set_class(self.no_color, "-nocolor")  # NO_COLOR: the selected row in reverse video
         self._fit(self.size.width, self.size.height)
         self.query_one(f"#table-{TABS[0]}", JobsTable).focus()
         self._set_status(self.status_text)
@@ -308,13 +308,18 @@ class TopApp(App):
 
     def _fit(self, width: int, height: int) -> None:
         small = width < MIN_WIDTH or height < MIN_HEIGHT
-        self.screen.set_class(small, "-small")
-        self.screen.set_class(width >= WIDE, "-wide")
-        self.screen.set_class(height >= 40, "-tall")  # room for more queues
+        self._base.set_class(small, "-small")
+        self._base.set_class(width >= WIDE, "-wide")
+        self._base.set_class(height >= 40, "-tall")  # room for more queues
         if small:
             self.query_one("#toosmall", Static).update(Text(
                 f"jobctl top needs at least {MIN_WIDTH}×{MIN_HEIGHT}; this terminal is {width}×{height}.\n"
                 "Make it larger, or press q to quit.", justify="center"))
+
+    @property
+    def _base(self):
+        """The screen the panes live on (a question or the help may be above it)."""
+        return self.screen_stack[0] if self.screen_stack else self.screen
 
     @property
     def wide(self) -> bool:
@@ -487,7 +492,7 @@ class TopApp(App):
         self._open_detail(target.job_id)
 
     def _open_detail(self, job_id: int) -> None:
-        self.screen.add_class("-detail")
+        self._base.add_class("-detail")
         self._ask_detail(job_id)
 
     def _ask_detail(self, job_id: int | None) -> None:
@@ -524,7 +529,7 @@ class TopApp(App):
 
     @_key()
     def action_close(self) -> None:
-        self.screen.remove_class("-detail")
+        self._base.remove_class("-detail")
         if self.following is not None:
             self.following = None
             self._set_status("stopped following")

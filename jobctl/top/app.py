@@ -25,7 +25,7 @@ from jobctl.top.data import TABS, DataSource, Detail, Snapshot
 from jobctl.top.filters import Filter, parse
 from jobctl.top.widgets import (ConfirmScreen, DetailPane, FilterScreen, HelpScreen, JobsTable, QueuesTable,
                                 detail_view, header_lines, queue_cells, queue_columns, row_target, tab_columns,
-                                tab_row)
+                                tab_label, tab_row)
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 WIDE = 160  # from this width on, the detail pane sits beside the jobs instead of over them
@@ -396,8 +396,7 @@ class TopApp(App):
             self._fill_tab(tab, snap)
         tabs = self.query_one(TabbedContent)
         for tab in TABS:
-            n = len(snap.tabs[tab]) if tab != "buried" else sum(g["count"] for g in snap.tabs[tab])
-            tabs.get_tab(f"tab-{tab}").label = f"{tab} {n:,}" if n else tab
+            tabs.get_tab(f"tab-{tab}").label = tab_label(tab, snap, bool(self.filter))
 
     def _fill_queues(self, snap: Snapshot) -> None:
         table = self.query_one("#queues", QueuesTable)

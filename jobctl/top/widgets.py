@@ -118,6 +118,24 @@ def tab_columns(tab: str, wide: bool) -> list[str]:
     return ["ID", "QUEUE", "TYPE", "RUNS IN", *(["RUN AT"] if wide else []), "ATTEMPTS"]
 
 
+def tab_label(tab: str, snap, filtered: bool) -> str:
+    """A tab's name and how many jobs it holds: the whole count from the stats figures without a
+    filter (a tab lists the first rows only); with one, the rows read (`200+` when there may be more)."""
+    from jobctl.top.data import ROWS
+
+    rows = snap.tabs[tab]
+    t = snap.figures["totals"]
+    whole = {"running": t["running"] + t["cancel_requested"], "buried": t["buried"], "aging": t["ready"],
+             "scheduled": t["scheduled"]}
+    if tab == "buried" and filtered:
+        n, more = sum(g["count"] for g in rows), False
+    elif tab in whole and not filtered:
+        n, more = whole[tab], False
+    else:
+        n, more = len(rows), len(rows) >= ROWS
+    return f"{tab} {n:,}{'+' if more else ''}" if n else tab
+
+
 def progress_text(job) -> str:
     import json
 

@@ -250,6 +250,18 @@ def test_the_database_going_away_is_said_and_retried(tmp_path, monkeypatch):
     asyncio.run(go())
 
 
+def test_keys_of_later_features_are_there_and_say_so():
+    """bury, edit and workers: a key each already, acting once actions.ACTIONS names their call."""
+    from jobctl.top.actions import ACTIONS
+    from jobctl.top.app import KEYS
+
+    bound = {action: key for key, action, _, _ in KEYS}
+    for name, key in (("bury", "b"), ("edit", "e"), ("workers", "w")):
+        assert ACTIONS[name] is None and bound[f"act('{name}')"] == key
+    for name, key in (("retry", "r"), ("cancel", "c"), ("pause", "p")):
+        assert ACTIONS[name] is not None and bound[f"act('{name}')"] == key
+
+
 def test_top_needs_a_terminal(db):
     from conftest import run_inproc
 

@@ -2,8 +2,10 @@
 `pause`/`resume` and `retry-buried`, with the same refusals (a JobctlError's message, the one line
 the command line prints), turned into an Outcome for the status line. No Textual here.
 
-An action that another part of jobctl brings later is None in ACTIONS until then; wiring it is one
-line there (say `"bury": lambda q, t: _each_job(q, t, "bury", lambda i: q.bury(i))`).
+An action that another part of jobctl brings later is None in ACTIONS until then, and its key
+already says so; wiring it is one line there, a function of (queue, Target) -> Outcome, say
+`"bury": lambda q, t: _job_action(q, t, "bury", lambda: q.bury(t.job_id))`. (`edit` also needs the
+app to suspend while $EDITOR runs: App.suspend(), around reading the new payload.)
 """
 
 from __future__ import annotations
@@ -43,26 +45,27 @@ def _refused(e: JobctlError) -> Outcome:
     return Outcome(False, e.message)
 
 
+def _job_action(q, t: Target, name: str, call: Callable) -> Outcome:
+    """One job's action (the command line's `jobctl NAME ID`): its new state, or its refusal."""
+    if t.job_id is None:
+        return Outcome(False, f"select a job to {name}")
+    try:
+        job = call()
+    except JobctlError as e:
+        return _refused(e)
+    return Outcome(True, f"{name}: job {job.id} is now {job.status}")
+
+
 def retry(q, t: Target) -> Outcome:
     """`jobctl retry ID`."""
     if t.job_id is None:
         return Outcome(False, "select a job to retry (r acts on the selected job; R on every buried job matching the filter)")
-    try:
-        job = q.retry(t.job_id)
-    except JobctlError as e:
-        return _refused(e)
-    return Outcome(True, f"retry: job {job.id} is now {job.status}")
+    return _job_action(q, t, "retry", lambda: q.retry(t.job_id))
 
 
 def cancel(q, t: Target) -> Outcome:
     """`jobctl cancel ID`: pending and buried jobs at once, a running one by asking its worker."""
-    if t.job_id is None:
-        return Outcome(False, "select a job to cancel")
-    try:
-        job = q.cancel(t.job_id)
-    except JobctlError as e:
-        return _refused(e)
-    return Outcome(True, f"cancel: job {job.id} is now {job.status}")
+    return _job_action(q, t, "cancel", lambda: q.cancel(t.job_id))
 
 
 def pause_or_resume(q, t: Target) -> Outcome:

@@ -128,7 +128,7 @@ class DataSource:
         if not q.limits:  # nothing can hold a ready job back without limits in the config
             return []
         jobs = q.list_jobs(held=True, queue=flt.only("queues"), type=flt.only("types"), limit=ROWS, sort="priority")
-        return [j for j in jobs if flt.keeps(j, now, "ready")]
+        return [j for j in jobs if flt.keeps(j, now, "held")]
 
     def _scheduled(self, q, flt: Filter, now: int, notes: list[str]) -> list[Job]:
         """Pending jobs whose run_at is ahead, soonest first. Read from the newest pending jobs (a

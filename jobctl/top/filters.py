@@ -16,8 +16,8 @@ from jobctl.models import Job
 WORDS = ("queue", "type", "status", "error", "since")
 LATER = ("payload", "worker", "key", "before", "min-attempts")  # the command line's, not applied here yet
 # What `status:` accepts: the states, and the views of a pending job.
-STATUSES = ("pending", "ready", "scheduled", "blocked", "running", "cancel_requested", "buried", "completed",
-            "cancelled")
+STATUSES = ("pending", "ready", "scheduled", "blocked", "held", "running", "cancel_requested", "buried",
+            "completed", "cancelled")
 
 
 class Filter:

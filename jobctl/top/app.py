@@ -268,6 +268,7 @@ class TopApp(App):
         self.status_text = "? help · q quit"
         self.rows: dict[str, list] = {}
         self._shown: dict[str, tuple] = {}
+        self._notes: list[str] = []
         self._start_thread = start_thread
 
     # -- layout -----------------------------------------------------------------------------
@@ -347,6 +348,10 @@ class TopApp(App):
     def _got_snapshot(self, snap: Snapshot) -> None:
         self.snapshot = snap
         self._draw(snap)
+        if snap.notes and snap.notes != self._notes:  # said once, not at every look
+            more = len(snap.notes) - 1
+            self._set_status_error(snap.notes[0] + (f" (and {more} more)" if more else ""))
+        self._notes = snap.notes
 
     def _got_detail(self, detail: Detail) -> None:
         self.detail = detail

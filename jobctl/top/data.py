@@ -94,13 +94,16 @@ class DataSource:
         q = self.queue()
         figures, now = q.stats(limit=50, also_known=self.also_known)
         figures, now = masked(figures, now, self.settings.secret_keys)
-        notes: list[str] = []
+        from jobctl.untrusted import safe
+
+        notes = [f"job {d['id']} is damaged and left out: {safe(d['why'])}; `jobctl doctor` says more"
+                 for d in figures.get("damaged_jobs", [])]  # (as `stats` says on stderr)
         tabs: dict[str, list] = {
             "running": self._running(q, flt, now),
             "buried": self._buried(figures, flt, now),
             "aging": [j for j in figures.get("aging", []) if _keeps_dict(flt, j, now, "ready")],
             "held": self._held(q, flt, now),
-            "scheduled": self._scheduled(q, flt, now, notes),
+            "scheduled": self._scheduled(q, flt, now),
         }
         return Snapshot(now=now, location=q.location, figures=figures, tabs=tabs, workers=self.workers(),
                         notes=notes)
@@ -130,7 +133,7 @@ class DataSource:
         jobs = q.list_jobs(held=True, queue=flt.only("queues"), type=flt.only("types"), limit=ROWS, sort="priority")
         return [j for j in jobs if flt.keeps(j, now, "held")]
 
-    def _scheduled(self, q, flt: Filter, now: int, notes: list[str]) -> list[Job]:
+    def _scheduled(self, q, flt: Filter, now: int) -> list[Job]:
         """Pending jobs whose run_at is ahead, soonest first. Read from the newest pending jobs (a
         delayed enqueue or a retry's backoff) until `list` can select scheduled jobs itself."""
         jobs = q.list_jobs(statuses=["pending"], queue=flt.only("queues"), type=flt.only("types"),

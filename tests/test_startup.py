@@ -170,3 +170,17 @@ def test_a_changed_job_is_returned_as_it_is_stored(db):
         stored(completed)
         stored(following)
         assert stored(q.cancel(q.enqueue("t", {"i": 9}).id)).status == "cancelled"
+
+
+def test_enqueue_does_not_load_textual(tmp_path, db):
+    """Textual belongs to `jobctl top` alone: it is imported inside that command, never at start-up."""
+    from conftest import run_cli
+    from test_layering import cli_modules
+
+    assert run_cli("init", db=db).exit_code == 0
+    p, loaded = cli_modules(tmp_path, "--db", db, "enqueue", "t", '{"a": 1}')
+    assert p.returncode == 0, p.stderr
+    assert "textual" not in loaded and "jobctl" in loaded, sorted(loaded)
+    p, loaded = cli_modules(tmp_path, "--db", db, "stats", "--json")  # a view that loads rich: not textual either
+    assert p.returncode == 0, p.stderr
+    assert "textual" not in loaded, sorted(loaded)

@@ -18,7 +18,7 @@ def typer_app() -> "Typer":
     without typer, see fast.py)."""
     from jobctl.cli.app import app
     # Import order is the order of `jobctl --help`: the job lifecycle first, then views, then the file.
-    from jobctl.cli import jobs, foreground, work, views, workers, logs, stats, admin, config_cmd  # noqa: F401,I001  (each registers its commands)
+    from jobctl.cli import jobs, foreground, work, views, workers, logs, stats, top, admin, config_cmd  # noqa: F401,I001  (each registers its commands)
 
     return app
 

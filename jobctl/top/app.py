@@ -1,0 +1,577 @@
+"""`jobctl top`: the Textual app. The database is read and written on one thread of its own (the
+data thread, which owns the connection), so the screen answers keys while a look at a large
+database is under way; results come back as messages. The data thread redraws on the engine's
+wake-up (a commit by anyone), at most every --interval, and looks again every IDLE_LOOK seconds
+anyway (times go by: running-for, a scheduled job that became ready)."""
+
+from __future__ import annotations
+
+import functools
+import queue as queues
+import threading
+import time
+from typing import Any, Callable
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.coordinate import Coordinate
+from textual.message import Message
+from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
+
+from jobctl.top import actions
+from jobctl.top.data import TABS, DataSource, Detail, Snapshot
+from jobctl.top.filters import Filter, parse
+from jobctl.top.widgets import (ConfirmScreen, DetailPane, FilterScreen, HelpScreen, JobsTable, QueuesTable,
+                                detail_view, header_lines, queue_cells, queue_columns, row_target, tab_columns,
+                                tab_label, tab_row)
+
+MIN_WIDTH, MIN_HEIGHT = 80, 24
+WIDE = 160  # from this width on, the detail pane sits beside the jobs instead of over them
+IDLE_LOOK = 10.0  # seconds between looks when nothing was committed (ages go on; a scheduled job gets ready)
+PARTIAL_WAKE_LOOK = 2.0  # the same where the wake-up tells only of jobs that became ready (PostgreSQL)
+RETRY_AFTER = 2.0  # seconds between attempts while the database is unavailable
+WAKE_POLL = 0.1  # seconds between looks at the engine's wake-up (no I/O on SQLite)
+
+# The keys: (key, action, what it does, shown in the footer). A feature that lands later is one
+# line in actions.ACTIONS; its key is already here and says "not available yet" until then.
+KEYS: list[tuple[str, str, str, bool]] = [
+    ("enter", "details", "details", True),
+    ("l", "follow", "follow the log", True),
+    ("r", "act('retry')", "retry", True),
+    ("c", "act('cancel')", "cancel", True),
+    ("b", "act('bury')", "bury", False),
+    ("e", "act('edit')", "edit", False),
+    ("p", "act('pause')", "pause/resume", True),
+    ("R", "retry_all", "retry all buried matching", False),
+    ("slash", "filter", "filter", True),
+    ("w", "act('workers')", "workers", False),
+    ("question_mark", "help", "help", True),
+    ("q", "quit", "quit", True),
+    ("escape", "close", "close", False),
+    ("tab", "focus_next", "next pane", False),
+    *[(str(i + 1), f"show_tab('{t}')", t, False) for i, t in enumerate(TABS)],
+]
+
+HELP = [
+    ("↑ ↓ j k", "move in the focused list; Tab: queues / jobs"), ("1-5", "jobs tabs: " + ", ".join(TABS)),
+    ("Enter", "the job's details (as `jobctl show`) and output"), ("l", "follow the selected job's output"),
+    ("r", "retry the selected job (`jobctl retry ID`)"), ("c", "cancel the selected job (`jobctl cancel ID`)"),
+    ("p", "pause or resume the selected queue, or a job's type"),
+    ("R", "retry every buried job matching the filter (asks first)"),
+    ("/", "filter: queue:Q type:T status:S error:TEXT since:1h"),
+    ("b e w", "bury, edit, workers: not available yet"), ("Escape", "close the details"), ("q", "quit"),
+]
+
+
+def _key(needs_room: bool = True):
+    """A key's action: refused while the screen is too small to show what it would act on, and an
+    unexpected error said in the status line instead of ending the view with a traceback."""
+    def wrap(method):
+        @functools.wraps(method)
+        def run(self, *args):
+            if needs_room and self._base.has_class("-small"):
+                self._set_status_error(f"needs at least {MIN_WIDTH}×{MIN_HEIGHT} to act; q quits")
+                return None
+            try:
+                return method(self, *args)
+            except Exception as e:  # noqa: BLE001
+                self._set_status_error(f"unexpected error: {type(e).__name__}: {e}")
+                return None
+        return run
+    return wrap
+
+
+class Loaded(Message):
+    """A result from the data thread: kind is snapshot, detail, outcome, count, unavailable, or done
+    (a request fully answered)."""
+
+    def __init__(self, kind: str, value: Any):
+        super().__init__()
+        self.kind = kind
+        self.value = value
+
+
+class DataThread(threading.Thread):
+    """Owns the connection; does what the app asks, in order, and looks for changes in between."""
+
+    def __init__(self, app: "TopApp", source: DataSource, interval: float):
+        super().__init__(name="jobctl-top-data", daemon=True)
+        self.app = app
+        self.source = source
+        self.interval = interval
+        self.requests: queues.Queue = queues.Queue()
+        self.stopping = threading.Event()
+        self.filter = Filter()
+        self.detail_id: int | None = None  # the job shown in the detail pane (read again with each look)
+        self.last_look = 0.0
+        self.dirty = True
+        self.down_since: float | None = None
+        self.idle_look: float | None = None  # seconds between looks without a wake-up (by engine)
+
+    def ask(self, kind: str, *args) -> None:
+        self.requests.put((kind, args))
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.requests.put(("stop", ()))
+
+    def post(self, kind: str, value: Any) -> None:
+        self.app.post_message(Loaded(kind, value))
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                try:
+                    kind, args = self.requests.get(timeout=WAKE_POLL)
+                except queues.Empty:
+                    kind, args = "", ()
+                if kind == "stop":
+                    break
+                try:
+                    if kind:
+                        self.handle(kind, args)
+                    self.look_if_due()
+                except Exception as e:  # noqa: BLE001 (the database went away: say so, and try again)
+                    self.unavailable(e)
+                if kind:
+                    self.post("done", None)  # (after its results: the app counts what is still asked)
+        finally:
+            self.source.close()
+
+    def unavailable(self, e: Exception) -> None:
+        from jobctl.errors import JobctlError
+
+        self.source.drop()
+        self.down_since = self.down_since or time.monotonic()
+        why = e.message if isinstance(e, JobctlError) else f"{type(e).__name__}: {e}"
+        self.post("unavailable", f"database unavailable: {why}; trying again every {RETRY_AFTER:g}s")
+        self.last_look = time.monotonic() - self.interval + RETRY_AFTER  # the next look in RETRY_AFTER
+        self.dirty = True
+
+    def handle(self, kind: str, args: tuple) -> None:
+        from jobctl.errors import JobctlError
+
+        if kind == "look":
+            self.dirty = True
+            self.last_look = 0.0
+        elif kind == "filter":
+            self.filter = args[0]
+            self.look()
+        elif kind == "detail":
+            self.detail_id = args[0]
+            if self.detail_id is not None:
+                self.read_detail()
+        elif kind == "act":
+            name, target = args
+            fn = actions.ACTIONS.get(name)
+            outcome = actions.Outcome(False, f"{name}: {actions.NOT_YET}") if fn is None else fn(
+                self.source.queue(), target)
+            self.post("outcome", outcome)
+            self.look()
+        elif kind == "count_buried":
+            try:
+                n, run = actions.buried_matching(self.source.queue(), args[0])
+            except JobctlError as e:
+                self.post("outcome", actions.Outcome(False, e.message))
+                return
+            self.post("count", (n, run))
+        elif kind == "run":
+            self.post("outcome", args[0]())
+            self.look()
+
+    def look_if_due(self) -> None:
+        now = time.monotonic()
+        since = now - self.last_look
+        if since < self.interval:
+            return
+        if self.idle_look is None and self.down_since is None:
+            self.idle_look = IDLE_LOOK if self.source.wakes_on_every_commit else max(PARTIAL_WAKE_LOOK, self.interval)
+        if self.down_since is None and not self.dirty and since < (self.idle_look or IDLE_LOOK):
+            self.dirty = self.source.has_changed()
+            if not self.dirty:
+                return
+        self.look()
+
+    def look(self) -> None:
+        self.source.has_changed()  # the mark: a commit from here on, even during the read, wakes the next look
+        snap = self.source.snapshot(self.filter)
+        self.last_look = time.monotonic()
+        self.dirty = False
+        if self.down_since is not None:
+            self.down_since = None
+            self.post("outcome", actions.Outcome(True, "database available again"))
+        self.post("snapshot", snap)
+        if self.detail_id is not None:
+            self.read_detail()
+
+    def read_detail(self) -> None:
+        from jobctl.errors import NoSuchJob
+
+        if self.detail_id is None:
+            return
+        try:
+            self.post("detail", self.source.detail(self.detail_id))
+        except NoSuchJob as e:
+            self.detail_id = None
+            self.post("outcome", actions.Outcome(False, e.message))
+
+
+class TopApp(App):
+    """The live view. `source` reads and acts; `interval` is the shortest time between redraws."""
+
+    TITLE = "jobctl top"
+    ENABLE_COMMAND_PALETTE = False
+    CSS = """
+    Screen { layout: vertical; }
+    #header { height: 3; padding: 0 1; }
+    #queues { height: auto; max-height: 7; }
+    #body { height: 1fr; }
+    #jobs { width: 1fr; }
+    #detail { width: 1fr; display: none; border-left: vkey $foreground 30%; padding: 0 1; }
+    Screen.-tall #queues { max-height: 14; }
+    Screen.-wide #detail { display: block; }
+    Screen.-detail #detail { display: block; }
+    Screen.-detail #jobs { display: none; }
+    Screen.-detail #queues { display: none; }
+    Screen.-wide.-detail #jobs { display: block; }
+    Screen.-wide.-detail #queues { display: block; }
+    #status { height: 1; padding: 0 1; }
+    #toosmall { display: none; height: 1fr; content-align: center middle; }
+    Screen.-small #main { display: none; }
+    Screen.-small #toosmall { display: block; }
+    DataTable { height: 1fr; }
+    Screen.-nocolor DataTable > .datatable--cursor { text-style: reverse; }
+    #queues DataTable, QueuesTable { height: auto; max-height: 7; }
+    TabbedContent { height: 1fr; }
+    TabPane { padding: 0; }
+    #help-box, #confirm-box, #filter-box { width: 76; height: auto; border: round $accent; padding: 0 1;
+        background: $surface; }
+    HelpScreen, ConfirmScreen, FilterScreen { align: center middle; }
+    """
+    BINDINGS = [Binding(key, action, what, show=show) for key, action, what, show in KEYS]
+
+    def __init__(self, source: DataSource, *, interval: float = 1.0, patterns=(), start_thread: bool = True):
+        super().__init__(ansi_color=True)
+        self.theme = "ansi-dark"  # the terminal's own colours; NO_COLOR: none (Textual reads it)
+        self.animation_level = "none"  # over ssh, a slid underline is bytes and time for nothing
+        self.source = source
+        self.interval = interval
+        self.patterns = patterns
+        self.data = DataThread(self, source, interval)
+        self.snapshot: Snapshot | None = None
+        self.detail: Detail | None = None
+        self.filter = Filter()
+        self.following: int | None = None
+        self.pending = 0  # requests sent to the data thread and not yet answered (tests wait on it)
+        self.status_text = "? help · q quit"
+        self.rows: dict[str, list] = {}
+        self._shown: dict[str, tuple] = {}
+        self._notes: list[str] = []
+        self._start_thread = start_thread
+
+    # -- layout -----------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="main"):
+            yield Static(id="header")
+            yield QueuesTable(id="queues", cursor_type="row", zebra_stripes=False)
+            with Horizontal(id="body"):
+                with TabbedContent(id="jobs", initial="tab-running"):
+                    for tab in TABS:
+                        with TabPane(tab, id=f"tab-{tab}"):
+                            yield JobsTable(id=f"table-{tab}", cursor_type="row")
+                yield DetailPane(id="detail")
+            yield Static(id="status")
+            yield Footer(compact=True)
+        yield Static(id="toosmall")
+
+    def on_mount(self) -> None:
+        self._base.set_class(self.no_color, "-nocolor")  # NO_COLOR: the selected row in reverse video
+        self._fit(self.size.width, self.size.height)
+        self.query_one(f"#table-{TABS[0]}", JobsTable).focus()
+        self._set_status(self.status_text)
+        if self._start_thread:
+            self.data.start()
+            self._ask("look")
+
+    def on_unmount(self) -> None:
+        self.data.stop()
+        if self.data.is_alive():
+            self.data.join(timeout=5)
+
+    def on_resize(self, event) -> None:
+        self._fit(event.size.width, event.size.height)
+        if self.snapshot is not None:
+            self._shown.clear()
+            self._draw(self.snapshot)
+
+    def _fit(self, width: int, height: int) -> None:
+        small = width < MIN_WIDTH or height < MIN_HEIGHT
+        self._base.set_class(small, "-small")
+        self._base.set_class(width >= WIDE, "-wide")
+        self._base.set_class(height >= 40, "-tall")  # room for more queues
+        if small:
+            self.query_one("#toosmall", Static).update(Text(
+                f"jobctl top needs at least {MIN_WIDTH}×{MIN_HEIGHT}; this terminal is {width}×{height}.\n"
+                "Make it larger, or press q to quit.", justify="center"))
+
+    @property
+    def _base(self):
+        """The screen the panes live on (a question or the help may be above it)."""
+        return self.screen_stack[0] if self.screen_stack else self.screen
+
+    @property
+    def wide(self) -> bool:
+        return self.size.width >= WIDE
+
+    # -- talking to the data thread ---------------------------------------------------------------
+
+    def _ask(self, kind: str, *args) -> None:
+        self.pending += 1
+        self.data.ask(kind, *args)
+
+    def on_loaded(self, message: Loaded) -> None:
+        kinds: dict[str, Callable[[Any], None]] = {
+            "snapshot": self._got_snapshot, "detail": self._got_detail, "outcome": self._got_outcome,
+            "count": self._got_count, "unavailable": self._set_status_error,
+        }
+        if message.kind == "done":
+            self.pending = max(self.pending - 1, 0)
+            return
+        try:
+            kinds[message.kind](message.value)
+        except Exception as e:  # noqa: BLE001 (a row the view cannot draw: said, and the view goes on)
+            self._set_status_error(f"could not draw the {message.kind}: {type(e).__name__}: {e}")
+
+    def _got_snapshot(self, snap: Snapshot) -> None:
+        self.snapshot = snap
+        self._draw(snap)
+        if snap.notes and snap.notes != self._notes:  # said once, not at every look
+            more = len(snap.notes) - 1
+            self._set_status_error(snap.notes[0] + (f" (and {more} more)" if more else ""))
+        self._notes = snap.notes
+
+    def _got_detail(self, detail: Detail) -> None:
+        self.detail = detail
+        pane = self.query_one("#detail", DetailPane)
+        width = max(pane.size.width - 2, 40)
+        pane.query_one("#detail-body", Static).update(
+            detail_view(detail, self.patterns, width, following=self.following == detail.job.id))
+        if self.following == detail.job.id:
+            pane.scroll_end(animate=False)
+
+    def _got_outcome(self, outcome: actions.Outcome) -> None:
+        if outcome.ok:
+            self._set_status(outcome.message)
+        else:
+            self._set_status_error(outcome.message)
+
+    def _got_count(self, value) -> None:
+        n, run = value
+        if n == 0:
+            self._set_status("no buried jobs match" + (f" the filter {self.filter.text}" if self.filter else ""))
+            return
+        what = f"buried job{'' if n == 1 else 's'}" + (f" matching {self.filter.text}" if self.filter else "")
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._ask("run", run)
+            else:
+                self._set_status("nothing retried")
+        self.push_screen(ConfirmScreen(f"Retry {n:,} {what}?"), answered)
+
+    def _set_status(self, line: str) -> None:
+        self.status_text = line
+        self.query_one("#status", Static).update(Text(line))
+
+    def _set_status_error(self, line: str) -> None:
+        self.status_text = line
+        self.query_one("#status", Static).update(Text(line, style="bold red"))
+
+    # -- drawing ---------------------------------------------------------------------------------
+
+    def _draw(self, snap: Snapshot) -> None:
+        width = self.size.width
+        self.query_one("#header", Static).update(header_lines(snap, max(width - 2, 20), self.filter.text,
+                                                              self.following))
+        self._fill_queues(snap)
+        for tab in TABS:
+            self._fill_tab(tab, snap)
+        tabs = self.query_one(TabbedContent)
+        for tab in TABS:
+            tabs.get_tab(f"tab-{tab}").label = tab_label(tab, snap, bool(self.filter))
+
+    def _fill_queues(self, snap: Snapshot) -> None:
+        table = self.query_one("#queues", QueuesTable)
+        figures = snap.figures
+        names = [n for n in figures["queues"] if not self.filter.queues or n in self.filter.queues]
+        cols = queue_columns(figures, self.wide)
+        rows = [(name, tuple(str(c) for c in queue_cells(name, figures["queues"][name], cols))) for name in names]
+        key = (tuple(cols), tuple(rows))
+        if self._shown.get("queues") == key:
+            return
+        self._shown["queues"] = key
+        self._refill(table, [h for _, h in cols],
+                     [(name, queue_cells(name, figures["queues"][name], cols)) for name in names])
+        self.rows["queues"] = names
+
+    def _fill_tab(self, tab: str, snap: Snapshot) -> None:
+        table = self.query_one(f"#table-{tab}", JobsTable)
+        rows = [tab_row(tab, r, snap.now, self.wide, self.patterns) for r in snap.tabs[tab]]
+        key = (self.wide, tuple((k, tuple(str(c) for c in cells)) for k, cells in rows))
+        if self._shown.get(tab) == key:
+            return
+        self._shown[tab] = key
+        self._refill(table, tab_columns(tab, self.wide), rows)
+        self.rows[tab] = snap.tabs[tab]
+
+    @staticmethod
+    def _refill(table: DataTable, headers: list[str], rows: list[tuple[str, list]]) -> None:
+        """Replace the rows, keeping the cursor on the same row (by key) when it is still there."""
+        selected = None
+        if table.row_count and table.cursor_row is not None and 0 <= table.cursor_row < table.row_count:
+            selected = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
+        table.clear(columns=[str(c.label) for c in table.columns.values()] != headers)
+        if not table.columns:
+            table.add_columns(*headers)
+        seen: set[str] = set()
+        for key, cells in rows:
+            if key in seen:  # (the same job twice cannot happen, but a key must be unique)
+                continue
+            seen.add(key)
+            table.add_row(*cells, key=key)
+        if selected is not None and selected in seen:
+            table.move_cursor(row=table.get_row_index(selected), animate=False)
+
+    # -- what is selected -----------------------------------------------------------------------
+
+    def _active_tab(self) -> str:
+        return (self.query_one(TabbedContent).active or "tab-running").removeprefix("tab-")
+
+    def _target(self) -> actions.Target | None:
+        focused = self.focused
+        if isinstance(focused, QueuesTable):
+            names = self.rows.get("queues", [])
+            i = focused.cursor_row
+            return actions.Target(queue=names[i]) if names and 0 <= i < len(names) else None
+        tab = self._active_tab()
+        table = self.query_one(f"#table-{tab}", JobsTable)
+        rows = self.rows.get(tab, [])
+        i = table.cursor_row
+        if not rows or not 0 <= i < table.row_count:
+            return None
+        key = table.coordinate_to_cell_key(Coordinate(i, 0)).row_key.value
+        for row in rows:
+            t = row_target(tab, row)
+            if str(t.job_id) == key:
+                return t
+        return None
+
+    # -- the keys -----------------------------------------------------------------------------------
+
+    @_key()
+    def action_act(self, name: str) -> None:
+        if actions.ACTIONS.get(name) is None:
+            self._set_status_error(f"{name}: {actions.NOT_YET}")
+            return
+        target = self._target()
+        if target is None:
+            self._set_status_error(f"{name}: select a row first")
+            return
+        if name == "pause" and not isinstance(self.focused, QueuesTable) and target.type is None:
+            target = actions.Target(queue=target.queue)
+        if name != "pause" and target.job_id is None:
+            self._set_status_error(f"{name}: select a job (in the jobs pane) first")
+            return
+        self._ask("act", name, target)
+
+    @_key()
+    def action_details(self) -> None:
+        target = self._target()
+        if target is None or target.job_id is None:
+            self._set_status("select a job first (Tab moves to the jobs pane)")
+            return
+        self._open_detail(target.job_id)
+
+    def _open_detail(self, job_id: int) -> None:
+        self._base.add_class("-detail")
+        self._ask_detail(job_id)
+
+    def _ask_detail(self, job_id: int | None) -> None:
+        self._ask("detail", job_id)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if isinstance(event.data_table, JobsTable):
+            self.action_details()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """Wide screens show the details beside the jobs: they follow the cursor."""
+        if not self.wide or not isinstance(event.data_table, JobsTable) or self.following is not None:
+            return
+        target = self._target()
+        if target is not None and target.job_id is not None and (
+                self.detail is None or self.detail.job.id != target.job_id):
+            self._ask_detail(target.job_id)
+
+    @_key()
+    def action_follow(self) -> None:
+        target = self._target()
+        if self.following is not None and (target is None or target.job_id == self.following
+                                           or self.detail is not None and self.detail.job.id == self.following):
+            self.following = None
+            self._set_status("stopped following")
+        elif target is not None and target.job_id is not None:
+            self.following = target.job_id
+            self._open_detail(target.job_id)
+            self._set_status(f"following the output of job {target.job_id} (l stops)")
+            return
+        if self.snapshot is not None:
+            self._shown.clear()
+            self._draw(self.snapshot)
+
+    @_key()
+    def action_close(self) -> None:
+        self._base.remove_class("-detail")
+        if self.following is not None:
+            self.following = None
+            self._set_status("stopped following")
+        if not self.wide:
+            self._ask("detail", None)
+
+    @_key()
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = f"tab-{tab}"
+        self.query_one(f"#table-{tab}", JobsTable).focus()
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        tab = (event.pane.id or "").removeprefix("tab-")
+        if tab in TABS:
+            self.query_one(f"#table-{tab}", JobsTable).focus()
+
+    @_key()
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(HELP))
+
+    @_key()
+    def action_filter(self) -> None:
+        def answered(value: str | None) -> None:
+            if value is None:
+                return
+            from jobctl.errors import JobctlError
+
+            try:
+                flt = parse(value)
+            except JobctlError as e:
+                self._set_status_error(f"filter not applied: {e.message}")
+                return
+            self.filter = flt
+            self._shown.clear()
+            self._set_status(f"filter: {flt.text}" if flt else "no filter")
+            self._ask("filter", flt)
+        self.push_screen(FilterScreen(self.filter.text), answered)
+
+    @_key()
+    def action_retry_all(self) -> None:
+        self._ask("count_buried", self.filter)

@@ -1,0 +1,285 @@
+"""The panes of `jobctl top`, drawn from plain values (data.Snapshot, data.Detail). Every value
+that comes from a job (names, errors, payloads) goes in as a rich Text through output.text, so a
+`[red]` in an error is shown as written, never read as markup, and control characters are escaped."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from rich.console import Group
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Input, Static
+
+from jobctl.durations import format_duration
+from jobctl.output import ago, text
+from jobctl.untrusted import safe
+
+SPARK_MINUTES = 30  # minutes of throughput in the header's sparklines
+
+
+def age(seconds: float | None) -> str:
+    return "-" if seconds is None else format_duration(seconds)
+
+
+def since(ms: int | None, now: int) -> str:
+    return "-" if ms is None else format_duration(max(now - ms, 0) / 1000)
+
+
+def header_lines(snap, width: int, flt_text: str, following: int | None) -> Group:
+    """Three lines: the database and when it was read; throughput with sparklines and workers;
+    what needs a person (stuck, buried, oldest ready), with the filter in force."""
+    from jobctl.stats_view import sparkline, summary_line
+
+    stamp = datetime.fromtimestamp(snap.now / 1000).strftime("%H:%M:%S")
+    first = Text("jobctl top ", style="bold")
+    first.append(safe(snap.location))
+    right = f"  read {stamp}"
+    if len(first) + len(right) + 1 > width:
+        first.truncate(max(width - len(right) - 2, 10))
+        first.append("…")
+    first.append(" " * max(width - len(first) - len(right), 1))
+    first.append(right, style="dim")
+    t = snap.figures["throughput"]
+    minutes = SPARK_MINUTES if width >= 120 else 15
+    second = Text("done ")
+    second.append(f"{t['1m']['completed_per_minute']:.1f}/min ", style="bold")
+    second.append(sparkline(t["completed_by_minute"][-minutes:]), style="green")
+    second.append("  failed ")
+    second.append(f"{t['1m']['failed_per_minute']:.1f}/min ", style="bold red" if t["1m"]["failed"] else "bold")
+    second.append(sparkline(t["failed_by_minute"][-minutes:]), style="red")
+    second.append("  workers ")
+    w = snap.workers
+    if w is None:
+        second.append("n/a", style="dim")  # (until jobctl keeps a registry of its workers)
+    else:
+        second.append(f"{w['alive']} alive", style="bold")
+        second.append(f", {w['lost']} lost", style="bold red" if w["lost"] else "")
+    third = summary_line(snap.figures)
+    if flt_text:
+        third.append("  filter: ", style="bold yellow")
+        third.append(safe(flt_text), style="yellow")
+    if following is not None:
+        third.append(f"  following job {following}", style="bold cyan")
+    for line in (first, second, third):
+        line.truncate(width, overflow="ellipsis")
+    return Group(first, second, third)
+
+
+def queue_columns(figures: dict, wide: bool) -> list[tuple[str, str]]:
+    """(key, header) of the queues pane; HELD once the figures carry it."""
+    has_held = any("held" in q for q in figures["queues"].values())
+    cols = [("name", "QUEUE"), ("ready", "READY")]
+    if has_held:
+        cols.append(("held", "HELD"))
+    cols += [("scheduled", "SCHED")]
+    if wide:
+        cols += [("blocked", "BLOCKED")]
+    cols += [("running", "RUNNING"), ("buried", "BURIED")]
+    if wide:
+        cols += [("completed", "DONE"), ("cancelled", "CANCELLED")]
+    cols += [("oldest_ready_age", "OLDEST READY"), ("paused", "PAUSED")]
+    return cols
+
+
+def queue_cells(name: str, q: dict, cols: list[tuple[str, str]]) -> list:
+    from jobctl.stats_view import pause_label
+
+    cells: list = []
+    for key, _ in cols:
+        if key == "name":
+            cells.append(text(name))
+        elif key == "oldest_ready_age":
+            cells.append(Text(age(q.get(key)), justify="right"))
+        elif key == "paused":
+            label = pause_label(q)
+            cells.append(Text(label or "", style="magenta"))
+        else:
+            n = q.get(key, 0) or 0
+            style = "red" if key == "buried" and n else "yellow" if key == "held" and n else ""
+            cells.append(Text(f"{n:,}", style=style, justify="right"))
+    return cells
+
+
+# -- the jobs tabs: columns and a row per job or group ------------------------------------------
+
+def tab_columns(tab: str, wide: bool) -> list[str]:
+    if tab == "running":
+        return ["ID", "TYPE", *(["QUEUE"] if wide else []), "WORKER", "RUNNING FOR", "PROGRESS"]
+    if tab == "buried":
+        return ["COUNT", "QUEUE", "TYPE", "LATEST", "AGO", "ERROR"]
+    if tab == "aging":
+        return ["ID", "QUEUE", "TYPE", "PRI", "WAITING"]
+    if tab == "held":
+        return ["ID", "QUEUE", "TYPE", "PRI", "READY FOR"]
+    return ["ID", "QUEUE", "TYPE", "RUNS IN", *(["RUN AT"] if wide else []), "ATTEMPTS"]
+
+
+def tab_label(tab: str, snap, filtered: bool) -> str:
+    """A tab's name and how many jobs it holds: the whole count from the stats figures without a
+    filter (a tab lists the first rows only); with one, the rows read (`200+` when there may be more)."""
+    from jobctl.top.data import ROWS
+
+    rows = snap.tabs[tab]
+    t = snap.figures["totals"]
+    whole = {"running": t["running"] + t["cancel_requested"], "buried": t["buried"], "aging": t["ready"],
+             "scheduled": t["scheduled"]}
+    if tab == "buried" and filtered:
+        n, more = sum(g["count"] for g in rows), False
+    elif tab in whole and not filtered:
+        n, more = whole[tab], False
+    else:
+        n, more = len(rows), len(rows) >= ROWS
+    return f"{tab} {n:,}{'+' if more else ''}" if n else tab
+
+
+def progress_text(job) -> str:
+    import json
+
+    if not job.progress:
+        return ""
+    p = json.loads(job.progress)
+    pct = p.get("percent")
+    return safe((f"{pct}% " if pct is not None else "") + (p.get("message") or ""))
+
+
+def tab_row(tab: str, row, now: int, wide: bool, patterns=()) -> tuple[str, list]:
+    """(row key, cells) of one row of a tab. A buried group's key is its latest job's id."""
+    def num(value) -> Text:
+        return Text(str(value), justify="right")
+    if tab == "running":
+        progress = Text("cancel asked ", style="yellow") if row.status == "cancel_requested" else Text("")
+        progress.append(progress_text(row))
+        return str(row.id), [num(str(row.id)), text(row.type), *([text(row.queue)] if wide else []),
+                             text(row.worker or "-"), num(since(row.claimed_at, now)), progress]
+    if tab == "buried":
+        return str(row["latest_id"]), [num(f"{row['count']:,}"), text(row["queue"]), text(row["type"]),
+                                       num(str(row["latest_id"])),
+                                       num(ago(row.get("latest_ms"), now).removesuffix(" ago")),
+                                       text(row.get("error") or "", "red")]
+    if tab == "aging":
+        return str(row["id"]), [num(str(row["id"])), text(row["queue"]), text(row["type"]),
+                                num(str(row["priority"])), num(age(row["waiting_for"]))]
+    if tab == "held":
+        return str(row.id), [num(str(row.id)), text(row.queue), text(row.type),
+                             num(str(row.priority)), num(since(row.run_at, now))]
+    from jobctl.durations import to_rfc3339
+
+    return str(row.id), [num(str(row.id)), text(row.queue), text(row.type),
+                         num(format_duration(max(row.run_at - now, 0) / 1000)),
+                         *([Text(to_rfc3339(row.run_at) or "")] if wide else []),
+                         num(f"{row.attempts} of {row.max_attempts}")]
+
+
+def row_target(tab: str, row):
+    """What the keys act on for a selected row: the job (for a buried group, its latest job)."""
+    from jobctl.top.actions import Target
+
+    if tab == "buried":
+        return Target(job_id=row["latest_id"], queue=row["queue"], type=row["type"])
+    if tab == "aging":
+        return Target(job_id=row["id"], queue=row["queue"], type=row["type"])
+    return Target(job_id=row.id, queue=row.queue, type=row.type)
+
+
+def detail_view(detail, patterns, width: int, following: bool) -> Group:
+    """The job as `jobctl show` draws it, then the tail of its latest run's output."""
+    from jobctl import output
+
+    panel = output.job_panel(detail.job, detail.events, detail.now, patterns, explanation=detail.why,
+                             run_output=detail.run_output, width=width)
+    title = Text(f"output of job {detail.job.id}" + (
+        f", run {detail.run_output.run}" if detail.run_output is not None else ""), style="bold")
+    if following:
+        title.append(" (following: l stops)", style="cyan")
+    body = Text("\n".join(detail.log_lines) if detail.log_lines else "(no output kept)",
+                style="" if detail.log_lines else "dim")
+    return Group(panel, Text(""), title, body)
+
+
+class JobsTable(DataTable):
+    """A table of one tab, moved with arrows or j/k."""
+
+    BINDINGS = [Binding("j", "cursor_down", "down", show=False), Binding("k", "cursor_up", "up", show=False)]
+
+
+class QueuesTable(DataTable):
+    BINDINGS = [Binding("j", "cursor_down", "down", show=False), Binding("k", "cursor_up", "up", show=False)]
+
+
+class DetailPane(VerticalScroll):
+    """The selected job's details and its log's tail; follows the log with `l`."""
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text("Enter: the selected job's details and output", style="dim"), id="detail-body")
+
+
+class HelpScreen(ModalScreen[None]):
+    """The keys; any key closes it."""
+
+    def __init__(self, lines: list[tuple[str, str]]):
+        super().__init__()
+        self.lines = lines
+
+    def compose(self) -> ComposeResult:
+        body = Text("jobctl top: keys (any key closes this)\n\n", style="bold")
+        for key, what in self.lines:
+            body.append(f"  {key:<10}", style="bold")
+            body.append(what + "\n")
+        body.append("\nEach action runs as the command line's does; its outcome shows in the status line.",
+                    style="dim")
+        with Vertical(id="help-box"):
+            yield Static(body)
+
+    def on_key(self, event) -> None:
+        event.stop()
+        self.dismiss(None)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A bulk action asks first: y does it, anything else does not."""
+
+    BINDINGS = [Binding("y", "yes", "yes"), Binding("n,escape,q", "no", "no")]
+
+    def __init__(self, question: str):
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm-box"):
+            yield Static(Text(self.question + " [y/N]", style="bold"))
+
+    def action_yes(self) -> None:
+        self.dismiss(True)
+
+    def action_no(self) -> None:
+        self.dismiss(False)
+
+    def on_key(self, event) -> None:
+        if event.key not in ("y", "n", "escape", "q"):
+            event.stop()
+            self.dismiss(False)
+
+
+class FilterScreen(ModalScreen[str | None]):
+    """`/`: the filter in the command line's words; Enter applies it, Escape leaves it as it was."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, current: str):
+        super().__init__()
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="filter-box"):
+            yield Static(Text("filter (queue:Q type:T status:S error:TEXT since:1h; empty: none)", style="bold"))
+            yield Input(value=self.current, id="filter-input")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -150,6 +150,11 @@ class Queue:
     def __exit__(self, *exc):
         self.close()
 
+    @property
+    def created(self) -> bool:
+        """Whether opening the queue created its database (a SQLite file; jobctl's schema on PostgreSQL)."""
+        return bool(getattr(self.engine, "created", False))
+
     def now(self) -> int:
         """The database's clock, ms since the epoch."""
         return self.engine.now()
@@ -569,8 +574,10 @@ class Queue:
         also_known: queue names the config knows (a check of one of them is not a typo)."""
         from jobctl.stats import collect
 
-        snap = self.engine.stats_snapshot(limit=limit, queues=queues or None)
-        figures = collect(snap, queues=queues, limit=limit, also_known=also_known)
+        snap = self.engine.stats_snapshot(limit=limit, queues=queues or None, limits=self.limits or None)
+        config_types = {name for name, tc in self.settings.types.items()
+                        if not queues or (tc.queue or self.settings.queue) in queues}
+        figures = collect(snap, queues=queues, limit=limit, also_known=also_known, also_types=config_types)
         limit_figures = self.limit_figures()
         if limit_figures is not None:
             from jobctl.limits import summary

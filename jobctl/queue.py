@@ -153,7 +153,7 @@ class Queue:
     @property
     def created(self) -> bool:
         """Whether opening the queue created its database (a SQLite file; jobctl's schema on PostgreSQL)."""
-        return bool(getattr(self.engine, "created", False))
+        return self.engine.created
 
     def now(self) -> int:
         """The database's clock, ms since the epoch."""

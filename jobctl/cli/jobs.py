@@ -38,10 +38,10 @@ def _warn_created(q) -> None:
 
     if scheme_of(q.location) in POSTGRES_SCHEMES:
         _warn(f"created jobctl's schema in {q.location}: there was none; if you meant an existing queue, "
-              "check --db / JOBCTL_DB (the job was added to this new one)")
+              "check --db / JOBCTL_DB (what was enqueued is in this new one)")
     else:
         _warn(f"created a new database {q.location}: there was none; if you meant an existing queue, "
-              "check --db / JOBCTL_DB (the job was added to this new one)")
+              "check --db / JOBCTL_DB (what was enqueued is in this new one)")
 
 
 def _enqueue_many(st, path: str, *, chain: bool, defaults: dict, as_json: bool, wait: bool, wait_s,
@@ -86,10 +86,6 @@ def _enqueue_many(st, path: str, *, chain: bool, defaults: dict, as_json: bool, 
         if chain and not len(spool):
             raise InvalidInput("--chain: no jobs in the input; nothing was enqueued")
         with st.open_queue(create=True) as q:
-            if not quiet:
-                if q.created:
-                    _warn_created(q)
-                _warn_unknown_types(settings, unknown)
             with progress_bar("enqueueing", unit="jobs") as on_progress:
                 try:
                     inserted = q.insert_stream(spool, len(spool), on_progress=on_progress)
@@ -97,6 +93,10 @@ def _enqueue_many(st, path: str, *, chain: bool, defaults: dict, as_json: bool, 
                     if e.job_id in (defaults.get("after") or ()):
                         raise NoSuchJob(e.job_id, where="--after: ") from None
                     raise
+            if not quiet:  # (once the jobs are in: a refused enqueue says one thing, its error)
+                if q.created:
+                    _warn_created(q)
+                _warn_unknown_types(settings, unknown)
             if wait:  # one line per job, in input order: its result, or null when it did not complete
                 return _wait(q, list(inserted.ids()), wait_s, as_json=as_json, placeholders=True)
             if as_json:
@@ -226,11 +226,11 @@ def enqueue(
         max_attempts=max_attempts, backoff=backoff, timeout=timeout, key=key, unique=unique, after=after or [],
         cost=cost, group=group, **reactions)
     with st.open_queue(create=True) as q:
-        if not quiet:
+        r = q.insert([new_job])[0]
+        if not quiet:  # (once the job is in: a refused enqueue says one thing, its error)
             if q.created:
                 _warn_created(q)
             _warn_unknown_types(st.settings, {type: None})
-        r = q.insert([new_job])[0]
         if wait:
             return _wait(q, [r.id], wait_s, as_json=as_json)
         if as_json:

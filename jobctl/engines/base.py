@@ -318,6 +318,9 @@ class Engine(Protocol):
     on_reconnect: Callable[[str], None] | None
     STORES_NUL: bool
     """A payload or result text may hold NUL; False: such text is refused (exit 2), never changed."""
+    created: bool
+    """Opening this engine created the database (a SQLite file; jobctl's schema on PostgreSQL):
+    `enqueue` warns of it, since a misspelled path must not pass for an empty queue."""
 
     def has_changed(self) -> bool:
         """Whether a job may have become ready since the last call (a commit by anyone)."""

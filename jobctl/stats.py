@@ -245,8 +245,8 @@ def check(stats: dict, *, max_ready_age: float | None = None, max_buried: int | 
                 f"{per_type[t]['runs']['15m']['failed'] + per_type[t]['runs']['15m']['completed']} runs)"
                 for r, t in over) + f" ({limit_text})")
         else:
-            worst = f"at most {_percent(rates[0][0])} (type {rates[0][1]})" if rates else "no runs"
-            held.append(f"failure rate over 15m{scope} {worst} ({limit_text})")
+            top = f"at most {_percent(rates[0][0])} (type {rates[0][1]})" if rates else "no runs"
+            held.append(f"failure rate over 15m{scope} {top} ({limit_text})")
     if max_p95 is not None:
         p95s = sorted(((e["p95"], t) for t, e in per_type.items() if e["p95"] is not None),
                       key=lambda r: (-r[0], r[1]))
@@ -255,8 +255,8 @@ def check(stats: dict, *, max_ready_age: float | None = None, max_buried: int | 
             crossed.append("p95 run time over 60m " + ", ".join(f"{format_duration(p)} of type {t}" for p, t in over)
                            + f" (max {format_duration(max_p95)})")
         else:
-            worst = f"at most {format_duration(p95s[0][0])} (type {p95s[0][1]})" if p95s else "no runs"
-            held.append(f"p95 run time over 60m{scope} {worst} (max {format_duration(max_p95)})")
+            top = f"at most {format_duration(p95s[0][0])} (type {p95s[0][1]})" if p95s else "no runs"
+            held.append(f"p95 run time over 60m{scope} {top} (max {format_duration(max_p95)})")
     if crossed:
         return False, "CRITICAL: " + "; ".join(crossed) + (f" | ok: {', '.join(held)}" if held else "")
     return True, "OK: " + ", ".join(held)

@@ -1431,8 +1431,8 @@ class SQLEngine:
             if any(by_state.get("pending") for by_state in counts.values()):
                 # Ready jobs by type: one walk of the ready index, which is in type order (no sort).
                 # (with the oldest of those that wait for a worker, for a check of a type's ready age)
-                first = ("min(run_at)" if hold.none else f"min(CASE WHEN NOT {hold.sql} THEN run_at END)")
-                for r in c.execute(f"SELECT type, count(*), {first} FROM jobs{self._indexed('jobs_ready_by_type')} "
+                first_col = ("min(run_at)" if hold.none else f"min(CASE WHEN NOT {hold.sql} THEN run_at END)")
+                for r in c.execute(f"SELECT type, count(*), {first_col} FROM jobs{self._indexed('jobs_ready_by_type')} "
                                    f"WHERE {READY} AND run_at <= ?{only} GROUP BY type",
                                    (*([] if hold.none else hold.params), now, *only_args)):
                     ready_by_type[r[0]] = (int(r[1]), r[2])

@@ -173,9 +173,11 @@ def buried(stats: dict, now: int) -> Section:
 
 
 def aging(stats: dict) -> Section:
-    """The ready jobs waiting longest."""
+    """The ready jobs waiting longest for a worker (held jobs are not waiting for one)."""
+    held = stats["totals"].get("held", 0)
+    empty = f"no ready job waits for a worker ({held:,} held by a pause or a limit)" if held else "no ready jobs"
     return Section(
-        "aging (ready jobs waiting longest)", "no ready jobs",
+        "aging (ready jobs waiting longest)", empty,
         [Col("AGING", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True),
          Col("PRI", right=True, drop=1), Col("WAITING", right=True)],
         [("ID", RIGHT), ("QUEUE", {}), ("TYPE", {}), ("PRI", RIGHT), ("WAITING", RIGHT)],
@@ -322,7 +324,7 @@ def summary_line(stats: dict) -> Text:
         line.append("no ready jobs" if not t.get("ready") else "no ready job waits for a worker")
     if t.get("held"):
         line.append(" · ")
-        line.append(f"held {t['held']:,} (paused or at a limit)", style="magenta")
+        line.append(f"held {t['held']:,}", style="magenta")
     return line
 
 

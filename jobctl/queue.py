@@ -569,12 +569,15 @@ class Queue:
         return self.engine.queue_names()
 
     def stats(self, *, queues: list[str] | None = None, limit: int = 10,
-              also_known: frozenset[str] | set[str] = frozenset()) -> tuple[dict, int]:
+              also_known: frozenset[str] | set[str] = frozenset(),
+              type_ages: list[str] | None = None) -> tuple[dict, int]:
         """The `stats --json` object from one consistent read, and the database time it was read at.
-        also_known: queue names the config knows (a check of one of them is not a typo)."""
+        also_known: queue names the config knows (a check of one of them is not a typo). type_ages:
+        types whose entry under `types` also gets `oldest_ready_age` (a check of their ready age)."""
         from jobctl.stats import collect
 
-        snap = self.engine.stats_snapshot(limit=limit, queues=queues or None, limits=self.limits or None)
+        snap = self.engine.stats_snapshot(limit=limit, queues=queues or None, limits=self.limits or None,
+                                          type_ages=type_ages)
         config_types = {name for name, tc in self.settings.types.items()
                         if not queues or (tc.queue or self.settings.queue) in queues}
         figures = collect(snap, queues=queues, limit=limit, also_known=also_known, also_types=config_types)

@@ -293,7 +293,7 @@ def type_lines(stats: dict, width: int, max_rows: int | None = None) -> list[Tex
     if max_rows is not None and len(names) > max_rows:
         ts = stats["types"]
         urgent = sorted(names, key=lambda n: (not ts[n]["buried"], -(ts[n]["failure_rate"] or 0),
-                                              -(ts[n]["oldest_ready_age"] or 0), n))
+                                              -(ts[n]["ready"] - ts[n]["held"]), n))
         keep = set(urgent[:max(max_rows, 1)])
         shown = [n for n in names if n in keep]
     cols = [Col("TYPE", cut=True, least=8, soft=64)] + [Col(h, right=True, drop=d) for _, h, d in TYPE_COLUMNS]

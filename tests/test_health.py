@@ -125,8 +125,7 @@ def test_figures_per_type(make_any):
     # a type the config declares, with no job and no run: listed, its rates null
     assert s["types"]["idle"] == {"ready": 0, "held": 0, "running": 0, "buried": 0,
                                   "runs": {"15m": {"completed": 0, "failed": 0}, "60m": {"completed": 0, "failed": 0}},
-                                  "failure_rate": None, "p50": None, "p95": None, "oldest_ready_age": None,
-                                  "stuck": 0}
+                                  "failure_rate": None, "p50": None, "p95": None, "stuck": 0}
     text = prometheus(s)
     assert 'jobctl_type_jobs{type="send",state="ready"} 1' in text
     assert 'jobctl_type_runs{type="send",outcome="completed",window="60m"} 3' in text
@@ -159,6 +158,10 @@ def test_stats_by_type_and_check_on_the_command_line(tmp_path):
     assert json.loads(r.stdout)["types"]["send"]["failure_rate"] == 1.0
     r = cli("stats", "--check", "--max-failure-rate", "50%")
     assert r.exit_code == 9 and r.stdout.startswith("CRITICAL: failure rate over 15m 100% of type send"), r.output
+    r = cli("stats", "--check", "--max-ready-age", "1h", "--type", "send", "--type", "other")
+    assert r.exit_code == 0 and "oldest ready of type send, other " in r.stdout, r.output
+    r = cli("stats", "--check", "--max-ready-age", "0", "--type", "send")
+    assert r.exit_code == 9 and "in type send (max 0ms)" in r.stdout, r.output
     r = cli("stats", "--check", "--max-p95", "1h", "--type", "send")
     assert r.exit_code == 0 and r.stdout.startswith("OK: p95 run time over 60m of type send"), r.output
     assert cli("stats", "--check", "--max-failure-rate", "150").exit_code == 2

@@ -92,7 +92,8 @@ def stats(
     configured = {tc.queue for tc in st.settings.types.values() if tc.queue} | {"default"}
     with st.open_queue() as q:
         def snapshot() -> tuple[dict, int]:
-            figures, now = q.stats(queues=queue, limit=limit, also_known=configured)
+            ages = list(dict.fromkeys(check_type)) if check and check_type and age_s is not None else None
+            figures, now = q.stats(queues=queue, limit=limit, also_known=configured, type_ages=ages)
             if queue and figures.get("limits"):  # only the limits of the queues asked for
                 from jobctl.stats import limits_of_queues
 

@@ -463,7 +463,7 @@ class Engine(Protocol):
         by queue, the whole-queue pause first, then types by name."""
 
     def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000, queues: list[str] | None = None,
-                       limits=None) -> dict:
+                       limits=None, type_ages: list[str] | None = None) -> dict:
         """The raw figures of `jobctl stats`, all from ONE consistent read, as a dict:
         now (the snapshot's time, ms); counts {queue: {state: n}} (a pending job waiting on
         `after` jobs counts as "blocked", not "pending"); paused {queue: bool} (every row of the
@@ -482,8 +482,9 @@ class Engine(Protocol):
         now], minute 0 being the last 60 s; run_ms and wait_ms (ended - started of
         completed/failed runs, started - ready_at of all runs) of the latest `sample` runs of that
         hour; known [queue names] (every queue with a row in the counts or a pause, even with no
-        jobs left). Per type: ready_by_type {(queue, type): (ready, scheduled, held, oldest held
-        run_at, oldest waiting run_at)}; states_by_type [(type, "running" or "buried", n)];
+        jobs left). Per type: ready_by_type {type: ready}; held_by_type {(queue, type): (held,
+        oldest held run_at)}; oldest_by_type {type of `type_ages`: run_at of its oldest ready job
+        that is not held, or None}; states_by_type [(type, "running" or "buried", n)];
         stuck_by_type {type: n}; runs_by_type_minute [(minute, outcome, type, n)]; run_ms_by_type
         [(type, run ms)] (the runs of run_ms). With `queues`, every figure is of those queues only.
         Cost must not grow with the number of finished jobs."""

@@ -1392,7 +1392,7 @@ class SQLEngine:
             return sorted(names)
 
     def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000, queues: list[str] | None = None,
-                       limits=None) -> dict:
+                       limits=None, type_ages: list[str] | None = None) -> dict:
         """The raw figures of `jobctl stats`, from one read transaction (one consistent snapshot).
 
         Every figure is a short index walk or the engine's count by state (_state_counts), but the
@@ -1401,7 +1401,8 @@ class SQLEngine:
         taken from the latest `sample` runs of the last hour. With `queues`, the stuck, buried and
         aging jobs and the runs are those of these queues only. `known`: every queue that ever had
         a job or a pause. `limits` (limits.Limits): the config's, which with the pauses decide
-        which ready jobs are held (held_back); held jobs are no part of oldest_ready or aging."""
+        which ready jobs are held (held_back); held jobs are no part of oldest_ready or aging.
+        `type_ages`: types whose oldest waiting job is wanted too (a walk of each one's ready jobs)."""
         only, only_args = "", []
         if queues:
             only, only_args = f" AND queue IN ({','.join('?' * len(queues))})", list(queues)
@@ -1426,16 +1427,19 @@ class SQLEngine:
                 else:
                     paused_types.setdefault(queue, {})[type_] = until
             scheduled, oldest_ready, aging = {}, {}, []
-            ready_by_type: dict[str, tuple[int, int | None]] = {}  # {type: (ready, oldest waiting run_at)}
+            ready_by_type: dict[str, int] = {}
             held_by: dict[tuple[str, str], tuple[int, int]] = {}  # {(queue, type): (held, oldest run_at)}
+            oldest_by_type: dict[str, int | None] = {}  # {type asked for: oldest waiting run_at}
             if any(by_state.get("pending") for by_state in counts.values()):
                 # Ready jobs by type: one walk of the ready index, which is in type order (no sort).
-                # (with the oldest of those that wait for a worker, for a check of a type's ready age)
-                first_col = ("min(run_at)" if hold.none else f"min(CASE WHEN NOT {hold.sql} THEN run_at END)")
-                for r in c.execute(f"SELECT type, count(*), {first_col} FROM jobs{self._indexed('jobs_ready_by_type')} "
-                                   f"WHERE {READY} AND run_at <= ?{only} GROUP BY type",
-                                   (*([] if hold.none else hold.params), now, *only_args)):
-                    ready_by_type[r[0]] = (int(r[1]), r[2])
+                ready_by_type = {r[0]: int(r[1]) for r in c.execute(
+                    f"SELECT type, count(*) FROM jobs{self._indexed('jobs_ready_by_type')} "
+                    f"WHERE {READY} AND run_at <= ?{only} GROUP BY type", (now, *only_args))}
+                waiting_sql, waiting_params = hold.waiting()
+                for t in type_ages or ():  # (a walk of the type's ready jobs, for a check of its ready age)
+                    oldest_by_type[t] = c.execute(
+                        f"SELECT min(run_at) FROM jobs{self._indexed('jobs_ready_by_type')} "
+                        f"WHERE type = ? AND {waiting_sql}{only}", (t, *waiting_params, *only_args)).fetchone()[0]
                 if not hold.none:  # the held ones by queue and type (that index covers all `held` reads)
                     held_sql, held_params = hold.where()
                     held_by = {(r[0], r[1]): (int(r[2]), r[3]) for r in c.execute(
@@ -1491,13 +1495,21 @@ class SQLEngine:
                 "SELECT type, status, count(*) FROM jobs WHERE status IN ('running', 'buried')" + only
                 + " GROUP BY type, status", only_args)]
             # Runs that ended in (now - 60 min, now], per minute back from now (bucket 0 = the last
-            # minute), outcome and type.
-            by_minute = c.execute(
-                f"SELECT (? - ended_at) / 60000 AS minute, outcome, type, count(*) FROM {self.RUNS_READ} "
-                "WHERE ended_at > ? AND ended_at <= ?" + only + " GROUP BY minute, outcome, type",
-                (now, now - 3_600_000, now, *only_args),
-            ).fetchall()
+            # minute), outcome and type: counted from the latest runs when those are every run of
+            # the hour (fewer than `sample`), else by the database.
             recent = self._latest_runs(c, now - 3_600_000, now, only, only_args, sample)
+            if len(recent) < sample:
+                counted: dict[tuple[int, str, str], int] = {}
+                for r in recent:
+                    key = ((now - r[3]) // 60000, r[2], r[4])
+                    counted[key] = counted.get(key, 0) + 1
+                by_minute = [(*key, n) for key, n in counted.items()]
+            else:
+                by_minute = c.execute(
+                    f"SELECT (? - ended_at) / 60000 AS minute, outcome, type, count(*) FROM {self.RUNS_READ} "
+                    "WHERE ended_at > ? AND ended_at <= ?" + only + " GROUP BY minute, outcome, type",
+                    (now, now - 3_600_000, now, *only_args),
+                ).fetchall()
             self._with_after(c, stuck + buried + aging)
         runs_by_minute: dict[tuple[int, str], int] = {}
         for minute, outcome, _type, n in by_minute:
@@ -1511,10 +1523,10 @@ class SQLEngine:
             "runs_by_minute": [(m, o, n) for (m, o), n in sorted(runs_by_minute.items())],
             "run_ms": [r[0] for r in recent if r[2] in ("completed", "failed")],
             "wait_ms": [r[1] for r in recent if r[1] is not None],
-            # per type: {type: (ready, oldest waiting run_at)}, {(queue, type): (held, oldest held
-            # run_at)}, [(type, status, n)],
+            # per type: {type: ready}, {(queue, type): (held, oldest held run_at)}, {type in
+            # type_ages: oldest waiting run_at or None}, [(type, status, n)],
             # {type: stuck}, [(minute, outcome, type, n)], [(type, run ms)]
-            "ready_by_type": ready_by_type, "held_by_type": held_by,
+            "ready_by_type": ready_by_type, "held_by_type": held_by, "oldest_by_type": oldest_by_type,
             "states_by_type": states_by_type, "stuck_by_type": stuck_by_type,
             "runs_by_type_minute": [(r[0], r[1], r[2], r[3]) for r in by_minute],
             "run_ms_by_type": [(r[4], r[0]) for r in recent if r[2] in ("completed", "failed")],

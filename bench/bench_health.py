@@ -4,6 +4,7 @@ the code of another checkout, side by side on the same database (ratios only).
     python bench/bench_health.py --base /tmp/base            # SQLite, 1,000,000 jobs, 20 types
     python bench/bench_health.py --base /tmp/base --postgres  # the same jobs on PostgreSQL too
     python bench/bench_health.py --base /tmp/base --config bench-limits.toml
+    python bench/bench_health.py --base /tmp/base --postgres --pg-schema health_bench --only postgres
 
 --base is a folder holding the `jobctl` package of the code to compare with (e.g. `git archive
 8ed1467 jobctl | tar -x -C /tmp/base`). Both sides run as whole processes through the same small
@@ -130,6 +131,8 @@ def main() -> None:
     ap.add_argument("--path", default="/tmp/health_bench/jobctl-health-bench.db")
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--postgres", action="store_true", help="also on PostgreSQL (a schema of its own, dropped after)")
+    ap.add_argument("--pg-schema", help="with --postgres: use (or, when new, fill and keep) this schema instead")
+    ap.add_argument("--only", choices=("sqlite", "postgres"), help="time one engine only")
     ap.add_argument("--config", help="a config file both sides read (limits, types)")
     ap.add_argument("--calls", type=int, default=9)
     args = ap.parse_args()
@@ -152,15 +155,21 @@ def main() -> None:
 
         import psycopg2
 
-        schema = f"bench_{uuid.uuid4().hex[:12]}"
+        name = args.pg_schema or f"bench_{uuid.uuid4().hex[:12]}"
         admin = psycopg2.connect(PG_URL)
         admin.autocommit = True
-        admin.cursor().execute(f"CREATE SCHEMA {schema}")
-        url = f"{PG_URL}{'&' if '?' in PG_URL else '?'}options=-csearch_path%3D{schema}"
-        t = time.perf_counter()
-        copy_to_postgres(path, url, launcher)
-        print(f"copied to PostgreSQL in {time.perf_counter() - t:.1f}s")
+        cur = admin.cursor()
+        cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (name,))
+        url = f"{PG_URL}{'&' if '?' in PG_URL else '?'}options=-csearch_path%3D{name}"
+        if cur.fetchone() is None:
+            cur.execute(f"CREATE SCHEMA {name}")
+            t = time.perf_counter()
+            copy_to_postgres(path, url, launcher)
+            print(f"copied to PostgreSQL in {time.perf_counter() - t:.1f}s", flush=True)
+        schema = None if args.pg_schema else name  # a named schema is kept for the next run
         dbs["postgres"] = url
+    if args.only:
+        dbs = {args.only: dbs[args.only]}
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
     env.pop("JOBCTL_CONFIG", None)
     config = ["--config", args.config] if args.config else []
@@ -182,8 +191,9 @@ def main() -> None:
                       f"ratio {n / b:.2f}  (base {min(times['base']):.0f}-{max(times['base']):.0f}, "
                       f"new {min(times['new']):.0f}-{max(times['new']):.0f})", flush=True)
     finally:
-        if schema is not None:
-            admin.cursor().execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        if args.postgres:
+            if schema is not None:
+                admin.cursor().execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
             admin.close()
 
 

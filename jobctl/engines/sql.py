@@ -622,10 +622,27 @@ class SQLEngine:
         if admission.shut_types:
             terms.append(f"type IN ({','.join('?' * len(admission.shut_types))})")
             params += sorted(admission.shut_types)
+        # The concurrency limits, as _over_key says them, arranged so that a row is tested against
+        # its own type's limit only (one CASE on the type, not a test per limit: stats evaluates this
+        # for every ready job): a job that set no group counts against its type's limit or its type's
+        # group's; one that set a group, against that group's.
+        cases, case_params, own, own_params = [], [], [], []
+        limits_ = admission.limits
         for (kind, name), room in sorted(admission.room.items()):
-            over, over_params = self._over_key(kind, name, room, admission.limits)
-            terms.append(over)
-            params += over_params
+            over, over_params = self._over_sql(room, limits_)
+            members = [name] if kind == "type" else sorted(t for t, g in limits_.type_groups.items() if g == name)
+            for member in members:
+                cases.append(f"WHEN ? THEN {over}")
+                case_params += [member, *over_params]
+            if kind == "group":
+                own.append(f"(concurrency_group = ? AND {over})")
+                own_params += [name, *over_params]
+        if cases:
+            terms.append(f"(concurrency_group IS NULL AND CASE type {' '.join(cases)} ELSE 1 = 0 END)")
+            params += case_params
+        if own:
+            terms.append(f"(concurrency_group IS NOT NULL AND ({' OR '.join(own)}))")
+            params += own_params
         return HeldBack(terms, params, now, pauses, admission)
 
     def _room_filter(self, admission) -> tuple[str, list]:

@@ -50,8 +50,10 @@ def validate_max_attempts(value) -> int:
 def prepare(settings: Settings, type: str, payload=None, *, payload_text: str | bytes | None = None, queue=None,
             priority=None, delay=None, at=None, max_attempts=None, backoff=None, timeout=None, key=None,
             unique: bool = False, after: Iterable = (), cost=None, group=None, on_buried=None, on_completed=None,
-            on_cancelled=None) -> NewJob:
-    """Validate one job's options into a NewJob: command line > [types.X] > [defaults]."""
+            on_cancelled=None, check_limit: bool = True) -> NewJob:
+    """Validate one job's options into a NewJob: command line > [types.X] > [defaults].
+    check_limit: refuse a cost over the job's concurrency limit (not for a reaction, which a
+    transition enqueues: refusing it there would refuse the transition)."""
     s = settings
     validate_name(type, "type")
     tc = s.type_config(type)
@@ -94,7 +96,7 @@ def prepare(settings: Settings, type: str, payload=None, *, payload_text: str | 
     # config of whoever claims it (limits.Limits.resolve), not frozen from the enqueuer's.
     cost_units = parse_cost(cost) if cost is not None else 0
     group = validate_name(group, "group") if group is not None else None
-    if s.types:
+    if s.types and check_limit:
         refuse_over_limit(s, type, tc, cost_units, group)
     given = {"on_buried": on_buried, "on_completed": on_completed, "on_cancelled": on_cancelled}
     reactions: dict[str, str | None] = {}

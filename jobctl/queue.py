@@ -99,7 +99,7 @@ class Queue:
         """The job a reaction of `type` enqueues, from that type's config, like any enqueue (the
         engine fills in its payload)."""
         if type not in self._reaction_jobs:
-            self._reaction_jobs[type] = self.prepare(type)
+            self._reaction_jobs[type] = self.prepare(type, check_limit=False)
         return self._reaction_jobs[type]
 
     def _reacting(self, decide):

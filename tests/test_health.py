@@ -275,3 +275,13 @@ def test_settings_without_types_never_warn_or_refuse():
 
     job = jobspec.prepare(Settings(), "t", cost=1_000)
     assert job.cost_units == 1_000
+
+
+def test_a_reaction_over_its_limit_does_not_refuse_the_transition_that_enqueues_it(make_any):
+    clock = Clock(T0)
+    q = make_any(settings(alarm=dict(concurrency_limit=1, cost_units=2), job=dict(on_buried="alarm")), clock)
+    job_id = q.enqueue("job").id
+    job = q.claim(worker="w")
+    q.fail(job.id, token=job.token, error="boom", bury=True)  # the reaction is enqueued, not refused
+    assert q.get(job_id).status == "buried"
+    assert [j.type for j in q.list_jobs(statuses=["pending"])] == ["alarm"]

@@ -195,7 +195,7 @@ def enqueue(
     from jobctl.cli.foreground import parse_wait_timeout
 
     wait_s = parse_wait_timeout(wait_timeout, "--wait-timeout")
-    reactions = {"on_buried": on_buried, "on_completed": on_completed, "on_cancelled": on_cancelled}
+    reactions: dict = {"on_buried": on_buried, "on_completed": on_completed, "on_cancelled": on_cancelled}
     if batch is not None and chain is not None:
         raise InvalidInput("give either --batch or --chain, not both")
     if batch is not None or chain is not None:

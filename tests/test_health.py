@@ -285,3 +285,19 @@ def test_a_reaction_over_its_limit_does_not_refuse_the_transition_that_enqueues_
     q.fail(job.id, token=job.token, error="boom", bury=True)  # the reaction is enqueued, not refused
     assert q.get(job_id).status == "buried"
     assert [j.type for j in q.list_jobs(statuses=["pending"])] == ["alarm"]
+
+
+def test_held_filter_selects_exactly_the_held_jobs(make_any):
+    """The one definition of held, as a filter for commands that select jobs (list --status held)."""
+    clock = Clock(T0)
+    q = make_any(settings(api=dict(rate_limit=(1, 3600.0)), other={}), clock)
+    for t in ("api", "api", "other", "other"):
+        q.enqueue(t, queue="a" if t == "api" else "b")
+    q.enqueue("other", queue="c")
+    q.claim(worker="w", types=["api"])
+    q.pause("b", type="other")
+    where, params = q.engine.held_filter(q.limits)
+    with q.engine._read() as c:
+        ids = sorted(r[0] for r in c.execute(f"SELECT id FROM jobs WHERE {where}", params))
+    assert ids == [2, 3, 4]  # the second api job (its rate is used up) and the paused type's jobs in b
+    assert q.engine.held_filter(None)[1][1:] == ["b", "other"]  # without limits: the pauses alone

@@ -645,6 +645,12 @@ class SQLEngine:
             params += own_params
         return HeldBack(terms, params, now, pauses, admission)
 
+    def held_filter(self, limits=None) -> tuple[str, list]:
+        """held_back(...).where() read in a short transaction of its own: SQL (and parameters) true
+        for a held job now, for a query that selects jobs (`list --status held`) to AND in."""
+        with self._read() as c:
+            return self.held_back(c, self.now(), limits).where()
+
     def _room_filter(self, admission) -> tuple[str, list]:
         """SQL that leaves out jobs whose concurrency key has no room for their cost."""
         sql, params = "", []

@@ -1419,8 +1419,9 @@ class SQLEngine:
         """The raw figures of `jobctl stats`, from one read transaction (one consistent snapshot).
 
         Every figure is a short index walk or the engine's count by state (_state_counts), but the
-        ready and scheduled jobs, which are counted by queue and type in one walk of the ready
-        index, so the cost does not grow with the number of finished jobs. Run times and waits are
+        ready jobs by type (one walk of the index of ready jobs) and, when a pause or a limit can
+        hold jobs, the held ones by queue and type (a second walk): the cost grows with the ready
+        jobs, never with the finished ones. Run times and waits are
         taken from the latest `sample` runs of the last hour. With `queues`, the stuck, buried and
         aging jobs and the runs are those of these queues only. `known`: every queue that ever had
         a job or a pause. `limits` (limits.Limits): the config's, which with the pauses decide

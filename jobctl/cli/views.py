@@ -6,16 +6,19 @@ from typing import List, Optional
 
 import typer
 
+from jobctl.cli import filters
 from jobctl.cli.app import app, emit_json, state
-from jobctl.completion import complete_queue, complete_sort, complete_status, complete_type
+from jobctl.completion import complete_sort
 
 
 @app.command("list")
 def list_jobs(
     ctx: typer.Context,
-    status: Optional[List[str]] = typer.Option(None, "--status", "-s", autocompletion=complete_status, help="Only jobs in this state (repeatable)."),
-    queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Only jobs of this queue."),
-    type: Optional[str] = typer.Option(None, "--type", "-t", autocompletion=complete_type, help="Only jobs of this type."),
+    queue: Optional[List[str]] = filters.QUEUE, type: Optional[List[str]] = filters.TYPE,
+    status: Optional[List[str]] = filters.STATUS, error: Optional[List[str]] = filters.ERROR,
+    payload: Optional[List[str]] = filters.PAYLOAD, worker: Optional[List[str]] = filters.WORKER,
+    key: Optional[List[str]] = filters.KEY, since: Optional[str] = filters.SINCE, before: Optional[str] = filters.BEFORE,
+    min_attempts: Optional[str] = filters.MIN_ATTEMPTS,
     stuck: bool = typer.Option(False, "--stuck", help="Only running jobs whose lease expired or that ran past their timeout."),
     held: bool = typer.Option(False, "--held", help="Only ready jobs that a rate or concurrency limit of the config holds back."),
     older_than: Optional[str] = typer.Option(None, "--older-than", metavar="DUR", help="Only jobs created longer ago than this (e.g. 1h)."),
@@ -26,15 +29,24 @@ def list_jobs(
 ):
     """List jobs, newest first (or in the --sort order).
 
-    Example: jobctl list --status pending --older-than 1h --sort oldest -q billing
+    Filters: a repeated one matches any of its values, different ones all.
+
+    \b
+    Examples:
+      jobctl list --status pending --older-than 1h --sort oldest -q billing
+      jobctl list --type send-email --status buried --error timeout --since 1h
+      jobctl list --payload tenant=b --payload user.id=42
+      jobctl list --worker w-3 --status running
     """
     st = state(ctx)
-    filters = dict(statuses=status or [], queue=queue, type=type, stuck=stuck, older_than=older_than, held=held)
+    sel = filters.selection(queue=queue, type=type, status=status, error=error, payload=payload, worker=worker,
+                            key=key, since=since, before=before, min_attempts=min_attempts)
+    options = dict(stuck=stuck, older_than=older_than, held=held, selection=sel)
     damaged: list = []  # rows that cannot be decoded: the others are still listed, these named on stderr
     with st.open_queue() as q:
-        jobs = q.list_jobs(**filters, limit=limit, sort=sort, damaged=damaged)
+        jobs = q.list_jobs(**options, limit=limit, sort=sort, damaged=damaged)
         # Never stop at the limit without a word: a script or a person would take it for all of them.
-        total = q.count_jobs(**filters) if limit and len(jobs) >= limit else len(jobs)
+        total = q.count_jobs(**options) if limit and len(jobs) >= limit else len(jobs)
         now = q.now()
     import sys
 
@@ -63,17 +75,23 @@ def list_jobs(
 @app.command()
 def show(
     ctx: typer.Context,
-    job_id: int = typer.Argument(..., metavar="ID", help="The job's id."),
+    job_id: Optional[int] = typer.Argument(None, metavar="[ID]", help="The job's id."),
+    key: Optional[str] = typer.Option(None, "--key", metavar="K", help="The job with this idempotency key, instead of an id."),
     reveal: bool = typer.Option(False, "--reveal", help="Show values of secret-looking payload keys."),
     as_json: bool = typer.Option(False, "--json", help="The job object with its \"events\"."),
 ):
     """Show one job and its event history.
 
-    Example: jobctl show 42
+    Example: jobctl show 42; jobctl show --key order-42
     """
+    from jobctl.errors import InvalidInput
+
+    if (job_id is None) == (key is None):
+        raise InvalidInput("give a job id or --key K (one of them)")
     st = state(ctx)
     with st.open_queue() as q:
-        job = q.get(job_id)
+        job = q.get(job_id) if job_id is not None else q.get_by_key(key or "")
+        job_id = job.id
         events = q.events(job_id)
         now = q.now()
         if as_json:

@@ -706,6 +706,14 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
             pass  # (a standby, or a user who may only read: the counts are read unfolded, which costs a little more)
         return super().stats_snapshot(**kwargs)
 
+    def _payload_equals(self, path: list, value: object) -> tuple[str, list]:
+        """jsonb: one parse per row, equality by value (1 = 1.0; keys in any order). A number in
+        the path is a list index (`-> 0` on an object is NULL), as on SQLite."""
+        from jobctl.selection import payload_json
+
+        steps = "".join(" -> ?::int" if isinstance(p, int) else " -> ?::text" for p in path)
+        return f"(payload::jsonb{steps}) = ?::jsonb", [*path, payload_json(value)]
+
     def purge(self, status: str, older_than_ms: int, **kwargs) -> int:
         n = super().purge(status, older_than_ms, **kwargs)
         if not kwargs.get("dry_run"):

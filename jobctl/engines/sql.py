@@ -54,6 +54,10 @@ MAX_CLAIMS_KEPT = 4096  # jobs an engine remembers as it claimed them (a worker 
 NOT_PAUSED = (" AND queue NOT IN (SELECT name FROM queues WHERE paused = 1 AND (paused_until IS NULL OR paused_until > ?))"
               " AND NOT EXISTS (SELECT 1 FROM paused_types p WHERE p.queue = jobs.queue AND p.type = jobs.type"
               " AND (p.until IS NULL OR p.until > ?))")
+# The same pauses the other way round: a ready job that one of them holds back (held_where).
+PAUSED = ("(queue IN (SELECT name FROM queues WHERE paused = 1 AND (paused_until IS NULL OR paused_until > ?))"
+          " OR EXISTS (SELECT 1 FROM paused_types p WHERE p.queue = jobs.queue AND p.type = jobs.type"
+          " AND (p.until IS NULL OR p.until > ?)))")
 
 
 def sound_jobs(rows, damaged: list | None) -> list[Job]:
@@ -1101,13 +1105,129 @@ class SQLEngine:
             if len(rows) < batch:
                 return counts
 
+    # -- selections (jobctl/selection.py): find, then act in short transactions ----------------
+
+    def held_where(self, now: int, admission=None) -> tuple[str, list]:
+        """THE definition of a held job, in SQL: ready (pending, not blocked, due) and held back by
+        a pause in force (of its queue, or of its type in its queue) or by a limit (`admission`, a
+        limits.Admission: a rate-shut type, or a concurrency key without room for its cost; None:
+        no limits). `list --status held` and every filter action use it; stats' held counts
+        should too."""
+        held, args = [PAUSED], [now, now]
+        if admission is not None:
+            if admission.shut_types:
+                held.append(f"type IN ({','.join('?' * len(admission.shut_types))})")
+                args += sorted(admission.shut_types)
+            for (kind, name), room in admission.room.items():
+                over, over_args = self._over_key(kind, name, room, admission.limits)
+                held.append(over)
+                args += over_args
+        return f"{READY} AND run_at <= ? AND (" + " OR ".join(held) + ")", [now, *args]
+
+    _held_where = held_where  # (the name selection.Dialect asks for)
+
+    def _payload_equals(self, path: list, value: object) -> tuple[str, list]:
+        """SQL true when the payload's value at `path` equals `value`: SQLite's JSON functions
+        (PostgreSQL: jsonb). A number in the path is a list index."""
+        from jobctl.selection import payload_json
+
+        where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f'."{p}"' for p in path)
+        if value is None:
+            return "json_type(payload, ?) = 'null'", [where]
+        if isinstance(value, bool):
+            return f"json_type(payload, ?) = '{'true' if value else 'false'}'", [where]
+        if isinstance(value, str):
+            return "(json_type(payload, ?) = 'text' AND json_extract(payload, ?) = ?)", [where, where, value]
+        if isinstance(value, (int, float)):
+            return "(json_type(payload, ?) IN ('integer', 'real') AND json_extract(payload, ?) = ?)", [where, where, value]
+        kind = "object" if isinstance(value, dict) else "array"
+        return (f"(json_type(payload, ?) = '{kind}' AND json_extract(payload, ?) = json(?))",
+                [where, where, payload_json(value)])
+
+    def _last_worker_where(self, workers: list[str]) -> tuple[str, list]:
+        """A job that a worker of `workers` holds now, or, held by none, whose latest run was one
+        of theirs: their runs found first, then each such job's latest run (few rows per job)."""
+        marks = ",".join("?" * len(workers))
+        return (f"(worker IN ({marks}) OR (worker IS NULL AND id IN (SELECT job_id FROM "
+                f"(SELECT job_id, worker, row_number() OVER (PARTITION BY job_id ORDER BY started_at DESC) AS n "
+                f"FROM {self.RUNS_READ} WHERE job_id IN (SELECT job_id FROM {self.RUNS_READ} WHERE worker IN ({marks}))) "
+                f"AS latest WHERE n = 1 AND worker IN ({marks}))))", [*workers, *workers, *workers])
+
+    def _selection_where(self, selection, now: int, admission=None) -> tuple[list[str], list]:
+        from jobctl.selection import where_sql
+
+        return where_sql(selection, now, self, admission)
+
+    def select_ids(self, selection, *, admission=None) -> list[int]:
+        """The ids of the jobs `selection` matches now, in id order: what an action will act on
+        (jobs that arrive later are left alone)."""
+        with self._read() as c:
+            clauses, params = self._selection_where(selection, self.now(), admission)
+            where = " WHERE " + " AND ".join(clauses) if clauses else ""
+            return [r[0] for r in c.execute(f"SELECT id FROM jobs{where} ORDER BY id", params)]
+
+    def update_selection(self, ids: list[int], selection, decide: Decide, actor: str, *, admission=None,
+                         dry_run: bool = False, batch: int = 1000, budget_ms: float = 100,
+                         on_progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, str, str | None]]:
+        """Apply decide to the jobs `ids` that `selection` still matches, in transactions of at
+        most `batch` jobs that each end once they have taken `budget_ms` (workers wait at most
+        that long for the write lock). Yields (id, outcome, detail) per job: outcome "changed"
+        (detail: the new status), "unchanged" (decide had nothing to change), "skipped" (the job
+        changed state meanwhile, or is gone: it no longer matches), "refused" (the rule refuses it
+        in its state: detail says why). A dry run writes nothing and locks nothing."""
+        import time as clock
+
+        done, total, i = 0, len(ids), 0
+        while i < total:
+            chunk = ids[i:i + batch]
+            results: list[tuple[int, str, str | None]] = []
+            with self._write(rollback=dry_run) as (c, now):
+                started = clock.monotonic()
+                clauses, params = self._selection_where(selection, now, admission)
+                extra = "".join(f" AND {x}" for x in clauses)
+                rows = {r["id"]: r for r in c.execute(
+                    f"SELECT * FROM jobs WHERE id IN ({','.join('?' * len(chunk))}){extra} ORDER BY id"
+                    + ("" if dry_run else self.ROW_LOCK), [*chunk, *params])}
+                taken = 0
+                for job_id in chunk:
+                    taken += 1
+                    row = rows.get(job_id)
+                    if row is None or row_damage(row) is not None:
+                        results.append((job_id, "skipped", None))
+                    else:
+                        job = Job.from_checked_row(row)
+                        try:
+                            change = decide(job, now)
+                        except InvalidState as e:
+                            results.append((job_id, "refused", e.message))
+                        else:
+                            if change is None:
+                                results.append((job_id, "unchanged", job.status))
+                            else:
+                                if not dry_run:
+                                    self._apply(c, job, change, now, actor, row["dep_flags"])
+                                results.append((job_id, "changed", change.to_status))
+                    if (clock.monotonic() - started) * 1000 >= budget_ms:
+                        break  # the rest of the chunk goes in the next transaction
+            i += taken
+            done += taken
+            yield from results
+            if on_progress is not None:
+                on_progress(done, total)
+
     def purge(self, status: str, older_than_ms: int, *, dry_run: bool = False, batch: int = 500,
-              on_progress: Callable[[int], None] | None = None, keep_ms: dict[str, int] | None = None) -> int:
-        """on_progress(deleted so far) is called after each batch's commit."""
+              on_progress: Callable[[int], None] | None = None, keep_ms: dict[str, int] | None = None,
+              selection=None) -> int:
+        """on_progress(deleted so far) is called after each batch's commit. selection: only the
+        jobs it matches too."""
         where = "status = ? AND finished_at < ?"
         now = self.now()
         finished_before = now - older_than_ms  # one cut-off for every batch
         params: list = [status, finished_before]
+        if selection is not None:
+            more, more_params = self._selection_where(selection, now)
+            where += "".join(f" AND {x}" for x in more)
+            params += more_params
         # A rate window still counts the starts of runs that ended in it (every run of a job
         # started before the job finished): keep those jobs, and their runs, until it has passed.
         for type, ms in sorted((keep_ms or {}).items()):
@@ -1246,21 +1366,24 @@ class SQLEngine:
 
     def list_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None, limit: int = 50,
                   stuck: bool = False, created_older_than_ms: int | None = None, sort: str = "newest",
-                  held_by=None, damaged: list | None = None) -> list[Job]:
-        """limit 0: every matching job. damaged: see sound_jobs."""
-        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms, held_by)
+                  held_by=None, damaged: list | None = None, selection=None, admission=None) -> list[Job]:
+        """limit 0: every matching job. damaged: see sound_jobs. selection (a selection.Selection,
+        with the admission its "held" needs): only the jobs it matches too."""
+        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms, held_by, selection, admission)
         sql = f"SELECT * FROM jobs{where} ORDER BY {self._LIST_ORDERS[sort]} LIMIT ?"
         with self._read() as c:
             return self._with_after(c, sound_jobs(c.execute(sql, [*args, limit or self.NO_LIMIT]), damaged))
 
     def count_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None,
-                   stuck: bool = False, created_older_than_ms: int | None = None, held_by=None) -> int:
+                   stuck: bool = False, created_older_than_ms: int | None = None, held_by=None,
+                   selection=None, admission=None) -> int:
         """How many jobs list_jobs would return without a limit."""
-        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms, held_by)
+        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms, held_by, selection, admission)
         with self._read() as c:
             return c.execute(f"SELECT count(*) FROM jobs{where}", args).fetchone()[0]
 
-    def _job_filter(self, statuses, queue, type, stuck, created_older_than_ms, held_by=None) -> tuple[str, list]:
+    def _job_filter(self, statuses, queue, type, stuck, created_older_than_ms, held_by=None, selection=None,
+                    admission=None) -> tuple[str, list]:
         clauses, args = [], []
         statuses = list(statuses)
         if statuses:
@@ -1280,18 +1403,14 @@ class SQLEngine:
         if created_older_than_ms is not None:
             clauses.append("created_at < ?")
             args.append(now - created_older_than_ms)
-        if held_by is not None:  # ready, and held back by a limit (a limits.Admission)
-            held, held_args = ["1 = 0"], []  # (a boolean on every engine: 0 is not one on PostgreSQL)
-            if held_by.shut_types:
-                held.append(f"type IN ({','.join('?' * len(held_by.shut_types))})")
-                held_args += sorted(held_by.shut_types)
-            for (kind, name), room in held_by.room.items():
-                over, over_args = self._over_key(kind, name, room, held_by.limits)
-                held.append(over)
-                held_args += over_args
-            clauses.append(f"{READY} AND run_at <= ?" + NOT_PAUSED +
-                           " AND (" + " OR ".join(held) + ")")
-            args += [now, now, now, *held_args]
+        if held_by is not None:  # ready, and held back by a pause or a limit (a limits.Admission)
+            held, held_args = self.held_where(now, held_by)
+            clauses.append(held)
+            args += held_args
+        if selection is not None:
+            more, more_args = self._selection_where(selection, now, admission)
+            clauses += more
+            args += more_args
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
 
     def dependencies(self, job_id: int) -> list[tuple[int, str | None]]:

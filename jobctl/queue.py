@@ -369,26 +369,6 @@ class Queue:
 
         return self.engine.update_dependents(root, self._reacting(decide), actor or operator_name())
 
-    CANCEL_KINDS = ("pending", "scheduled", "blocked", "buried")
-
-    def cancel_matching(self, *, queue: str, type: str | None = None, statuses: Iterable[str] = (),
-                        reason: str | None = None, dry_run: bool = False, actor: str | None = None,
-                        on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-        """Cancel every job of `queue` (and `type`) that has not started: of `statuses` (pending:
-        any pending job, scheduled, blocked, buried; default pending), in short transactions.
-        Running jobs are never touched. Returns how many by kind (ready, scheduled, blocked, buried)."""
-        validate_name(queue, "queue")
-        if type is not None:
-            validate_name(type, "type")
-        kinds = list(dict.fromkeys(statuses)) or ["pending"]
-        for k in kinds:
-            if k not in self.CANCEL_KINDS:
-                raise InvalidInput(f"invalid status {k!r} for a cancel by filter: use one of "
-                                   f"{', '.join(self.CANCEL_KINDS)} (running jobs are cancelled by id)")
-        decide = self._reacting(_decide(transitions.cancel, None, actor, reason=one_line(reason)))
-        return self.engine.update_matching(decide, actor or operator_name(), kinds=kinds, queue=queue, type=type,
-                                           dry_run=dry_run, on_progress=on_progress)
-
     def reschedule(self, job_id: int, *, now: bool = False, delay=None, at=None, actor: str | None = None) -> Job:
         """Set when a pending job may run: now, after `delay` from now, or at `at` (one of them)."""
         if sum(x is not None and x is not False for x in (now or None, delay, at)) != 1:
@@ -411,15 +391,15 @@ class Queue:
     def retry_buried(self, *, queue: str | None = None, type: str | None = None, reset_attempts: bool = False,
                      dry_run: bool = False, actor: str | None = None,
                      on_progress: Callable[[int, int], None] | None = None) -> list[Job]:
-        """on_progress(done, total) is called along the way (one transaction: all or nothing)."""
-        if queue is not None:
-            validate_name(queue, "queue")
-        if type is not None:
-            validate_name(type, "type")
-        extra = {} if on_progress is None else {"on_progress": on_progress}
-        done = self.engine.update_buried(self._reacting(_retry(reset_attempts)), actor or operator_name(),
-                                         queue=queue, type=type, dry_run=dry_run, **extra)
-        return [job for job, _ in done]
+        """Every buried job (of a queue and type) back to pending, in short transactions (act);
+        the jobs retried, as they are now (as they are, with dry_run)."""
+        from jobctl.selection import parse
+
+        sel = parse(queues=[queue] if queue else None, types=[type] if type else None, statuses=["buried"])
+        done = [job_id for job_id, outcome, _ in self.act("retry", self.matching_ids(sel), sel, dry_run=dry_run,
+                                                          actor=actor, on_progress=on_progress,
+                                                          reset_attempts=reset_attempts) if outcome == "changed"]
+        return self.get_many(done)
 
     def bury(self, job_id: int, *, reason: str | None = None, actor: str | None = None) -> Job:
         """Park a job that has not started as buried (transitions.bury)."""

@@ -104,14 +104,16 @@ def _word(action: str, outcome: str, detail) -> str:
 
 
 def report(action: str, matched: int, counts: dict[str, int], dry_run: bool) -> str:
-    """`retried 1,234 of 1,237 matching jobs; skipped 3 (changed meanwhile)`."""
-    if not matched:
-        return f"{action}: no job matches; nothing changed"
+    """`retried 1,234 jobs; skipped 3 (changed meanwhile)`, `would cancel 2 jobs; --dry-run: nothing changed`."""
     why = {"skipped": "changed meanwhile", "refused": "not allowed in their state", "unchanged": "nothing to change"}
-    parts = [f"{'would be ' if dry_run else ''}{word} {n:,}" + (f" ({why[word]})" if word in why else "")
-             for word, n in counts.items()]
-    return (f"{action}: {matched:,} matching job{'s' if matched != 1 else ''}: " + ", ".join(parts)
-            + ("; --dry-run: nothing changed" if dry_run else ""))
+    done = sum(n for word, n in counts.items() if word not in why)
+    line = f"{'would ' + action if dry_run else DONE[action]} {done:,} job{'' if done == 1 else 's'}"
+    if counts.get("cancel_requested"):
+        line += f" ({counts['cancel_requested']:,} running: cancellation requested)"
+    line += "".join(f"; {word} {counts[word]:,} ({reason})" for word, reason in why.items() if counts.get(word))
+    if not matched:
+        line += "; no job matches"
+    return line + ("; --dry-run: nothing changed" if dry_run else "")
 
 
 def ids_or_filter(job_ids, sel, command: str) -> None:

@@ -392,26 +392,10 @@ class Engine(Protocol):
         silent_for_ms, that was claimed or heartbeated longer ago), one transaction; apply what it
         returns. Concurrent sweeps act on each job exactly once."""
 
-    def update_buried(self, decide: Decide, actor: str, *, queue: str | None = None,
-                      type: str | None = None, dry_run: bool = False,
-                      on_progress: Callable[[int, int], None] | None = None) -> list[tuple[Job, Change]]:
-        """Apply decide to every buried job (optionally of one queue and type), one transaction;
-        on_progress(done, total) as it goes."""
-
     def update_dependents(self, job_id: int, decide: Decide, actor: str) -> list[Job]:
         """Apply decide to the job, then to every job that waits on it (`after`), directly or
         through others, oldest first, in ONE transaction; return the job and each dependent that
         changed. Raises NoSuchJob; if any decide refuses, nothing changes."""
-
-    def update_matching(self, decide: Decide, actor: str, *, kinds: list[str], queue: str | None = None,
-                        type: str | None = None, dry_run: bool = False, batch: int = 500,
-                        on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-        """Apply decide to every job of `kinds` ("pending": any pending job; "ready", "scheduled":
-        pending with run_at in the future, "blocked": pending and waiting on `after` jobs; "buried")
-        of a queue and type, in short transactions of `batch` jobs each, so workers are never held
-        up long; jobs enqueued meanwhile are left alone. Returns how many changed (would change,
-        with dry_run) by kind: {"ready", "scheduled", "blocked", "buried": n}.
-        on_progress(done, total) after each batch."""
 
     def select_ids(self, selection, *, admission=None) -> list[int]:
         """The ids of the jobs a selection.Selection matches now (one read), in id order. admission

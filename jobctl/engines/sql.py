@@ -1018,13 +1018,6 @@ class SQLEngine:
 
         return self._update_selected(select, decide, actor, dry_run)
 
-    def update_buried(self, decide: Decide, actor: str, *, queue: str | None = None,
-                      type: str | None = None, dry_run: bool = False,
-                      on_progress: Callable[[int, int], None] | None = None) -> list[tuple[Job, Change]]:
-        narrow, params = _queue_and_type(queue, type)
-        sql = "SELECT * FROM jobs WHERE status = 'buried'" + narrow
-        return self._update_selected(lambda now: (sql + " ORDER BY id", params), decide, actor, dry_run, on_progress)
-
     def update_dependents(self, job_id: int, decide: Decide, actor: str) -> list[Job]:
         """decide on the job, then on every job that waits on it, directly or not (oldest first),
         in one transaction: the job, then each dependent that changed."""
@@ -1051,59 +1044,6 @@ class SQLEngine:
                         done.append(self._apply(c, job, change, now, actor, row["dep_flags"]))
                 if not self.ROW_LOCK:  # one writer at a time: nothing was added meanwhile
                     return done
-
-    MATCH_KINDS = {  # update_matching's kinds of job not yet started; every parameter is "now"
-        "pending": "status = 'pending'",
-        "ready": f"{READY} AND run_at <= ?",
-        "scheduled": f"{READY} AND run_at > ?",
-        "blocked": "status = 'pending' AND waiting_on > 0",
-        "buried": "status = 'buried'",
-    }
-    _KIND_OF = ("CASE WHEN status = 'buried' THEN 'buried' WHEN waiting_on > 0 THEN 'blocked' "
-                "WHEN run_at > ? THEN 'scheduled' ELSE 'ready' END")  # its parameter: "now"
-
-    def update_matching(self, decide: Decide, actor: str, *, kinds: list[str], queue: str | None = None,
-                        type: str | None = None, dry_run: bool = False, batch: int = 500,
-                        on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-        """Apply decide to every job of the given kinds (MATCH_KINDS: pending, ready, scheduled,
-        blocked, buried) of a queue and type, in short transactions of `batch` jobs; jobs that
-        arrive meanwhile are left alone. Returns how many changed (would, with dry_run) by kind:
-        ready, scheduled, blocked, buried. on_progress(done, total) after each batch."""
-        matched = self.now()  # one "now" decides what is scheduled, for every batch
-        where = "(" + " OR ".join(self.MATCH_KINDS[k] for k in kinds) + ")"
-        narrow, narrow_params = _queue_and_type(queue, type)
-        params: list = [matched] * where.count("?") + narrow_params
-        where += narrow
-        counts = {"ready": 0, "scheduled": 0, "blocked": 0, "buried": 0}
-        with self._read() as c:
-            last = c.execute("SELECT COALESCE(MAX(id), 0) FROM jobs").fetchone()[0]
-            total = 0
-            for r in c.execute(f"SELECT {self._KIND_OF} AS kind, count(*) FROM jobs WHERE {where} AND id <= ? "
-                               "GROUP BY 1", [matched, *params, last]):
-                total += r[1]
-                if dry_run:
-                    counts[r[0]] = r[1]
-        if dry_run:
-            return counts
-        after, done = 0, 0
-        while True:
-            with self._write() as (c, now):
-                rows = c.execute(f"SELECT *, {self._KIND_OF} AS kind FROM jobs WHERE {where} AND id > ? "
-                                 f"AND id <= ? ORDER BY id LIMIT ?{self.ROW_LOCK}",
-                                 [matched, *params, after, last, batch]).fetchall()
-                for row in rows:
-                    job = Job.from_row(row)
-                    change = decide(job, now)
-                    if change is not None:
-                        self._apply(c, job, change, now, actor, row["dep_flags"])
-                        counts[row["kind"]] += 1
-            done += len(rows)
-            if rows:
-                after = rows[-1]["id"]
-                if on_progress is not None:
-                    on_progress(done, max(total, done))
-            if len(rows) < batch:
-                return counts
 
     # -- selections (jobctl/selection.py): find, then act in short transactions ----------------
 

@@ -566,9 +566,11 @@ class Queue:
                                      limit=limit, sort=sort, damaged=damaged)
 
     def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
-                   stuck: bool = False, older_than=None, held: bool = False, selection=None) -> int:
-        """How many jobs list_jobs would return without a limit."""
-        return self.engine.count_jobs(**self._list_filters(statuses, queue, type, stuck, older_than, held, selection))
+                   stuck: bool = False, older_than=None, held: bool = False, selection=None,
+                   at_most: int | None = None) -> int:
+        """How many jobs list_jobs would return without a limit (at_most: stop counting past it)."""
+        return self.engine.count_jobs(**self._list_filters(statuses, queue, type, stuck, older_than, held, selection),
+                                      at_most=at_most)
 
     def _list_filters(self, statuses, queue, type, stuck, older_than, held=False, selection=None) -> dict:
         """held: only ready jobs that a limit of the config holds back (none without limits)."""

@@ -11,6 +11,9 @@ from jobctl.cli.app import app, emit_json, state
 from jobctl.completion import complete_sort
 
 
+COUNT_AT_MOST = 10_000  # `list` counts the jobs past its page up to this many ("of more than 10,000")
+
+
 @app.command("list")
 def list_jobs(
     ctx: typer.Context,
@@ -46,7 +49,8 @@ def list_jobs(
     with st.open_queue() as q:
         jobs = q.list_jobs(**options, limit=limit, sort=sort, damaged=damaged)
         # Never stop at the limit without a word: a script or a person would take it for all of them.
-        total = q.count_jobs(**options) if limit and len(jobs) >= limit else len(jobs)
+        # Counted up to a bound, so that the first page stays quick over millions of jobs.
+        total = q.count_jobs(**options, at_most=COUNT_AT_MOST) if limit and len(jobs) >= limit else len(jobs)
         now = q.now()
     import sys
 
@@ -55,7 +59,9 @@ def list_jobs(
     for e in damaged:
         sys.stderr.write(f"jobctl: warning: job {e.job_id} is damaged and left out: {safe(e.reason)}; "
                          "`jobctl doctor` says more\n")
-    if total > len(jobs) + len(damaged):
+    if total > COUNT_AT_MOST:
+        sys.stderr.write(f"showing {len(jobs):,} of more than {COUNT_AT_MOST:,}; --limit 0 for all\n")
+    elif total > len(jobs) + len(damaged):
         sys.stderr.write(f"showing {len(jobs):,} of {total:,}; --limit 0 for all\n")
     if as_json:
         for job in jobs:

@@ -452,8 +452,9 @@ class Engine(Protocol):
         is left out and its DamagedJob appended to the list."""
     def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                    stuck: bool = False, created_older_than_ms: int | None = None, held_by=None,
-                   selection=None, admission=None) -> int:
-        """How many jobs list_jobs would return without a limit."""
+                   selection=None, admission=None, at_most: int | None = None) -> int:
+        """How many jobs list_jobs would return without a limit; with at_most, counting stops past
+        it (at most at_most + 1 comes back: "more than at_most")."""
     def paused_queues(self) -> set[str]:
         """Queues whose whole-queue pause has not ended."""
     def pauses(self) -> list[tuple[str, str | None, int | None]]:

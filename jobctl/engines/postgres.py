@@ -711,8 +711,15 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         the path is a list index (`-> 0` on an object is NULL), as on SQLite."""
         from jobctl.selection import payload_json
 
+        from jobctl.engines.sql import payload_hint
+
         steps = "".join(" -> ?::int" if isinstance(p, int) else " -> ?::text" for p in path)
-        return f"(payload::jsonb{steps}) = ?::jsonb", [*path, payload_json(value)]
+        sql, params = f"(payload::jsonb{steps}) = ?::jsonb", [*path, payload_json(value)]
+        hint = payload_hint(value)
+        if hint is None:
+            return sql, params
+        # (as on SQLite: a substring test first, and only the rows that pass are parsed)
+        return f"(strpos(payload, ?) > 0 AND {sql})", [hint, *params]
 
     def purge(self, status: str, older_than_ms: int, **kwargs) -> int:
         n = super().purge(status, older_than_ms, **kwargs)

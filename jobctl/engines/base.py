@@ -402,7 +402,7 @@ class Engine(Protocol):
         (a limits.Admission): what its --status held counts as held by a limit (None: pauses only)."""
 
     def update_selection(self, ids: list[int], selection, decide: Decide, actor: str, *, admission=None,
-                         dry_run: bool = False, batch: int = 1000, budget_ms: float = 100,
+                         dry_run: bool = False, batch: int = 1000, budget_ms: float = 75,
                          on_progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, str, str | None]]:
         """Apply decide to each of `ids` that the selection still matches, in transactions of at
         most `batch` jobs and about `budget_ms` each (workers keep running); yields (id, outcome,

@@ -567,10 +567,11 @@ class Queue:
 
     def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                    stuck: bool = False, older_than=None, held: bool = False, selection=None,
-                   at_most: int | None = None) -> int:
-        """How many jobs list_jobs would return without a limit (at_most: stop counting past it)."""
+                   at_most: int | None = None, within_s: float | None = None) -> int | None:
+        """How many jobs list_jobs would return without a limit (at_most: stop counting past it;
+        within_s: None when counting would take longer, where the engine can tell)."""
         return self.engine.count_jobs(**self._list_filters(statuses, queue, type, stuck, older_than, held, selection),
-                                      at_most=at_most)
+                                      at_most=at_most, within_s=within_s)
 
     def _list_filters(self, statuses, queue, type, stuck, older_than, held=False, selection=None) -> dict:
         """held: only ready jobs that a limit of the config holds back (none without limits)."""

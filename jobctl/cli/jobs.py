@@ -393,7 +393,7 @@ def _acts_on(action: str) -> tuple:
 @app.command()
 def reschedule(
     ctx: typer.Context,
-    job_ids: Optional[List[int]] = typer.Argument(None, metavar="[ID...]", help="One or more pending job ids (or a filter)."),
+    job_ids: Optional[List[int]] = typer.Argument(None, metavar="ID...", help="One or more pending job ids (or a filter)."),
     now: bool = typer.Option(False, "--now", help="Ready at once."),
     delay: Optional[str] = typer.Option(None, "--in", metavar="DUR", help="Ready this long from now (90s, 5m, 2h)."),
     at: Optional[str] = typer.Option(None, "--at", metavar="TIME", help="Ready at this time (ISO 8601)."),
@@ -431,7 +431,7 @@ def reschedule(
 @app.command()
 def retry(
     ctx: typer.Context,
-    job_ids: Optional[List[int]] = typer.Argument(None, metavar="[ID...]", help="One or more job ids (or a filter)."),
+    job_ids: Optional[List[int]] = typer.Argument(None, metavar="ID...", help="One or more job ids (or a filter)."),
     reset_attempts: bool = typer.Option(False, "--reset-attempts", help="Start counting runs from zero again."),
     queue: Optional[List[str]] = filters.QUEUE, type: Optional[List[str]] = filters.TYPE,
     status: Optional[List[str]] = filters.STATUS, error: Optional[List[str]] = filters.ERROR,
@@ -446,11 +446,7 @@ def retry(
     With a filter instead of ids: every matching buried job, in short transactions, asking first
     on a terminal when more than one matches (--yes does not ask); print how many.
 
-    \b
-    Examples:
-      jobctl retry 42 --reset-attempts
-      jobctl retry --type send-email --error timeout --since 1h
-      jobctl retry --payload tenant=b --dry-run
+    Example: jobctl retry --type send-email --error timeout --since 1h --dry-run
     """
     sel = filters.selection(queue=queue, type=type, status=status, error=error, payload=payload, worker=worker,
                             key=key, since=since, before=before, min_attempts=min_attempts,
@@ -466,7 +462,7 @@ def retry(
 @app.command()
 def bury(
     ctx: typer.Context,
-    job_ids: Optional[List[int]] = typer.Argument(None, metavar="[ID...]", help="One or more job ids (or a filter)."),
+    job_ids: Optional[List[int]] = typer.Argument(None, metavar="ID...", help="One or more job ids (or a filter)."),
     reason: Optional[str] = typer.Option(None, "--reason", metavar="R", help="Why, kept in the job's history."),
     queue: Optional[List[str]] = filters.QUEUE, type: Optional[List[str]] = filters.TYPE,
     status: Optional[List[str]] = filters.STATUS, error: Optional[List[str]] = filters.ERROR,
@@ -476,13 +472,13 @@ def bury(
     yes: bool = filters.YES, dry_run: bool = filters.DRY_RUN,
     as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line); with a filter one {\"id\", \"action\"} per job."),
 ):
-    """Park jobs that have not started (pending, scheduled, blocked) as buried: they stop, and
-    `jobctl retry` brings them back. A running job is refused (exit 4): cancel it instead.
+    """Park jobs that have not started as buried; `jobctl retry` brings them back.
 
-    \b
-    Examples:
-      jobctl bury 42 --reason "bad address, ask the customer"
-      jobctl bury --type import --payload tenant=b --reason "tenant b migrating"
+    Pending, scheduled and blocked jobs stop where they are, for a person. A running job is
+    refused (exit 4): cancel it instead. With a filter instead of ids: every matching job not
+    yet started, in short transactions, asking first on a terminal.
+
+    Example: jobctl bury --type import --payload tenant=b --reason "tenant b is migrating"
     """
     sel = filters.selection(queue=queue, type=type, status=status, error=error, payload=payload, worker=worker,
                             key=key, since=since, before=before, min_attempts=min_attempts,
@@ -508,9 +504,11 @@ def edit(
     backoff: Optional[str] = typer.Option(None, "--backoff", autocompletion=complete_backoff, help="exponential, linear, fixed, or seconds like 10,30,60."),
     as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
 ):
-    """Change a job that is not running (pending, scheduled, blocked or buried): its payload,
-    queue, priority, max attempts, timeout or backoff. Its history records the change; its
-    idempotency key stays. A running job is refused (exit 4).
+    """Change a job that is not running: its payload, queue, priority, attempts, timeout, backoff.
+
+    Pending, scheduled, blocked and buried jobs can be edited; a running one is refused (exit 4).
+    Its history records what changed (payloads masked in human views, as everywhere); its
+    idempotency key stays.
 
     Example: jobctl edit 42 --payload '{"to": "ops@example.com"}' --priority high
     """

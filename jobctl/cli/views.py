@@ -12,6 +12,7 @@ from jobctl.completion import complete_sort
 
 
 COUNT_AT_MOST = 10_000  # `list` counts the jobs past its page up to this many ("of more than 10,000")
+COUNT_WITHIN_S = 0.25  # ... and for at most this long (the first page comes first)
 
 
 @app.command("list")
@@ -32,14 +33,13 @@ def list_jobs(
 ):
     """List jobs, newest first (or in the --sort order).
 
-    Filters: a repeated one matches any of its values, different ones all.
+    A repeated filter matches any of its values (--status buried --status cancelled), different
+    filters all of them. --payload PATH=VALUE compares the payload's value at a dotted path (a
+    number is a list index); --since and --before take a time or a duration meaning that long ago,
+    and compare the job's last change. The same filters select jobs for retry, cancel, reschedule,
+    bury, purge and retry-buried.
 
-    \b
-    Examples:
-      jobctl list --status pending --older-than 1h --sort oldest -q billing
-      jobctl list --type send-email --status buried --error timeout --since 1h
-      jobctl list --payload tenant=b --payload user.id=42
-      jobctl list --worker w-3 --status running
+    Example: jobctl list --type send-email --status buried --error timeout --since 1h
     """
     st = state(ctx)
     sel = filters.selection(queue=queue, type=type, status=status, error=error, payload=payload, worker=worker,
@@ -50,7 +50,8 @@ def list_jobs(
         jobs = q.list_jobs(**options, limit=limit, sort=sort, damaged=damaged)
         # Never stop at the limit without a word: a script or a person would take it for all of them.
         # Counted up to a bound, so that the first page stays quick over millions of jobs.
-        total = q.count_jobs(**options, at_most=COUNT_AT_MOST) if limit and len(jobs) >= limit else len(jobs)
+        total = (q.count_jobs(**options, at_most=COUNT_AT_MOST, within_s=COUNT_WITHIN_S) if limit and len(jobs) >= limit
+                 else len(jobs))
         now = q.now()
     import sys
 
@@ -59,7 +60,9 @@ def list_jobs(
     for e in damaged:
         sys.stderr.write(f"jobctl: warning: job {e.job_id} is damaged and left out: {safe(e.reason)}; "
                          "`jobctl doctor` says more\n")
-    if total > COUNT_AT_MOST:
+    if total is None:
+        sys.stderr.write(f"showing {len(jobs):,}; more match (counting them takes long); --limit 0 for all\n")
+    elif total > COUNT_AT_MOST:
         sys.stderr.write(f"showing {len(jobs):,} of more than {COUNT_AT_MOST:,}; --limit 0 for all\n")
     elif total > len(jobs) + len(damaged):
         sys.stderr.write(f"showing {len(jobs):,} of {total:,}; --limit 0 for all\n")
@@ -81,7 +84,7 @@ def list_jobs(
 @app.command()
 def show(
     ctx: typer.Context,
-    job_id: Optional[int] = typer.Argument(None, metavar="[ID]", help="The job's id."),
+    job_id: Optional[int] = typer.Argument(None, metavar="ID", help="The job's id (or --key K)."),
     key: Optional[str] = typer.Option(None, "--key", metavar="K", help="The job with this idempotency key, instead of an id."),
     reveal: bool = typer.Option(False, "--reveal", help="Show values of secret-looking payload keys."),
     as_json: bool = typer.Option(False, "--json", help="The job object with its \"events\"."),

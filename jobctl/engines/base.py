@@ -452,9 +452,11 @@ class Engine(Protocol):
         is left out and its DamagedJob appended to the list."""
     def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                    stuck: bool = False, created_older_than_ms: int | None = None, held_by=None,
-                   selection=None, admission=None, at_most: int | None = None) -> int:
+                   selection=None, admission=None, at_most: int | None = None,
+                   within_s: float | None = None) -> int | None:
         """How many jobs list_jobs would return without a limit; with at_most, counting stops past
-        it (at most at_most + 1 comes back: "more than at_most")."""
+        it (at most at_most + 1 comes back: "more than at_most"); with within_s, an engine that can
+        stop a statement cheaply gives up after that long and returns None."""
     def paused_queues(self) -> set[str]:
         """Queues whose whole-queue pause has not ended."""
     def pauses(self) -> list[tuple[str, str | None, int | None]]:

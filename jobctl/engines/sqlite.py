@@ -615,6 +615,21 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
                  "SELECT job_id, queue, type, worker, ready_at, started_at, at, outcome FROM history_log "
                  "WHERE outcome IS NOT NULL) AS runs")
 
+    def _count_within(self, c, sql: str, args: list, within_s: float) -> int | None:
+        """The count, stopped by SQLite's progress handler once within_s has passed: None."""
+        import time
+
+        deadline = time.monotonic() + within_s
+        self.conn.set_progress_handler(lambda: time.monotonic() > deadline, 20_000)
+        try:
+            return c.execute(sql, args).fetchone()[0]
+        except sqlite3.OperationalError as e:
+            if getattr(e, "sqlite_errorname", "") == "SQLITE_INTERRUPT":
+                return None
+            raise
+        finally:
+            self.conn.set_progress_handler(None, 0)
+
     def _lock_unique(self, c, unique_key: str) -> None:
         pass  # BEGIN IMMEDIATE already makes every enqueue take its turn
 

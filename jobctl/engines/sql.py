@@ -967,6 +967,47 @@ class SQLEngine:
         assert row is not None
         return Job.from_row(row)
 
+    def _apply_many(self, c, items: list[tuple[Job, Change, int]], now: int, actor: str) -> None:
+        """Inside a write transaction: _apply for each (job, change, dep_flags), where the changes
+        that need nothing but their columns and their event (no reaction, run, output, dependents
+        or freed units) are written one UPDATE per group of identical changes: an action on many
+        jobs pays per job for its rows and indexes only, not for a statement each."""
+        groups: dict[tuple, list[Job]] = {}
+        for job, change, dep_flags in items:
+            reacting = change.to_status != job.status and change.to_status in REACTING
+            simple = (change.reaction is None and change.log is None and not change.frees and change.run is None
+                      and change.to_status != "completed" and "lease_expires_at" not in change.fields
+                      and not (reacting and job.reaction_type(change.to_status) is not None)
+                      and all(k in JOB_COLUMNS and (v is None or type(v) is int or type(v) is str)
+                              for k, v in change.fields.items()))
+            if not simple:
+                self._apply(c, job, change, now, actor, dep_flags)
+                continue
+            key = (job.status, change.to_status, tuple(change.fields.items()), change.message, change.actor,
+                   details_text(change.details))
+            groups.setdefault(key, []).append(job)
+        for (from_status, to_status, field_items, message, change_actor, details), jobs in groups.items():
+            fields = dict(field_items)
+            fields["status"] = to_status
+            fields["updated_at"] = now
+            if to_status in FINISHED and from_status not in FINISHED:
+                fields.setdefault("finished_at", now)
+            elif to_status not in FINISHED:
+                fields.setdefault("finished_at", None)
+            assignments = ", ".join(f"{k} = ?" for k in fields)
+            for start in range(0, len(jobs), 500):
+                part = jobs[start:start + 500]
+                changed = c.execute(f"UPDATE jobs SET {assignments} WHERE id IN ({','.join('?' * len(part))}) "
+                                    "AND status = ?", [*fields.values(), *(j.id for j in part), from_status]).rowcount
+                if changed not in (len(part), -1):  # cannot happen under the lock: refuse rather than guess
+                    raise InvalidState(f"jobs {part[0].id}..{part[-1].id} changed while they were being updated; retry")
+            if to_status == "pending" and any(fields.get("run_at", j.run_at) <= now and not j.waiting_on for j in jobs):
+                self._jobs_may_be_ready(c)
+            if message is not None or to_status != from_status:
+                for j in jobs:
+                    self._event(c, j.id, now, from_status, to_status, change_actor or actor, message,
+                                json.loads(details) if details else None)
+
     @staticmethod
     def _store_output(c, job: Job, change: Change, now: int) -> None:
         """Inside the change's transaction: the run's output so far (the run is the job's claim)."""
@@ -1154,11 +1195,14 @@ class SQLEngine:
         from jobctl.errors import DatabaseBusy
 
         done, total, i = 0, len(ids), 0
+        write_ms = [0.2]  # a guess, on the dear side, until the first transaction measures it
+        size = batch
         while i < total:
-            chunk = ids[i:i + batch]
+            chunk = ids[i:i + size]
             for attempt in range(10):
                 try:
-                    taken, results = self._update_chunk(chunk, selection, decide, actor, admission, dry_run, budget_ms)
+                    taken, results = self._update_chunk(chunk, selection, decide, actor, admission, dry_run, budget_ms,
+                                                        write_ms)
                     break
                 except DatabaseBusy:  # (nothing of the chunk was kept: take turns, then do it again)
                     if attempt == 9:
@@ -1166,6 +1210,7 @@ class SQLEngine:
                     clock.sleep(random.uniform(0.01, 0.05))
             i += taken
             done += taken
+            size = min(batch, taken + taken // 4 + 10)  # read about what the budget lets one transaction take
             if i < total and not dry_run and self.TURN_S:
                 clock.sleep(self.TURN_S)  # the workers' turn (see TURN_S)
             yield from results
@@ -1173,8 +1218,9 @@ class SQLEngine:
                 on_progress(done, total)
 
     def _update_chunk(self, chunk: list[int], selection, decide: Decide, actor: str, admission, dry_run: bool,
-                      budget_ms: float) -> tuple[int, list[tuple[int, str, str | None]]]:
-        """One transaction of update_selection: (how many of `chunk` it took, their outcomes)."""
+                      budget_ms: float, write_ms: list[float]) -> tuple[int, list[tuple[int, str, str | None]]]:
+        """One transaction of update_selection: (how many of `chunk` it took, their outcomes).
+        write_ms[0]: what writing one job's change costs, in ms (measured here, for the next)."""
         import time as clock
 
         results: list[tuple[int, str, str | None]] = []
@@ -1188,6 +1234,7 @@ class SQLEngine:
                 f"SELECT * FROM jobs WHERE id IN ({','.join('?' * len(chunk))}){extra} ORDER BY id"
                 + ("" if dry_run else self.ROW_LOCK), [*chunk, *params])}
             taken = 0
+            decided: list[tuple[Job, Change, int]] = []
             for job_id in chunk:
                 taken += 1
                 row = rows.get(job_id)
@@ -1203,11 +1250,16 @@ class SQLEngine:
                         if change is None:
                             results.append((job_id, "unchanged", job.status))
                         else:
-                            if not dry_run:
-                                self._apply(c, job, change, now, actor, row["dep_flags"])
+                            decided.append((job, change, row["dep_flags"]))
                             results.append((job_id, "changed", change.to_status))
-                if (clock.monotonic() - started) * 1000 >= budget_ms:
+                # The budget is for deciding and writing: the writing comes after, at the cost per
+                # job the last transaction measured.
+                if (clock.monotonic() - started) * 1000 + len(decided) * write_ms[0] * (not dry_run) >= budget_ms:
                     break  # the rest of the chunk goes in the next transaction
+            if decided and not dry_run:
+                writing = clock.monotonic()
+                self._apply_many(c, decided, now, actor)
+                write_ms[0] = (clock.monotonic() - writing) * 1000 / len(decided)
         return taken, results
 
     def purge(self, status: str, older_than_ms: int, *, dry_run: bool = False, batch: int = 500,

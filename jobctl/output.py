@@ -150,18 +150,18 @@ PAYLOAD_WANT = 40  # on a narrow screen, minor columns leave until the payload o
 
 def when_text(job: Job, now: int) -> str:
     """What a state needs to be told by time: a pending job when it may run (`in 5m`, `ready 3s
-    ago`), a running one how long it has run (`for 2m10s`), a finished one when it finished."""
+    ago`), a running one how long it has run (`for 2m10s`); a finished one "-" (UPDATED says when)."""
     if job.status == "pending":
         return "waits" if job.waiting_on else ("in " + format_duration((job.run_at - now) / 1000)
                                                if job.run_at > now else f"ready {ago(job.run_at, now)}")
     if job.status in ("running", "cancel_requested"):
         return f"for {format_duration(max(now - job.claimed_at, 0) / 1000)}" if job.claimed_at else "-"
-    return ago(job.finished_at, now) if job.finished_at else "-"
+    return "-"
 
 
 def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width: int | None = None) -> Table:
     """The `list` table, with what each state needs: WHEN (a pending job's start, how long a
-    running one has run, when a finished one finished), WORKER (of running jobs; the column only
+    running one has run), WORKER (of running jobs; the column only
     when one is listed), and in the last column a running job's progress (else its payload), a
     buried or retried job's error. The columns before the last keep their whole text (a status
     cut to "pend…" would mislead, and break a grep); with a `width`, the last column is cut to what

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import json
 import sqlite3
 import stat
 import time
@@ -580,6 +581,11 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         params: tuple = (job_id, now, from_status, to_status, actor, message)
         self._ahead(c, c.execute(_EVENT_AHEAD_SQL[details is None],
                                  params if details is None else (*params, details_text(details))))
+
+    def _events(self, c, rows: list[tuple]) -> None:
+        for job_id, at, from_status, to_status, actor, message, details in rows:  # (written ahead, as every event)
+            self._event(c, job_id, at, from_status, to_status, actor, message,
+                        json.loads(details) if details else None)
 
     def _run_ended(self, c, job, now: int, outcome: str) -> None:
         self._ahead(c, c.execute(

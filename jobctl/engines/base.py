@@ -402,10 +402,10 @@ class Engine(Protocol):
         (a limits.Admission): what its --status held counts as held by a limit (None: pauses only)."""
 
     def update_selection(self, ids: list[int], selection, decide: Decide, actor: str, *, admission=None,
-                         dry_run: bool = False, batch: int = 1000, budget_ms: float = 75,
+                         dry_run: bool = False, batch: int = 1000, budget_ms: float | None = None,
                          on_progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, str, str | None]]:
         """Apply decide to each of `ids` that the selection still matches, in transactions of at
-        most `batch` jobs and about `budget_ms` each (workers keep running); yields (id, outcome,
+        most `batch` jobs and about `budget_ms` each (None: the engine's own), so workers keep running; yields (id, outcome,
         detail): "changed" (the new status), "unchanged", "skipped" (it changed meanwhile, or is
         gone), "refused" (the rule's reason). on_progress(done, total) after each transaction."""
 

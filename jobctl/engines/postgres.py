@@ -101,6 +101,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
     SKIP_LOCKED = pg_onestatement.SKIP_LOCKED
     ROW_LOCK = " FOR UPDATE"
     TURN_S = 0.0  # (workers wait for no lock of a long action: see SQLEngine.TURN_S)
+    ACTION_BUDGET_MS = 100.0
     PARENTS_LOCK = " FOR NO KEY UPDATE"  # (they are updated: dep_flags)
     ID_AMONG = "id = ANY(ARRAY({}))"
     STORES_NUL = False  # text cannot hold NUL: a payload or result with one is refused (_refuse_nul)

@@ -395,7 +395,7 @@ class Queue:
         the jobs retried, as they are now (as they are, with dry_run)."""
         from jobctl.selection import parse
 
-        sel = parse(queues=[queue] if queue else None, types=[type] if type else None, statuses=["buried"])
+        sel = parse(queues=None if queue is None else [queue], types=None if type is None else [type], statuses=["buried"])
         done = [job_id for job_id, outcome, _ in self.act("retry", self.matching_ids(sel), sel, dry_run=dry_run,
                                                           actor=actor, on_progress=on_progress,
                                                           reset_attempts=reset_attempts) if outcome == "changed"]

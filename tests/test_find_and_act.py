@@ -213,3 +213,21 @@ def test_acting_on_a_filter_while_workers_claim_the_same_jobs(any_db, tmp_path):
             w.terminate()
         for w in workers:
             finish(w)
+
+
+def test_list_counts_past_its_page_within_bounds(tmp_path):
+    db = tmp_path / "q" / "jobs.db"
+    with Queue.open(db, create=True) as q:
+        q.insert([q.prepare("t", {"tenant": "b", "n": i}) for i in range(5000)])
+        sel = parse_selection(payload=["tenant=b"])
+        assert q.count_jobs(selection=sel) == 5000
+        assert q.count_jobs(selection=sel, at_most=100) == 101  # "more than 100"
+        assert q.count_jobs(selection=sel, within_s=0) is None  # SQLite stops a count that takes too long
+    r = run_inproc("list", "--payload", "tenant=b", "--limit", "10", db=db)
+    assert r.exit_code == 0 and r.stderr == "showing 10 of 5,000; --limit 0 for all\n", r.output
+
+
+def parse_selection(**options):
+    from jobctl.selection import parse
+
+    return parse(**options)

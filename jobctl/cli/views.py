@@ -24,7 +24,7 @@ def list_jobs(
     key: Optional[List[str]] = filters.KEY, since: Optional[str] = filters.SINCE, before: Optional[str] = filters.BEFORE,
     min_attempts: Optional[str] = filters.MIN_ATTEMPTS,
     stuck: bool = typer.Option(False, "--stuck", help="Only running jobs whose lease expired or that ran past their timeout."),
-    held: bool = typer.Option(False, "--held", help="Only ready jobs that a rate or concurrency limit of the config holds back."),
+    held: bool = typer.Option(False, "--held", help="Only ready jobs held back by a paused queue or type, or by a rate or concurrency limit of the config (as --status held)."),
     older_than: Optional[str] = typer.Option(None, "--older-than", metavar="DUR", help="Only jobs created longer ago than this (e.g. 1h)."),
     sort: str = typer.Option("newest", "--sort", metavar="ORDER", autocompletion=complete_sort, help="newest (default), oldest, priority (claim order), run-at, updated."),
     limit: int = typer.Option(50, "--limit", "-n", min=0, max=1_000_000, help="At most this many (default 50; 0: all). Says so on stderr when more match."),

@@ -231,3 +231,13 @@ def parse_selection(**options):
     from jobctl.selection import parse
 
     return parse(**options)
+
+
+def test_an_edited_unique_job_is_the_twin_of_its_new_payload(any_db):
+    with Queue.open(any_db, create=True) as q:
+        first = q.enqueue("t", {"n": 1}, unique=True).id
+        q.edit(first, payload={"n": 2})
+        assert q.enqueue("t", {"n": 2}, unique=True).id == first  # its twin now
+        assert q.enqueue("t", {"n": 1}, unique=True).id != first  # no longer
+        q.edit(first, queue="other")
+        assert q.enqueue("t", {"n": 2}, unique=True, queue="other").id == first

@@ -927,6 +927,11 @@ class SQLEngine:
         if fields.get("lease_expires_at") is not None:
             self._time_lease(fields, now)
         assignments = ", ".join(f"{k} = ?" for k in fields)
+        extra: list = []
+        if "payload_hash" in fields or "queue" in fields:  # (an edit) a --unique job's key follows its payload
+            assignments += ", unique_key = CASE WHEN unique_key IS NULL THEN NULL ELSE ? END"
+            extra.append(sha256(f"{fields.get('queue', job.queue)}\0{job.type}\0"
+                                f"{fields.get('payload_hash') or self._payload_hash(c, job.id)}".encode()).hexdigest())
         reacting = change.to_status != job.status and change.to_status in REACTING
         # The changed row is the one read before with these values written, and is built so, unless
         # a reaction needs it as stored or a value might be stored as other than it was given (a
@@ -936,7 +941,7 @@ class SQLEngine:
         known = not (reacting and change.reaction is not None) and all(
             k in JOB_COLUMNS and (v is None or type(v) is int or type(v) is str) for k, v in fields.items())
         sql = f"UPDATE jobs SET {assignments} WHERE id = ? AND status = ?"
-        params = [*fields.values(), job.id, job.status]
+        params = [*fields.values(), *extra, job.id, job.status]
         row = None
         if known:
             # (-1 when deferred: the row's lock, held since it was read, is the guarantee then)
@@ -979,6 +984,10 @@ class SQLEngine:
         assert row is not None
         return Job.from_row(row)
 
+    @staticmethod
+    def _payload_hash(c, job_id: int) -> str:
+        return c.execute("SELECT payload_hash FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+
     def _apply_many(self, c, items: list[tuple[Job, Change, int]], now: int, actor: str) -> None:
         """Inside a write transaction: _apply for each (job, change, dep_flags), where the changes
         that need nothing but their columns and their event (no reaction, run, output, dependents
@@ -989,6 +998,7 @@ class SQLEngine:
             reacting = change.to_status != job.status and change.to_status in REACTING
             simple = (change.reaction is None and change.log is None and not change.frees and change.run is None
                       and change.to_status != "completed" and "lease_expires_at" not in change.fields
+                      and "payload_hash" not in change.fields and "queue" not in change.fields
                       and not (reacting and job.reaction_type(change.to_status) is not None)
                       and all(k in JOB_COLUMNS and (v is None or type(v) is int or type(v) is str)
                               for k, v in change.fields.items()))

@@ -648,14 +648,21 @@ class SQLEngine:
         pauses = self._pauses(c, now)
         admission = (self._admission(c, limits, None, now, self._held_rows(c)) if limits
                      else Admission(set(), {}))
-        terms, params = [], []
-        whole = sorted({q for q, t, _ in pauses if t is None})
-        if whole:
-            terms.append(f"queue IN ({','.join('?' * len(whole))})")
-            params += whole
-        for queue, type_ in sorted({(q, t) for q, t, _ in pauses if t is not None and q not in whole}):
-            terms.append("(queue = ? AND type = ?)")
-            params += [queue, type_]
+        terms, params = self._held_terms(now, admission, paused=bool(pauses))
+        return HeldBack(terms, params, now, pauses, admission)
+
+    def _held_terms(self, now: int, admission, *, paused: bool = True) -> tuple[list[str], list]:
+        """The terms (to OR) of "held back" for a ready job, and their parameters: a pause in force
+        at `now` (PAUSED; `paused` False when the caller knows none is), a type its rate limit shut,
+        a concurrency limit (its group's, else its type's) without room for the job's cost. The one
+        SQL of a held job, for held_back (stats) and held_where (filters)."""
+        terms: list[str] = []
+        params: list = []
+        if paused:
+            terms.append(PAUSED)
+            params += [now, now]
+        if admission is None:
+            return terms, params
         if admission.shut_types:
             terms.append(f"type IN ({','.join('?' * len(admission.shut_types))})")
             params += sorted(admission.shut_types)
@@ -680,7 +687,7 @@ class SQLEngine:
         if own:
             terms.append(f"(concurrency_group IS NOT NULL AND ({' OR '.join(own)}))")
             params += own_params
-        return HeldBack(terms, params, now, pauses, admission)
+        return terms, params
 
     def held_filter(self, limits=None) -> tuple[str, list]:
         """held_back(...).where() read in a short transaction of its own: SQL (and parameters) true
@@ -1222,21 +1229,11 @@ class SQLEngine:
     # -- selections (jobctl/selection.py): find, then act in short transactions ----------------
 
     def held_where(self, now: int, admission=None) -> tuple[str, list]:
-        """THE definition of a held job, in SQL: ready (pending, not blocked, due) and held back by
-        a pause in force (of its queue, or of its type in its queue) or by a limit (`admission`, a
-        limits.Admission: a rate-shut type, or a concurrency key without room for its cost; None:
-        no limits). `list --status held` and every filter action use it; stats' held counts
-        should too."""
-        held, args = [PAUSED], [now, now]
-        if admission is not None:
-            if admission.shut_types:
-                held.append(f"type IN ({','.join('?' * len(admission.shut_types))})")
-                args += sorted(admission.shut_types)
-            for (kind, name), room in admission.room.items():
-                over, over_args = self._over_key(kind, name, room, admission.limits)
-                held.append(over)
-                args += over_args
-        return f"{READY} AND run_at <= ? AND (" + " OR ".join(held) + ")", [now, *args]
+        """SQL (and parameters) true for a held job at `now` (held_back's definition, _held_terms),
+        given the limits' `admission` (limits.Admission, None: no limits) read by the caller:
+        `list --status held` and every filter action use it."""
+        terms, params = self._held_terms(now, admission)
+        return f"{READY} AND run_at <= ? AND (" + " OR ".join(terms) + ")", [now, *params]
 
     _held_where = held_where  # (the name selection.Dialect asks for)
 

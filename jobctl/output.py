@@ -145,7 +145,7 @@ def status_text(job: Job, now: int) -> Text:
 LIST_COLUMNS = ("ID", "STATUS", "QUEUE", "TYPE", "PRI", "RUNS", "WHEN", "WORKER", "UPDATED")
 LIST_DROP_ORDER = ("PRI", "UPDATED", "RUNS", "QUEUE", "WORKER", "WHEN")  # on a narrow screen, these go first
 PAYLOAD_MIN = 12
-PAYLOAD_WANT = 40  # on a narrow screen, minor columns leave until the payload or error has a quarter of it, up to this
+PAYLOAD_WANT = 40  # on a narrow screen, minor columns leave until the payload or error has a third of it, up to this
 
 
 def when_text(job: Job, now: int) -> str:
@@ -165,7 +165,7 @@ def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width:
     when one is listed), and in the last column a running job's progress (else its payload), a
     buried or retried job's error. The columns before the last keep their whole text (a status
     cut to "pend…" would mislead, and break a grep); with a `width`, the last column is cut to what
-    they leave (print_view fits it), and while it would get less than a quarter of the screen (at
+    they leave (print_view fits it), and while it would get less than a third of the screen (at
     least PAYLOAD_MIN, at most PAYLOAD_WANT) whole columns are left out (LIST_DROP_ORDER) rather
     than cut: at 80 columns an error of 12 characters says nothing. Without a width nothing is cut."""
     rows = []
@@ -189,7 +189,7 @@ def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width:
         shown.remove("WORKER")  # nothing runs: no column of dashes
     if width is not None:  # decided before the table is built: rich cannot take a column out again
         widths = {name: _widest(name, [r[i] for r in rows]) for i, name in enumerate(LIST_COLUMNS)}
-        want = max(PAYLOAD_MIN, min(PAYLOAD_WANT, width // 4))
+        want = max(PAYLOAD_MIN, min(PAYLOAD_WANT, width // 3))
         for name in LIST_DROP_ORDER:
             if width - sum(widths[n] + COLUMN_GAP for n in shown) >= want:
                 break

@@ -496,8 +496,12 @@ def test_wake_ups_see_another_connections_commit(make):
         assert time.monotonic() < deadline
         time.sleep(0.005)
     assert a.wait_for_change(0.05) is False
-    threading.Timer(0.1, lambda: b.set_paused("q", False)).start()  # a resume: jobs may be ready now
-    assert a.wait_for_change(5) is True
+    resume = threading.Timer(0.1, lambda: b.set_paused("q", False))  # a resume: jobs may be ready now
+    resume.start()
+    try:
+        assert a.wait_for_change(5) is True
+    finally:
+        resume.join()  # never left running into the next test with b closed under it (a crash)
 
 
 def test_capabilities_are_declared(engine):

@@ -60,6 +60,20 @@ def screen_text(app) -> str:
     return "\n".join(line.rstrip() for line in console.export_text().splitlines())
 
 
+def add_workers(db, clock):
+    """Two `jobctl work` processes in the registry, written as a worker writes them: web-1:100 alive
+    (running job 10) and web-2:200 lost (last seen 100 s before the clock, renewing every 10 s)."""
+    with Queue.open(db, Settings(), clock=clock) as q:
+        now = clock.t
+        for worker, seen in (("web-2:200", now - 100), ("web-1:100", now)):
+            clock.t = seen
+            q.engine.register_worker(f"i-{worker}", {
+                "worker": worker, "host": worker.split(":")[0], "pid": int(worker.split(":")[1]),
+                "version": "0.1.0", "queues": ["email"] if worker == "web-1:100" else None, "types": ["t9", "t10"],
+                "concurrency": 2, "renew_ms": 10_000, "state": "running", "done": 7, "failed": 1})
+        clock.t = now
+
+
 @pytest.fixture
 def known(any_db, monkeypatch):
     monkeypatch.setenv("TZ", "UTC")
@@ -85,7 +99,7 @@ def test_what_each_tab_reads(known):
             (8, 1, "bad [red]input[/red]\x1b[2J")]
         assert sorted(j["id"] for j in snap.tabs["aging"]) == [1, 2, 5]
         assert [j.id for j in snap.tabs["scheduled"]] == [3] and snap.tabs["held"] == []
-        assert snap.workers is None and snap.figures["queues"]["idle"]["paused"]
+        assert snap.workers == {"alive": 0, "lost": 0} and snap.figures["queues"]["idle"]["paused"]
         narrowed = source.snapshot(parse("queue:billing"))
         assert [j["id"] for j in narrowed.tabs["aging"]] == [1, 2] and narrowed.tabs["running"] == []
         assert [j.id for j in source.snapshot(parse("type:t10 status:running")).tabs["running"]] == [10]
@@ -121,7 +135,7 @@ def test_keys_act_in_the_database(known):
             # p on a job: its type in its queue; again: resumed
             await press(app, pilot, "p")
             assert app.status_text.startswith("paused type t9 in queue email")
-            # bury, edit and workers come with other parts of jobctl: said, not a traceback
+            # bury and edit come with other parts of jobctl: said, not a traceback
             await press(app, pilot, "b")
             assert "not available yet" in app.status_text
             # the queues pane: p pauses the selected queue (billing, the first)
@@ -184,6 +198,7 @@ def test_snapshot(tmp_path, monkeypatch, size):
     db = Path("q/jobs.db")  # relative to the test's own folder (conftest): the same text on every run
     q, clock = build_known(db)
     q.close()
+    add_workers(db, clock)
 
     async def go():
         app = make_app(db, clock)
@@ -195,6 +210,8 @@ def test_snapshot(tmp_path, monkeypatch, size):
             app.query_one("#detail").styles.scrollbar_size_vertical = 0
             await press(app, pilot, "enter")
             shots["detail"] = screen_text(app)
+            await press(app, pilot, "escape", "w")
+            shots["workers"] = screen_text(app)
         return shots
 
     shots = asyncio.run(go())
@@ -250,13 +267,52 @@ def test_the_database_going_away_is_said_and_retried(tmp_path, monkeypatch):
     asyncio.run(go())
 
 
+def test_workers_pane_drains_the_selected_worker(known):
+    """w: the workers as `jobctl workers` lists them, alive and lost in the header; d asks, then
+    drains the selected worker as `jobctl workers drain` does (the order is in the registry); a
+    script's worker id is refused with the command line's reason."""
+    db, clock = known
+    add_workers(db, clock)
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            assert "workers 1 alive, 1 lost" in screen_text(app)
+            await press(app, pilot, "w")
+            shown = screen_text(app)
+            assert "WORKER" in shown and "web-1:100" in shown and "lost" in shown and "host:99" in shown
+            assert "BILLING" not in shown.upper().split("WORKER")[1]  # the queues pane is out of the way
+            await press(app, pilot, "r")  # job keys do not act on a worker
+            assert app.status_text.startswith("r"[0]) and "goes back" in app.status_text
+            rows = [e["worker"] for e in app.worker_rows.values()]
+            assert rows == ["host:100", "host:99", "web-1:100", "web-2:200"]  # as `jobctl workers` orders them
+            await press(app, pilot, "d")  # host:100: a script's id, refused without asking
+            assert "not a `jobctl work` process" in app.status_text, app.status_text
+            await press(app, pilot, "j", "j", "d")
+            assert "Drain worker web-1:100 (web-1, pid 100)?" in screen_text(app)
+            await press(app, pilot, "n")
+            assert app.status_text == "nothing drained"
+            await press(app, pilot, "d", "y")
+            assert app.status_text.startswith("draining web-1:100 (web-1, pid 100)"), app.status_text
+            assert "draining" in screen_text(app)  # read again after the order
+            await press(app, pilot, "escape")
+            assert "QUEUE" in screen_text(app) and app.focused.id == "table-running"
+
+    asyncio.run(go())
+    with Queue.open(db, Settings(), clock=clock) as q:
+        assert q.engine.worker_request("i-web-1:100") == (True, "drain")
+        assert q.engine.worker_request("i-web-2:200") == (True, None)
+
+
 def test_keys_of_later_features_are_there_and_say_so():
-    """bury, edit and workers: a key each already, acting once actions.ACTIONS names their call."""
+    """bury and edit: a key each already, acting once actions.ACTIONS names their call."""
     from jobctl.top.actions import ACTIONS
     from jobctl.top.app import KEYS
 
     bound = {action: key for key, action, _, _ in KEYS}
-    for name, key in (("bury", "b"), ("edit", "e"), ("workers", "w")):
+    assert bound["workers"] == "w" and ACTIONS["drain"] is not None
+    for name, key in (("bury", "b"), ("edit", "e")):
         assert ACTIONS[name] is None and bound[f"act('{name}')"] == key
     for name, key in (("retry", "r"), ("cancel", "c"), ("pause", "p")):
         assert ACTIONS[name] is not None and bound[f"act('{name}')"] == key

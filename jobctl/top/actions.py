@@ -1,6 +1,7 @@
 """What the keys of `jobctl top` do: the same Queue calls as the command line's `retry`, `cancel`,
-`pause`/`resume` and `retry-buried`, with the same refusals (a JobctlError's message, the one line
-the command line prints), turned into an Outcome for the status line. No Textual here.
+`pause`/`resume`, `retry-buried` and `workers drain`, with the same refusals (a JobctlError's
+message, the one line the command line prints), turned into an Outcome for the status line. No
+Textual here.
 
 An action that another part of jobctl brings later is None in ACTIONS until then, and its key
 already says so; wiring it is one line there, a function of (queue, Target) -> Outcome, say
@@ -19,15 +20,18 @@ NOT_YET = "not available yet in this version of jobctl"
 
 
 class Target:
-    """What the keys act on: the selected job (id, queue, type), or a selected queue alone."""
+    """What the keys act on: the selected job (id, queue, type), a selected queue alone, or a
+    selected worker (its id, as `jobctl workers` shows it)."""
 
-    def __init__(self, job_id: int | None = None, queue: str | None = None, type: str | None = None):
+    def __init__(self, job_id: int | None = None, queue: str | None = None, type: str | None = None,
+                 worker: str | None = None):
         self.job_id = job_id
         self.queue = queue
         self.type = type
+        self.worker = worker
 
     def __repr__(self) -> str:
-        return f"Target(job_id={self.job_id}, queue={self.queue!r}, type={self.type!r})"
+        return f"Target(job_id={self.job_id}, queue={self.queue!r}, type={self.type!r}, worker={self.worker!r})"
 
 
 class Outcome:
@@ -84,6 +88,20 @@ def pause_or_resume(q, t: Target) -> Outcome:
     return Outcome(True, f"paused {what} until resumed (p again resumes it)")
 
 
+def drain(q, t: Target) -> Outcome:
+    """`jobctl workers drain WORKER`: it claims nothing more, finishes its jobs, then exits."""
+    if t.worker is None:
+        return Outcome(False, "select a worker to drain (w lists them)")
+    from jobctl.untrusted import safe
+
+    try:
+        rows = q.order_workers("drain", workers=[t.worker])
+    except JobctlError as e:
+        return _refused(e)
+    told = "; ".join(f"{safe(r['worker'])} ({safe(r['host'])}, pid {r['pid']})" for r in rows)
+    return Outcome(True, f"draining {told}: claims nothing more, finishes its jobs, then exits")
+
+
 def buried_matching(q, flt: Filter) -> tuple[int, Callable[[], Outcome]]:
     """How many buried jobs the filter matches, and the action that retries them (asked first).
 
@@ -128,5 +146,5 @@ ACTIONS: dict[str, Callable[..., Outcome] | None] = {
     "pause": pause_or_resume,
     "bury": None,     # comes with `jobctl bury`
     "edit": None,     # comes with `jobctl edit` (the payload in $EDITOR)
-    "workers": None,  # comes with the workers registry (`jobctl workers drain`)
+    "drain": drain,   # on the workers pane (w)
 }

@@ -24,8 +24,8 @@ from jobctl.top import actions
 from jobctl.top.data import TABS, DataSource, Detail, Snapshot
 from jobctl.top.filters import Filter, parse
 from jobctl.top.widgets import (ConfirmScreen, DetailPane, FilterScreen, HelpScreen, JobsTable, QueuesTable,
-                                detail_view, header_lines, queue_cells, queue_columns, row_target, tab_columns,
-                                tab_label, tab_row)
+                                WorkersTable, detail_view, header_lines, queue_cells, queue_columns, row_target,
+                                tab_columns, tab_label, tab_row, worker_key, workers_table)
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 WIDE = 160  # from this width on, the detail pane sits beside the jobs instead of over them
@@ -46,7 +46,7 @@ KEYS: list[tuple[str, str, str, bool]] = [
     ("p", "act('pause')", "pause/resume", True),
     ("R", "retry_all", "retry all buried matching", False),
     ("slash", "filter", "filter", True),
-    ("w", "act('workers')", "workers", False),
+    ("w", "workers", "workers", False),
     ("question_mark", "help", "help", True),
     ("q", "quit", "quit", True),
     ("escape", "close", "close", False),
@@ -61,7 +61,8 @@ HELP = [
     ("p", "pause or resume the selected queue, or a job's type"),
     ("R", "retry every buried job matching the filter (asks first)"),
     ("/", "filter: queue:Q type:T status:S error:TEXT since:1h"),
-    ("b e w", "bury, edit, workers: not available yet"), ("Escape", "close the details"), ("q", "quit"),
+    ("w", "workers (as `jobctl workers`); d drains the selected one (`jobctl workers drain`), asking first"),
+    ("b e", "bury, edit: not available yet"), ("Escape", "close the details or the workers"), ("q", "quit"),
 ]
 
 
@@ -105,6 +106,7 @@ class DataThread(threading.Thread):
         self.stopping = threading.Event()
         self.filter = Filter()
         self.detail_id: int | None = None  # the job shown in the detail pane (read again with each look)
+        self.workers_shown = False  # the workers pane is open: the workers are read again with each look
         self.last_look = 0.0
         self.dirty = True
         self.down_since: float | None = None
@@ -163,6 +165,10 @@ class DataThread(threading.Thread):
             self.detail_id = args[0]
             if self.detail_id is not None:
                 self.read_detail()
+        elif kind == "workers":
+            self.workers_shown = args[0]
+            if self.workers_shown:
+                self.post("workers", self.source.workers())
         elif kind == "act":
             name, target = args
             fn = actions.ACTIONS.get(name)
@@ -205,6 +211,8 @@ class DataThread(threading.Thread):
         self.post("snapshot", snap)
         if self.detail_id is not None:
             self.read_detail()
+        if self.workers_shown:
+            self.post("workers", self.source.workers())
 
     def read_detail(self) -> None:
         from jobctl.errors import NoSuchJob
@@ -237,6 +245,10 @@ class TopApp(App):
     Screen.-detail #queues { display: none; }
     Screen.-wide.-detail #jobs { display: block; }
     Screen.-wide.-detail #queues { display: block; }
+    #workers { display: none; height: 1fr; }
+    #workers-title { height: 1; padding: 0 1; }
+    Screen.-workers #workers { display: block; }
+    Screen.-workers #queues, Screen.-workers #body { display: none; }
     #status { height: 1; padding: 0 1; }
     #toosmall { display: none; height: 1fr; content-align: center middle; }
     Screen.-small #main { display: none; }
@@ -267,6 +279,8 @@ class TopApp(App):
         self.pending = 0  # requests sent to the data thread and not yet answered (tests wait on it)
         self.status_text = "? help · q quit"
         self.rows: dict[str, list] = {}
+        self.worker_rows: dict[str, dict] = {}  # the workers pane's rows by key, as `jobctl workers` read them
+        self._workers_read: tuple[list[dict], int] | None = None
         self._shown: dict[str, tuple] = {}
         self._notes: list[str] = []
         self._start_thread = start_thread
@@ -283,6 +297,9 @@ class TopApp(App):
                         with TabPane(tab, id=f"tab-{tab}"):
                             yield JobsTable(id=f"table-{tab}", cursor_type="row")
                 yield DetailPane(id="detail")
+            with Vertical(id="workers"):
+                yield Static(id="workers-title")
+                yield WorkersTable(id="workers-table", cursor_type="row")
             yield Static(id="status")
             yield Footer(compact=True)
         yield Static(id="toosmall")
@@ -306,6 +323,8 @@ class TopApp(App):
         if self.snapshot is not None:
             self._shown.clear()
             self._draw(self.snapshot)
+        if self._workers_read is not None:
+            self._got_workers(self._workers_read)
 
     def _fit(self, width: int, height: int) -> None:
         small = width < MIN_WIDTH or height < MIN_HEIGHT
@@ -335,7 +354,7 @@ class TopApp(App):
     def on_loaded(self, message: Loaded) -> None:
         kinds: dict[str, Callable[[Any], None]] = {
             "snapshot": self._got_snapshot, "detail": self._got_detail, "outcome": self._got_outcome,
-            "count": self._got_count, "unavailable": self._set_status_error,
+            "count": self._got_count, "unavailable": self._set_status_error, "workers": self._got_workers,
         }
         if message.kind == "done":
             self.pending = max(self.pending - 1, 0)
@@ -361,6 +380,23 @@ class TopApp(App):
             detail_view(detail, self.patterns, width, following=self.following == detail.job.id))
         if self.following == detail.job.id:
             pane.scroll_end(animate=False)
+
+    def _got_workers(self, value: tuple[list[dict], int]) -> None:
+        self._workers_read = value
+        if not self._base.has_class("-workers"):
+            return
+        entries, now = value
+        title = Text("workers", style="bold")
+        title.append(" (as `jobctl workers`) · d drains the selected one · w or Esc: back", style="dim")
+        self.query_one("#workers-title", Static).update(title)
+        header, rows = workers_table(entries, now, max(self.size.width - 4, 20))
+        table = self.query_one("#workers-table", WorkersTable)
+        key = (header, tuple((k, str(cells[0])) for k, cells in rows))
+        if self._shown.get("workers") == key:
+            return
+        self._shown["workers"] = key
+        self._refill(table, [header], rows)
+        self.worker_rows = {worker_key(e): e for e in entries}
 
     def _got_outcome(self, outcome: actions.Outcome) -> None:
         if outcome.ok:
@@ -473,6 +509,9 @@ class TopApp(App):
 
     @_key()
     def action_act(self, name: str) -> None:
+        if self._base.has_class("-workers"):
+            self._set_status_error(f"{name}: acts on jobs and queues; w or Escape goes back to them")
+            return
         if actions.ACTIONS.get(name) is None:
             self._set_status_error(f"{name}: {actions.NOT_YET}")
             return
@@ -532,7 +571,54 @@ class TopApp(App):
             self._draw(self.snapshot)
 
     @_key()
+    def action_workers(self) -> None:
+        """w: the workers pane in place of the queues and jobs (w again, or Escape, goes back)."""
+        if self._base.has_class("-workers"):
+            self._close_workers()
+            return
+        self._base.add_class("-workers")
+        self._shown.pop("workers", None)
+        if self._workers_read is not None:
+            self._got_workers(self._workers_read)
+        self.query_one("#workers-table", WorkersTable).focus()
+        self._ask("workers", True)
+
+    def _close_workers(self) -> None:
+        self._base.remove_class("-workers")
+        self._ask("workers", False)
+        self.query_one(f"#table-{self._active_tab()}", JobsTable).focus()
+
+    @_key()
+    def action_drain(self) -> None:
+        """d on the workers pane: `jobctl workers drain WORKER`, after asking."""
+        table = self.query_one("#workers-table", WorkersTable)
+        entry = None
+        if self._base.has_class("-workers") and table.row_count and 0 <= table.cursor_row < table.row_count:
+            key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
+            entry = self.worker_rows.get(key or "")
+        if entry is None or entry["worker"] is None:
+            self._set_status_error("drain: select a worker first (w lists them)")
+            return
+        target = actions.Target(worker=entry["worker"])
+        if entry["state"] is None:  # a script's id: the command line's refusal says why, nothing to ask
+            self._ask("act", "drain", target)
+            return
+        from jobctl.untrusted import safe
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._ask("act", "drain", target)
+            else:
+                self._set_status("nothing drained")
+        self.push_screen(ConfirmScreen(
+            f"Drain worker {safe(entry['worker'])} ({safe(entry['host'] or '-')}, pid {entry['pid']})? It claims "
+            "nothing more, finishes the jobs it runs, then exits."), answered)
+
+    @_key()
     def action_close(self) -> None:
+        if self._base.has_class("-workers"):
+            self._close_workers()
+            return
         self._base.remove_class("-detail")
         if self.following is not None:
             self.following = None

@@ -4,8 +4,9 @@ the job, its history and its explanation as `show` builds them, and a run's last
 keeps them. No Textual here: plain values a test can check, and that the app draws.
 
 Features that other parts of jobctl bring later plug in here, each in one place: per-queue `held`
-counts (taken from the stats figures when they carry them), the workers registry (`workers()`),
-the command line's shared filters (`Filter`, filters.py).
+counts (taken from the stats figures when they carry them), the command line's shared filters
+(`Filter`, filters.py). Workers come from the registry: alive and lost from the stats figures (as
+`stats` shows them), the list as `jobctl workers` reads it (`workers()`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class Snapshot:
         self.location = location
         self.figures = figures
         self.tabs = tabs  # tab name -> rows (Jobs, or buried groups as dicts)
-        self.workers = workers  # {"alive", "lost"} once the registry exists; None until then
+        self.workers = workers  # {"alive", "lost"}; None where this role may not read the registry
         self.notes = notes  # what the view could not read exactly, said in the status line
 
 
@@ -105,12 +106,13 @@ class DataSource:
             "held": self._held(q, flt, now),
             "scheduled": self._scheduled(q, flt, now),
         }
-        return Snapshot(now=now, location=q.location, figures=figures, tabs=tabs, workers=self.workers(),
+        return Snapshot(now=now, location=q.location, figures=figures, tabs=tabs, workers=figures.get("workers"),
                         notes=notes)
 
-    def workers(self) -> dict | None:
-        """Workers alive and lost: None until jobctl keeps a registry of its workers."""
-        return None
+    def workers(self) -> tuple[list[dict], int]:
+        """The workers as `jobctl workers` lists them (alive, draining, lost, and scripts' ids), and
+        the database time."""
+        return self.queue().workers()
 
     def _running(self, q, flt: Filter, now: int) -> list[Job]:
         jobs = q.list_jobs(statuses=["running", "cancel_requested"], queue=flt.only("queues"),

@@ -89,6 +89,10 @@ def complete_stats_format(ctx, incomplete: str) -> list[str]:
     return _choices(("table", "json", "prometheus"), incomplete)
 
 
+def complete_stats_by(ctx, incomplete: str) -> list[str]:
+    return _choices(("queue", "type"), incomplete)
+
+
 def complete_priority(ctx, incomplete: str) -> list[str]:
     return _choices(("low", "normal", "high", "critical"), incomplete)
 

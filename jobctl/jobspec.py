@@ -50,8 +50,10 @@ def validate_max_attempts(value) -> int:
 def prepare(settings: Settings, type: str, payload=None, *, payload_text: str | bytes | None = None, queue=None,
             priority=None, delay=None, at=None, max_attempts=None, backoff=None, timeout=None, key=None,
             unique: bool = False, after: Iterable = (), cost=None, group=None, on_buried=None, on_completed=None,
-            on_cancelled=None) -> NewJob:
-    """Validate one job's options into a NewJob: command line > [types.X] > [defaults]."""
+            on_cancelled=None, check_limit: bool = True) -> NewJob:
+    """Validate one job's options into a NewJob: command line > [types.X] > [defaults].
+    check_limit: refuse a cost over the job's concurrency limit (not for a reaction, which a
+    transition enqueues: refusing it there would refuse the transition)."""
     s = settings
     validate_name(type, "type")
     tc = s.type_config(type)
@@ -94,6 +96,8 @@ def prepare(settings: Settings, type: str, payload=None, *, payload_text: str | 
     # config of whoever claims it (limits.Limits.resolve), not frozen from the enqueuer's.
     cost_units = parse_cost(cost) if cost is not None else 0
     group = validate_name(group, "group") if group is not None else None
+    if s.types and check_limit:
+        refuse_over_limit(s, type, tc, cost_units, group)
     given = {"on_buried": on_buried, "on_completed": on_completed, "on_cancelled": on_cancelled}
     reactions: dict[str, str | None] = {}
     for name, value in given.items():
@@ -111,6 +115,32 @@ def prepare(settings: Settings, type: str, payload=None, *, payload_text: str | 
         cost_units=cost_units, concurrency_group=group, on_buried=reactions["on_buried"],
         on_completed=reactions["on_completed"], on_cancelled=reactions["on_cancelled"],
     )
+
+
+_GROUP_LIMITS: list = []  # [(settings.types, {group: smallest limit})]: computed once per config
+
+
+def refuse_over_limit(settings: Settings, type: str, tc, cost_units: int, group: str | None) -> None:
+    """Refuse (exit 2) a job whose cost is more than the concurrency limit it counts against
+    (its group's, the smallest any type of the group declares; else its type's): no worker could
+    ever start it. Its cost and group are its own, else its type's, as a claim resolves them."""
+    group = group if group is not None else (tc.concurrency_group if tc else None)
+    if group is not None:
+        if not _GROUP_LIMITS or _GROUP_LIMITS[0][0] is not settings.types:
+            limits: dict[str, int] = {}
+            for t in settings.types.values():
+                if t.concurrency_group is not None and t.concurrency_limit is not None:
+                    limits[t.concurrency_group] = min(t.concurrency_limit, limits.get(t.concurrency_group,
+                                                                                      t.concurrency_limit))
+            _GROUP_LIMITS[:] = [(settings.types, limits)]
+        limit, what = _GROUP_LIMITS[0][1].get(group), f"concurrency group {group}"
+    else:
+        limit, what = (tc.concurrency_limit if tc else None), f"type {type}"
+    cost = cost_units or (tc.cost_units if tc and tc.cost_units else 1)
+    if limit is not None and cost > limit:
+        raise InvalidInput(f"a job of type {type} costs {cost} units, more than the concurrency limit of {what} "
+                           f"({limit}): no worker could ever start it; give a cost of at most {limit} "
+                           "(--cost, or the batch key cost), or raise the limit in the config")
 
 
 def prepare_batch_line(settings: Settings, text: str, lineno: int, defaults: dict | None = None) -> NewJob | None:

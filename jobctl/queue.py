@@ -99,7 +99,7 @@ class Queue:
         """The job a reaction of `type` enqueues, from that type's config, like any enqueue (the
         engine fills in its payload)."""
         if type not in self._reaction_jobs:
-            self._reaction_jobs[type] = self.prepare(type)
+            self._reaction_jobs[type] = self.prepare(type, check_limit=False)
         return self._reaction_jobs[type]
 
     def _reacting(self, decide):
@@ -149,6 +149,11 @@ class Queue:
 
     def __exit__(self, *exc):
         self.close()
+
+    @property
+    def created(self) -> bool:
+        """Whether opening the queue created its database (a SQLite file; jobctl's schema on PostgreSQL)."""
+        return self.engine.created
 
     def now(self) -> int:
         """The database's clock, ms since the epoch."""
@@ -564,13 +569,18 @@ class Queue:
         return self.engine.queue_names()
 
     def stats(self, *, queues: list[str] | None = None, limit: int = 10,
-              also_known: frozenset[str] | set[str] = frozenset()) -> tuple[dict, int]:
+              also_known: frozenset[str] | set[str] = frozenset(),
+              type_ages: list[str] | None = None) -> tuple[dict, int]:
         """The `stats --json` object from one consistent read, and the database time it was read at.
-        also_known: queue names the config knows (a check of one of them is not a typo)."""
+        also_known: queue names the config knows (a check of one of them is not a typo). type_ages:
+        types whose entry under `types` also gets `oldest_ready_age` (a check of their ready age)."""
         from jobctl.stats import collect
 
-        snap = self.engine.stats_snapshot(limit=limit, queues=queues or None)
-        figures = collect(snap, queues=queues, limit=limit, also_known=also_known)
+        snap = self.engine.stats_snapshot(limit=limit, queues=queues or None, limits=self.limits or None,
+                                          type_ages=type_ages)
+        config_types = {name for name, tc in self.settings.types.items()
+                        if not queues or (tc.queue or self.settings.queue) in queues}
+        figures = collect(snap, queues=queues, limit=limit, also_known=also_known, also_types=config_types)
         try:
             figures["workers"] = self.worker_summary()
         except PermissionDenied:  # a monitoring role not yet granted the workers' table: stats go on without it

@@ -35,13 +35,15 @@ def _percentile(sorted_values: list, q: float):
 
 
 def collect(snap: dict, *, queues: list[str] | None = None, limit: int = 10,
-            also_known: frozenset[str] | set[str] = frozenset()) -> dict:
+            also_known: frozenset[str] | set[str] = frozenset(),
+            also_types: frozenset[str] | set[str] = frozenset()) -> dict:
     """The `stats --json` object from one engine snapshot (Engine.stats_snapshot, taken with the
     same `queues`).
 
     With `queues`, only those queues (their counts, stuck, buried and aging jobs, and runs) are
     reported, and a name that no job, pause or `also_known` (the config's queues) has ever used is
-    refused: a typo must not report an empty, healthy queue."""
+    refused: a typo must not report an empty, healthy queue. `also_types`: types listed under
+    `types` even without a job or a run (the config's)."""
     now = snap["now"]
     wanted = set(queues) if queues else None
     names = sorted(set(snap["counts"]) | set(snap["paused"]))
@@ -60,8 +62,10 @@ def collect(snap: dict, *, queues: list[str] | None = None, limit: int = 10,
         c = snap["counts"].get(name, {})
         scheduled = snap["scheduled"].get(name, 0)
         oldest = snap["oldest_ready"].get(name)
+        oldest_held = snap.get("oldest_held", {}).get(name)
         per_queue[name] = {
             "ready": c.get("pending", 0) - scheduled,
+            "held": snap.get("held", {}).get(name, 0),
             "scheduled": scheduled,
             "blocked": c.get("blocked", 0),
             "running": c.get("running", 0),
@@ -70,6 +74,7 @@ def collect(snap: dict, *, queues: list[str] | None = None, limit: int = 10,
             "completed": c.get("completed", 0),
             "cancelled": c.get("cancelled", 0),
             "oldest_ready_age": _seconds(now - oldest) if oldest is not None else None,
+            "oldest_held_age": _seconds(now - oldest_held) if oldest_held is not None else None,
             "paused": snap["paused"].get(name, False),
             "paused_until": to_rfc3339(snap.get("paused_until", {}).get(name)),
             "paused_types": {t: to_rfc3339(u) for t, u in sorted(snap.get("paused_types", {}).get(name, {}).items())},
@@ -86,9 +91,12 @@ def collect(snap: dict, *, queues: list[str] | None = None, limit: int = 10,
     stuck_total = snap["stuck_total"]
     aging = [{**j.to_dict(), "waiting_for": _seconds(now - j.run_at)} for j in keep(snap["aging"])]
     ages = [q["oldest_ready_age"] for q in per_queue.values() if q["oldest_ready_age"] is not None]
+    held_ages = [q["oldest_held_age"] for q in per_queue.values() if q["oldest_held_age"] is not None]
     totals = {k: sum(q[k] for q in per_queue.values()) for k in COUNT_KEYS}
+    totals["held"] = sum(q["held"] for q in per_queue.values())
     totals["stuck"] = stuck_total
     totals["oldest_ready_age"] = max(ages) if ages else None
+    totals["oldest_held_age"] = max(held_ages) if held_ages else None
     return {
         "generated_at": to_rfc3339(now),
         "queues": per_queue,
@@ -101,8 +109,55 @@ def collect(snap: dict, *, queues: list[str] | None = None, limit: int = 10,
             for q, t, e, n, at, i in snap.get("buried_groups", []) if wanted is None or q in wanted][:limit],
         "aging": aging,
         "throughput": _throughput(snap),
+        "types": _types(snap, also_types),
         "damaged_jobs": [{"id": i, "why": why} for i, why in snap.get("damaged", [])],
     }
+
+
+def _types(snap: dict, also: frozenset[str] | set[str]) -> dict:
+    """The `types` object of `stats --json`: per type, its jobs (ready, held, running, buried), its
+    runs of the last 15 and 60 minutes, failure rate (15 min) and run times (60 min)."""
+    now = snap["now"]
+    types: dict[str, dict] = {}
+
+    def entry(t: str) -> dict:
+        if t not in types:
+            types[t] = {"ready": 0, "held": 0, "running": 0, "buried": 0,
+                        "runs": {w: {"completed": 0, "failed": 0} for w in ("15m", "60m")},
+                        "failure_rate": None, "p50": None, "p95": None, "stuck": 0}
+        return types[t]
+
+    for t, ready in snap.get("ready_by_type", {}).items():
+        entry(t)["ready"] += ready
+    for (queue, t), (held, _first) in snap.get("held_by_type", {}).items():
+        entry(t)["held"] += held
+    for t, status, n in snap.get("states_by_type", []):
+        entry(t)[status] += n
+    for t, n in snap.get("stuck_by_type", {}).items():
+        entry(t)["stuck"] += n
+    for minute, outcome, t, n in snap.get("runs_by_type_minute", []):
+        kind = "completed" if outcome == "completed" else "failed" if outcome in FAILED_OUTCOMES else None
+        if kind is None or not 0 <= minute < 60:
+            continue
+        e = entry(t)
+        e["runs"]["60m"][kind] += n
+        if minute < 15:
+            e["runs"]["15m"][kind] += n
+    run_ms: dict[str, list] = {}
+    for t, ms in snap.get("run_ms_by_type", []):
+        run_ms.setdefault(t, []).append(ms)
+    for t in also:
+        entry(t)
+    for t, first in snap.get("oldest_by_type", {}).items():  # (asked for by a check of types' ready age)
+        entry(t)["oldest_ready_age"] = _seconds(now - first) if first is not None else None
+    for t, e in types.items():
+        recent = e["runs"]["15m"]
+        total = recent["completed"] + recent["failed"]
+        e["failure_rate"] = round(recent["failed"] / total, 4) if total else None
+        values = sorted(run_ms.get(t, []))
+        e["p50"] = _seconds(_percentile(values, 0.5))
+        e["p95"] = _seconds(_percentile(values, 0.95))
+    return {t: types[t] for t in sorted(types)}
 
 
 MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last time RFC 3339 can write
@@ -134,30 +189,71 @@ def _throughput(snap: dict) -> dict:
 # -- the --check probe -----------------------------------------------------------------------
 
 def check(stats: dict, *, max_ready_age: float | None = None, max_buried: int | None = None,
-          max_stuck: int | None = None, min_workers: int | None = None) -> tuple[bool, str]:
-    """(all thresholds hold, one summary line naming every figure and what was crossed)."""
+          max_stuck: int | None = None, max_failure_rate: float | None = None, max_p95: float | None = None,
+          types: Sequence[str] | None = None, min_workers: int | None = None) -> tuple[bool, str]:
+    """(all thresholds hold, one summary line naming every figure and what was crossed).
+
+    max_failure_rate is a fraction (0-1) of the runs of the last 15 minutes, max_p95 seconds; both
+    hold for each type alone. `types` scopes every threshold to those types (their oldest ready
+    job, their buried and stuck jobs, their runs); min_workers counts every worker alive."""
     crossed, held = [], []
+    scope = f" of type {', '.join(types)}" if types else ""
+    per_type = {t: e for t, e in stats.get("types", {}).items() if not types or t in types}
+    if types:
+        for t in types:  # a type with no figures at all: no jobs and no runs
+            per_type.setdefault(t, {"oldest_ready_age": None, "buried": 0, "stuck": 0, "failure_rate": None,
+                                    "p95": None, "runs": {"15m": {"completed": 0, "failed": 0}}})
     if max_ready_age is not None:
-        worst = [(q["oldest_ready_age"], name) for name, q in stats["queues"].items()
-                 if q["oldest_ready_age"] is not None]
-        age, name = min(worst, key=lambda w: (-w[0], w[1])) if worst else (None, None)
+        if types:
+            worst = [(e["oldest_ready_age"], f"type {t}") for t, e in per_type.items()
+                     if e.get("oldest_ready_age") is not None]
+        else:
+            worst = [(q["oldest_ready_age"], f"queue {name}" + (" (paused)" if q["paused"] else ""))
+                     for name, q in stats["queues"].items() if q["oldest_ready_age"] is not None]
+        age, where = min(worst, key=lambda w: (-w[0], w[1])) if worst else (None, None)
         if age is not None and age > max_ready_age:
-            paused = " (paused)" if stats["queues"][name]["paused"] else ""
-            crossed.append(f"oldest ready job waited {format_duration(age)} in queue {name}{paused} "
+            crossed.append(f"oldest ready job waited {format_duration(age)} in {where} "
                            f"(max {format_duration(max_ready_age)})")
         else:
-            held.append(f"oldest ready {format_duration(age) if age is not None else 'none'} "
+            held.append(f"oldest ready{scope} {format_duration(age) if age is not None else 'none'} "
                         f"(max {format_duration(max_ready_age)})")
     if max_buried is not None:
-        n = stats["totals"]["buried"]
-        if n > max_buried:
-            where = ", ".join(f"{name} {q['buried']}" for name, q in stats["queues"].items() if q["buried"])
-            crossed.append(f"{n} buried (max {max_buried}: {where})")
+        if types:
+            n = sum(e["buried"] for e in per_type.values())
+            where = ", ".join(f"{t} {e['buried']}" for t, e in per_type.items() if e["buried"])
         else:
-            held.append(f"{n} buried (max {max_buried})")
+            n = stats["totals"]["buried"]
+            where = ", ".join(f"{name} {q['buried']}" for name, q in stats["queues"].items() if q["buried"])
+        if n > max_buried:
+            crossed.append(f"{n} buried{scope} (max {max_buried}: {where})")
+        else:
+            held.append(f"{n} buried{scope} (max {max_buried})")
     if max_stuck is not None:
-        n = stats["totals"]["stuck"]
-        (crossed if n > max_stuck else held).append(f"{n} stuck (max {max_stuck})")
+        n = sum(e["stuck"] for e in per_type.values()) if types else stats["totals"]["stuck"]
+        (crossed if n > max_stuck else held).append(f"{n} stuck{scope} (max {max_stuck})")
+    if max_failure_rate is not None:
+        rates = sorted(((e["failure_rate"], t) for t, e in per_type.items() if e["failure_rate"] is not None),
+                       key=lambda r: (-r[0], r[1]))
+        over = [(r, t) for r, t in rates if r > max_failure_rate]
+        limit_text = f"max {_percent(max_failure_rate)}"
+        if over:
+            crossed.append("failure rate over 15m " + ", ".join(
+                f"{_percent(r)} of type {t} ({per_type[t]['runs']['15m']['failed']} of "
+                f"{per_type[t]['runs']['15m']['failed'] + per_type[t]['runs']['15m']['completed']} runs)"
+                for r, t in over) + f" ({limit_text})")
+        else:
+            top = f"at most {_percent(rates[0][0])} (type {rates[0][1]})" if rates else "no runs"
+            held.append(f"failure rate over 15m{scope} {top} ({limit_text})")
+    if max_p95 is not None:
+        p95s = sorted(((e["p95"], t) for t, e in per_type.items() if e["p95"] is not None),
+                      key=lambda r: (-r[0], r[1]))
+        over = [(p, t) for p, t in p95s if p > max_p95]
+        if over:
+            crossed.append("p95 run time over 60m " + ", ".join(f"{format_duration(p)} of type {t}" for p, t in over)
+                           + f" (max {format_duration(max_p95)})")
+        else:
+            top = f"at most {format_duration(p95s[0][0])} (type {p95s[0][1]})" if p95s else "no runs"
+            held.append(f"p95 run time over 60m{scope} {top} (max {format_duration(max_p95)})")
     if min_workers is not None:
         if stats.get("workers") is None:
             from jobctl.errors import PermissionDenied
@@ -171,6 +267,26 @@ def check(stats: dict, *, max_ready_age: float | None = None, max_buried: int | 
     if crossed:
         return False, "CRITICAL: " + "; ".join(crossed) + (f" | ok: {', '.join(held)}" if held else "")
     return True, "OK: " + ", ".join(held)
+
+
+def _percent(fraction: float) -> str:
+    """0.125 -> "12.5%" (no needless decimals)."""
+    text = f"{fraction * 100:.1f}".rstrip("0").rstrip(".")
+    return f"{text}%"
+
+
+def parse_percent(value: str, what: str) -> float:
+    """A percentage from the command line (`5`, `5%`, `0.5`), from 0 to 100, as a fraction."""
+    from jobctl.errors import InvalidInput
+
+    text = value.strip().removesuffix("%").strip()
+    try:
+        pct = float(text)
+    except ValueError:
+        pct = math.nan
+    if not math.isfinite(pct) or not 0 <= pct <= 100:
+        raise InvalidInput(f"invalid {what} {value!r}: give a percentage from 0 to 100, such as 5 or 2.5%")
+    return pct / 100
 
 
 # -- Prometheus text format --------------------------------------------------------------------
@@ -206,6 +322,10 @@ def prometheus(stats: dict) -> str:
            [({"queue": q, "state": k}, v[k]) for q, v in queues.items() for k in COUNT_KEYS])
     family("jobctl_oldest_ready_age_seconds", "How long the oldest ready job of the queue has waited (0: none).",
            [({"queue": q}, v["oldest_ready_age"] or 0.0) for q, v in queues.items()])
+    family("jobctl_held_jobs", "Ready jobs of the queue that a pause or a limit holds back (counted in ready too).",
+           [({"queue": q}, v["held"]) for q, v in queues.items()])
+    family("jobctl_oldest_held_age_seconds", "How long the oldest held job of the queue has been ready (0: none).",
+           [({"queue": q}, v["oldest_held_age"] or 0.0) for q, v in queues.items()])
     family("jobctl_queue_paused", "1 when the queue is paused.", [({"queue": q}, v["paused"]) for q, v in queues.items()])
     family("jobctl_stuck_jobs", "Running jobs whose lease expired or that ran past their timeout.",
            [({}, stats["totals"]["stuck"])])
@@ -228,6 +348,19 @@ def prometheus(stats: dict) -> str:
     if stats.get("workers") is not None:
         family("jobctl_workers", "Worker processes: alive (running or draining) and lost (not seen for 3 renewal periods).",
                [({"state": k}, stats["workers"][k]) for k in ("alive", "lost")])
+    types = stats.get("types", {})
+    family("jobctl_type_jobs", "Jobs per type and state (held: ready jobs held back, counted in ready too).",
+           [({"type": t, "state": k}, e[k]) for t, e in types.items() for k in ("ready", "held", "running", "buried")])
+    family("jobctl_type_runs", "Runs of the type that ended in the window, by outcome (failed includes lost workers).",
+           [({"type": t, "outcome": o, "window": w}, e["runs"][w][o]) for t, e in types.items()
+            for w in ("15m", "60m") for o in ("completed", "failed")])
+    # Absent, not 0, for a type without runs: no runs is not a failure rate of 0.
+    family("jobctl_type_failure_ratio", "Failed share (0-1) of the type's runs of the last 15 minutes; absent without runs.",
+           [({"type": t}, float(e["failure_rate"])) for t, e in types.items() if e["failure_rate"] is not None])
+    family("jobctl_type_run_duration_median_seconds", "Median run time of the type's runs of the last hour; absent without runs.",
+           [({"type": t}, float(e["p50"])) for t, e in types.items() if e["p50"] is not None])
+    family("jobctl_type_run_duration_p95_seconds", "95th percentile run time of the type's runs of the last hour; absent without runs.",
+           [({"type": t}, float(e["p95"])) for t, e in types.items() if e["p95"] is not None])
     family("jobctl_stats_generated_timestamp_seconds",
            "When these figures were read (Unix time): a stale textfile shows as an old timestamp.",
            [({}, parse_time(stats["generated_at"]) / 1000)])

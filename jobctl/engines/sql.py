@@ -57,6 +57,35 @@ NOT_PAUSED = (" AND queue NOT IN (SELECT name FROM queues WHERE paused = 1 AND (
               " AND (p.until IS NULL OR p.until > ?))")
 
 
+class HeldBack:
+    """What holds ready jobs back at one moment (SQLEngine.held_back, the one definition of a held
+    job): `sql` is true for a job that a pause or a limit holds back (with `params`), false for
+    any other; `none` when nothing can hold a job now (no pause in force, no limit shut or full),
+    so callers may skip the test. `where` is the whole condition of a held job (ready, and held
+    back), `waiting` that of a ready job that waits only for a worker."""
+
+    __slots__ = ("sql", "params", "now", "pauses", "admission", "none")
+
+    def __init__(self, terms: list[str], params: list, now: int, pauses: list, admission):
+        self.none = not terms
+        # (a boolean on every engine: 0 is not one on PostgreSQL)
+        self.sql = "(" + " OR ".join(terms) + ")" if terms else "1 = 0"
+        self.params = params
+        self.now = now
+        self.pauses = pauses  # [(queue, type or None, until or None)] in force at `now`
+        self.admission = admission  # limits.Admission at `now`
+
+    def where(self) -> tuple[str, list]:
+        """SQL (and parameters) true for a held job: ready at `now`, and held back."""
+        return f"{READY} AND run_at <= ? AND {self.sql}", [self.now, *self.params]
+
+    def waiting(self) -> tuple[str, list]:
+        """SQL (and parameters) true for a ready job that nothing holds back."""
+        if self.none:
+            return f"{READY} AND run_at <= ?", [self.now]
+        return f"{READY} AND run_at <= ? AND NOT {self.sql}", [self.now, *self.params]
+
+
 def sound_jobs(rows, damaged: list | None) -> list[Job]:
     """Jobs from rows. Without `damaged`, a row that cannot be decoded raises DamagedJob (exit 8);
     with it, that row is left out and its DamagedJob appended there, so that a view of many jobs
@@ -207,6 +236,8 @@ def _chunks(jobs: Iterable[NewJob], size: int) -> Iterator[list[NewJob]]:
 class SQLEngine:
     """The Engine contract (engines/base.py) in SQL that SQLite and PostgreSQL both run."""
 
+    created = False  # whether opening it created the database (SQLite: the file; PostgreSQL: the schema)
+
     # -- what differs between dialects (these values: SQLite's) -----------------------------
     NULL_EQ = "IS"  # compares two values that may be NULL (PostgreSQL: IS NOT DISTINCT FROM)
     GREATEST = "MAX"  # the scalar maximum of two values (PostgreSQL: GREATEST)
@@ -351,12 +382,12 @@ class SQLEngine:
                          "ORDER BY ended_at DESC LIMIT 1", (job_id, started_at)).fetchone()
 
     def _latest_runs(self, c, since: int, until: int, only: str, only_args: list, n: int) -> list:
-        """(run time, wait, outcome, ended_at) of the latest `n` runs that ended in (since, until],
+        """(run time, wait, outcome, ended_at, type) of the latest `n` runs that ended in (since, until],
         newest first; `only`: SQL that narrows them to some queues (its parameters: only_args).
         (ended_at is returned too: ordered by a column it returns, a RUNS_READ that is a union is
         walked part by part in the order of an index and stops at n, not sorted whole.)"""
         return c.execute(
-            f"SELECT ended_at - started_at, started_at - ready_at, outcome, ended_at FROM {self.RUNS_READ} "
+            f"SELECT ended_at - started_at, started_at - ready_at, outcome, ended_at, type FROM {self.RUNS_READ} "
             "WHERE ended_at > ? AND ended_at <= ?" + only + " ORDER BY ended_at DESC LIMIT ?",
             (since, until, *only_args, n)).fetchall()
 
@@ -560,6 +591,66 @@ class SQLEngine:
                               and r["claimed_at"] > now - window)
                 starts[t] = ended + running
         return policy.admission(limits, starts, units)
+
+    # -- held: ready, but a pause or a limit holds it back -------------------------------------
+
+    def held_back(self, c, now: int, limits=None) -> HeldBack:
+        """THE definition of a held job, for every view that tells held jobs apart (stats, and
+        list --status held): a job is held when it is ready (READY AND run_at <= now) and
+        - its queue is paused, or its type is paused in its queue, by a pause in force at `now`, or
+        - a limit of `limits` (the config's limits.Limits; None or empty: no limit) holds it back:
+          its type reached its rate limit, or its concurrency limit (its group's, else its type's)
+          has less room than the job's cost.
+        That is exactly the ready jobs that a claim asking for any queue and type would skip now.
+        Read inside the caller's read or write transaction `c` (pauses, running jobs, recent
+        starts: a few short reads), so the answer belongs to the caller's snapshot. The result's
+        `sql` (with `params`) is true for a held job and false, never NULL, for any other ready
+        one: callers AND it with the ready condition (HeldBack.where gives both at once), and may
+        negate it for the ready jobs that wait for a worker."""
+        from jobctl.limits import Admission
+
+        pauses = self._pauses(c, now)
+        admission = (self._admission(c, limits, None, now, self._held_rows(c)) if limits
+                     else Admission(set(), {}))
+        terms, params = [], []
+        whole = sorted({q for q, t, _ in pauses if t is None})
+        if whole:
+            terms.append(f"queue IN ({','.join('?' * len(whole))})")
+            params += whole
+        for queue, type_ in sorted({(q, t) for q, t, _ in pauses if t is not None and q not in whole}):
+            terms.append("(queue = ? AND type = ?)")
+            params += [queue, type_]
+        if admission.shut_types:
+            terms.append(f"type IN ({','.join('?' * len(admission.shut_types))})")
+            params += sorted(admission.shut_types)
+        # The concurrency limits, as _over_key says them, arranged so that a row is tested against
+        # its own type's limit only (one CASE on the type, not a test per limit: stats evaluates this
+        # for every ready job): a job that set no group counts against its type's limit or its type's
+        # group's; one that set a group, against that group's.
+        cases, case_params, own, own_params = [], [], [], []
+        limits_ = admission.limits
+        for (kind, name), room in sorted(admission.room.items()):
+            over, over_params = self._over_sql(room, limits_)
+            members = [name] if kind == "type" else sorted(t for t, g in limits_.type_groups.items() if g == name)
+            for member in members:
+                cases.append(f"WHEN ? THEN {over}")
+                case_params += [member, *over_params]
+            if kind == "group":
+                own.append(f"(concurrency_group = ? AND {over})")
+                own_params += [name, *over_params]
+        if cases:
+            terms.append(f"(concurrency_group IS NULL AND CASE type {' '.join(cases)} ELSE 1 = 0 END)")
+            params += case_params
+        if own:
+            terms.append(f"(concurrency_group IS NOT NULL AND ({' OR '.join(own)}))")
+            params += own_params
+        return HeldBack(terms, params, now, pauses, admission)
+
+    def held_filter(self, limits=None) -> tuple[str, list]:
+        """held_back(...).where() read in a short transaction of its own: SQL (and parameters) true
+        for a held job now, for a query that selects jobs (`list --status held`) to AND in."""
+        with self._read() as c:
+            return self.held_back(c, self.now(), limits).where()
 
     def _room_filter(self, admission) -> tuple[str, list]:
         """SQL that leaves out jobs whose concurrency key has no room for their cost."""
@@ -1324,13 +1415,19 @@ class SQLEngine:
             names.update(r[0] for r in c.execute("SELECT name FROM queues"))
             return sorted(names)
 
-    def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000, queues: list[str] | None = None) -> dict:
+    def stats_snapshot(self, *, limit: int = 10, sample: int = 10_000, queues: list[str] | None = None,
+                       limits=None, type_ages: list[str] | None = None) -> dict:
         """The raw figures of `jobctl stats`, from one read transaction (one consistent snapshot).
 
-        Every figure is a short index walk or the engine's count by state (_state_counts), so the cost
-        does not grow with the number of finished jobs. Run times and waits are taken from the
-        latest `sample` runs of the last hour. With `queues`, the stuck, buried and aging jobs and
-        the runs are those of these queues only. `known`: every queue that ever had a job or a pause."""
+        Every figure is a short index walk or the engine's count by state (_state_counts), but the
+        ready jobs by type (one walk of the index of ready jobs) and, when a pause or a limit can
+        hold jobs, the held ones by queue and type (a second walk): the cost grows with the ready
+        jobs, never with the finished ones. Run times and waits are
+        taken from the latest `sample` runs of the last hour. With `queues`, the stuck, buried and
+        aging jobs and the runs are those of these queues only. `known`: every queue that ever had
+        a job or a pause. `limits` (limits.Limits): the config's, which with the pauses decide
+        which ready jobs are held (held_back); held jobs are no part of oldest_ready or aging.
+        `type_ages`: types whose oldest waiting job is wanted too (a walk of each one's ready jobs)."""
         only, only_args = "", []
         if queues:
             only, only_args = f" AND queue IN ({','.join('?' * len(queues))})", list(queues)
@@ -1345,15 +1442,43 @@ class SQLEngine:
                     counts.setdefault(queue, {})[state_] = int(n)
             paused = {r[0]: False for r in c.execute("SELECT name FROM queues")}
             known |= set(paused)
+            hold = self.held_back(c, now, limits)
             paused_until: dict[str, int | None] = {}
             paused_types: dict[str, dict[str, int | None]] = {}
-            for queue, type_, until in self._pauses(c, now):
+            for queue, type_, until in hold.pauses:
                 if type_ is None:
                     paused[queue] = True
                     paused_until[queue] = until
                 else:
                     paused_types.setdefault(queue, {})[type_] = until
             scheduled, oldest_ready, aging = {}, {}, []
+            ready_by_type: dict[str, int] = {}
+            held_by: dict[tuple[str, str], tuple[int, int]] = {}  # {(queue, type): (held, oldest run_at)}
+            oldest_by_type: dict[str, int | None] = {}  # {type asked for: oldest waiting run_at}
+            if any(by_state.get("pending") for by_state in counts.values()):
+                # Ready jobs by type: one walk of the ready index, which is in type order (no sort).
+                ready_by_type = {r[0]: int(r[1]) for r in c.execute(
+                    f"SELECT type, count(*) FROM jobs{self._indexed('jobs_ready_by_type')} "
+                    f"WHERE {READY} AND run_at <= ?{only} GROUP BY type", (now, *only_args))}
+                waiting_sql, waiting_params = hold.waiting()
+                for t in type_ages or ():  # (a walk of the type's ready jobs, for a check of its ready age)
+                    oldest_by_type[t] = c.execute(
+                        f"SELECT min(run_at) FROM jobs{self._indexed('jobs_ready_by_type')} "
+                        f"WHERE type = ? AND {waiting_sql}{only}", (t, *waiting_params, *only_args)).fetchone()[0]
+                if not hold.none:  # the held ones by queue and type (that index covers all `held` reads)
+                    held_sql, held_params = hold.where()
+                    held_by = {(r[0], r[1]): (int(r[2]), r[3]) for r in c.execute(
+                        f"SELECT queue, type, count(*), min(run_at) FROM jobs{self._indexed('jobs_ready_by_type')} "
+                        f"WHERE {held_sql}{only} GROUP BY type, queue", (*held_params, *only_args))}
+            held_n: dict[str, int] = {}
+            oldest_held: dict[str, int] = {}
+            for (queue, _type), (n, first) in held_by.items():
+                held_n[queue] = held_n.get(queue, 0) + n
+                if first < oldest_held.get(queue, first + 1):
+                    oldest_held[queue] = first
+            # Per queue: the scheduled jobs, and the aging list: the ready jobs that wait for a worker,
+            # longest first (a walk from the front of the queue that steps over the held ones).
+            waiting_sql, waiting_params = hold.waiting()
             for queue, by_state in counts.items():
                 if not by_state.get("pending"):
                     continue
@@ -1361,11 +1486,12 @@ class SQLEngine:
                     f"SELECT count(*) FROM jobs{self._indexed('jobs_pending_age')} "
                     f"WHERE {READY} AND queue = ? AND run_at > ?", (queue, now),
                 ).fetchone()[0]
+                if held_n.get(queue, 0) >= by_state["pending"] - scheduled[queue]:
+                    continue  # every ready job of the queue is held (a paused queue): none waits
                 rows = c.execute(
                     f"SELECT * FROM jobs{self._indexed('jobs_pending_age')} "
-                    f"WHERE {READY} AND queue = ? AND run_at <= ? "
-                    "ORDER BY run_at, id LIMIT ?", (queue, now, limit),
-                ).fetchall()
+                    f"WHERE queue = ? AND {waiting_sql} ORDER BY run_at, id LIMIT ?",
+                    (queue, *waiting_params, limit)).fetchall()
                 ready = sound_jobs(rows, damaged)
                 if ready:
                     oldest_ready[queue] = ready[0].run_at
@@ -1374,7 +1500,9 @@ class SQLEngine:
             expired, expired_args = self._expired_where(now)
             held = ("SELECT {} FROM jobs WHERE status IN (?, ?) "
                     f"AND ({expired} OR claimed_at + timeout_ms < ?)" + only)
-            stuck_total = c.execute(held.format("count(*)"), (*HELD, *expired_args, now, *only_args)).fetchone()[0]
+            stuck_by_type = {r[0]: int(r[1]) for r in c.execute(
+                held.format("type, count(*)") + " GROUP BY type", (*HELD, *expired_args, now, *only_args))}
+            stuck_total = sum(stuck_by_type.values())
             stuck = sound_jobs(c.execute(
                 held.format("*") + " ORDER BY claimed_at, id LIMIT ?", (*HELD, *expired_args, now, *only_args, limit)),
                 damaged)
@@ -1387,22 +1515,46 @@ class SQLEngine:
                 "SELECT queue, type, error, count(*), max(finished_at), max(id) FROM jobs WHERE status = 'buried'"
                 + only + " GROUP BY queue, type, error ORDER BY max(finished_at) DESC, max(id) DESC LIMIT ?",
                 (*only_args, limit))]
-            # Runs that ended in (now - 60 min, now], per minute back from now (bucket 0 = the last minute).
-            by_minute = c.execute(
-                f"SELECT (? - ended_at) / 60000 AS minute, outcome, count(*) FROM {self.RUNS_READ} "
-                "WHERE ended_at > ? AND ended_at <= ?" + only + " GROUP BY minute, outcome",
-                (now, now - 3_600_000, now, *only_args),
-            ).fetchall()
+            # Running and buried jobs by type (running: few rows; buried: those a person has to see to).
+            states_by_type = [(r[0], r[1], int(r[2])) for r in c.execute(
+                "SELECT type, status, count(*) FROM jobs WHERE status IN ('running', 'buried')" + only
+                + " GROUP BY type, status", only_args)]
+            # Runs that ended in (now - 60 min, now], per minute back from now (bucket 0 = the last
+            # minute), outcome and type: counted from the latest runs when those are every run of
+            # the hour (fewer than `sample`), else by the database.
             recent = self._latest_runs(c, now - 3_600_000, now, only, only_args, sample)
+            if len(recent) < sample:
+                counted: dict[tuple[int, str, str], int] = {}
+                for r in recent:
+                    key = ((now - r[3]) // 60000, r[2], r[4])
+                    counted[key] = counted.get(key, 0) + 1
+                by_minute = [(*key, n) for key, n in counted.items()]
+            else:
+                by_minute = c.execute(
+                    f"SELECT (? - ended_at) / 60000 AS minute, outcome, type, count(*) FROM {self.RUNS_READ} "
+                    "WHERE ended_at > ? AND ended_at <= ?" + only + " GROUP BY minute, outcome, type",
+                    (now, now - 3_600_000, now, *only_args),
+                ).fetchall()
             self._with_after(c, stuck + buried + aging)
+        runs_by_minute: dict[tuple[int, str], int] = {}
+        for minute, outcome, _type, n in by_minute:
+            runs_by_minute[(minute, outcome)] = runs_by_minute.get((minute, outcome), 0) + n
         return {
             "now": now, "counts": counts, "paused": paused, "paused_until": paused_until, "paused_types": paused_types,
             "known": sorted(known), "scheduled": scheduled,
-            "oldest_ready": oldest_ready,
+            "oldest_ready": oldest_ready, "held": held_n, "oldest_held": oldest_held,
             "stuck": stuck, "stuck_total": stuck_total, "buried": buried, "buried_groups": buried_groups,
-            "aging": aging, "damaged": [(e.job_id, e.reason) for e in damaged], "runs_by_minute": [(r[0], r[1], r[2]) for r in by_minute],
+            "aging": aging, "damaged": [(e.job_id, e.reason) for e in damaged],
+            "runs_by_minute": [(m, o, n) for (m, o), n in sorted(runs_by_minute.items())],
             "run_ms": [r[0] for r in recent if r[2] in ("completed", "failed")],
             "wait_ms": [r[1] for r in recent if r[1] is not None],
+            # per type: {type: ready}, {(queue, type): (held, oldest held run_at)}, {type in
+            # type_ages: oldest waiting run_at or None}, [(type, status, n)],
+            # {type: stuck}, [(minute, outcome, type, n)], [(type, run ms)]
+            "ready_by_type": ready_by_type, "held_by_type": held_by, "oldest_by_type": oldest_by_type,
+            "states_by_type": states_by_type, "stuck_by_type": stuck_by_type,
+            "runs_by_type_minute": [(r[0], r[1], r[2], r[3]) for r in by_minute],
+            "run_ms_by_type": [(r[4], r[0]) for r in recent if r[2] in ("completed", "failed")],
         }
 
     def damaged_jobs(self, *, chunk: int = 500) -> tuple[int, list[tuple[int, str]]]:

@@ -124,8 +124,9 @@ def translate(exc: sqlite3.Error, path: str, busy_timeout: float) -> Exception:
     return exc
 
 
-def _create_database(path: Path) -> None:
-    """Create a fully initialised database at `path`, atomically.
+def _create_database(path: Path) -> bool:
+    """Create a fully initialised database at `path`, atomically; False when another process
+    created it first (this one's copy is dropped).
 
     The schema is written to a private temporary file beside it, which is then hard-linked into
     place (link fails if the name exists). So a database file either does not exist or is a whole
@@ -160,12 +161,14 @@ def _create_database(path: Path) -> None:
         try:
             os.link(tmp, path)
         except FileExistsError:
-            pass  # another process created it first: use theirs
+            return False  # another process created it first: use theirs
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise
-            if not path.exists():  # a filesystem without hard links
-                os.rename(tmp, path)
+            if path.exists():
+                return False
+            os.rename(tmp, path)  # a filesystem without hard links
+        return True
     finally:
         for suffix in ("", "-journal", "-wal", "-shm"):
             try:
@@ -392,6 +395,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         migration or the journal mode; a file that would need migrating is refused."""
         check_sqlite_version()
         p = Path(path)
+        created = False
         if not allow_network_fs:
             files.check_filesystem(p)
         try:
@@ -403,7 +407,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
                 ) from None
             files.check_db_folder(files.resolve(p))  # (before anything is created there)
             try:
-                _create_database(Path(files.resolve(p)))
+                created = _create_database(Path(files.resolve(p)))
             except sqlite3.Error as e:
                 raise translate(e, str(p), busy_timeout) from e
             except OSError as e:
@@ -423,6 +427,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         except sqlite3.Error as e:
             raise translate(e, str(p), busy_timeout) from e
         engine = cls(conn, str(p), busy_timeout, clock)
+        engine.created = created
         try:
             with engine._errors():
                 conn.row_factory = sqlite3.Row

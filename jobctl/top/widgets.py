@@ -128,8 +128,8 @@ def tab_label(tab: str, snap, filtered: bool) -> str:
 
     rows = snap.tabs[tab]
     t = snap.figures["totals"]
-    whole = {"running": t["running"] + t["cancel_requested"], "buried": t["buried"], "aging": t["ready"],
-             "scheduled": t["scheduled"]}
+    whole = {"running": t["running"] + t["cancel_requested"], "buried": t["buried"],
+             "aging": t["ready"] - t.get("held", 0), "held": t.get("held", 0), "scheduled": t["scheduled"]}
     if tab == "buried" and filtered:
         n, more = sum(g["count"] for g in rows), False
     elif tab in whole and not filtered:

@@ -420,8 +420,11 @@ def test_command_lines_name_real_commands_and_options(where, argv):
                 next(args)
             continue
         path = a
-        if path == "config":
-            path = f"config {next(args)}"
+        sub = next(args, None)  # a command of a group (`config show`, `workers drain`)
+        if sub is not None and f"{path} {sub}" in BY_PATH:
+            path = f"{path} {sub}"
+        elif sub is not None:
+            args = iter([sub, *args])
         break
     if path is None:  # `jobctl --version`, `jobctl --help`
         return

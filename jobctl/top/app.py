@@ -24,7 +24,7 @@ from jobctl.top import actions
 from jobctl.top.data import TABS, DataSource, Detail, Snapshot
 from jobctl.top.filters import Filter, parse
 from jobctl.top.widgets import (ConfirmScreen, DetailPane, FilterScreen, HelpScreen, JobsTable, QueuesTable,
-                                WorkersTable, detail_view, header_lines, queue_cells, queue_columns, row_target,
+                                ReasonScreen, WorkersTable, detail_view, header_lines, queue_cells, queue_columns, row_target,
                                 tab_columns, tab_label, tab_row, worker_key, workers_table)
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
@@ -34,8 +34,8 @@ PARTIAL_WAKE_LOOK = 2.0  # the same where the wake-up tells only of jobs that be
 RETRY_AFTER = 2.0  # seconds between attempts while the database is unavailable
 WAKE_POLL = 0.1  # seconds between looks at the engine's wake-up (no I/O on SQLite)
 
-# The keys: (key, action, what it does, shown in the footer). A feature that lands later is one
-# line in actions.ACTIONS; its key is already here and says "not available yet" until then.
+# The keys: (key, action, what it does, shown in the footer). What a key does to the database is
+# one function in actions.ACTIONS (or, for the bulk ones, in actions.py beside them).
 KEYS: list[tuple[str, str, str, bool]] = [
     ("enter", "details", "details", True),
     ("l", "follow", "follow the log", True),
@@ -57,12 +57,16 @@ KEYS: list[tuple[str, str, str, bool]] = [
 HELP = [
     ("↑ ↓ j k", "move in the focused list; Tab: queues / jobs"), ("1-5", "jobs tabs: " + ", ".join(TABS)),
     ("Enter", "the job's details (as `jobctl show`) and output"), ("l", "follow the selected job's output"),
-    ("r", "retry the selected job (`jobctl retry ID`)"), ("c", "cancel the selected job (`jobctl cancel ID`)"),
+    ("r", "retry the selected job (`jobctl retry ID`); on a buried group, the group (asks first)"),
+    ("c", "cancel the selected job (`jobctl cancel ID`)"),
+    ("b", "bury the selected job, with a reason if you like (`jobctl bury ID --reason R`)"),
+    ("e", "edit the selected job's payload in $EDITOR (`jobctl edit ID --payload ...`)"),
     ("p", "pause or resume the selected queue, or a job's type"),
     ("R", "retry every buried job matching the filter (asks first)"),
-    ("/", "filter: queue:Q type:T status:S error:TEXT since:1h"),
+    ("/", "filter in the command line's words: queue:Q type:T status:S error:TEXT payload:PATH=V"),
+    ("", "worker:W key:K since:1h before:WHEN min-attempts:N (as --queue, --type ...)"),
     ("w", "workers (as `jobctl workers`); d drains the selected one (`jobctl workers drain`), asking first"),
-    ("b e", "bury, edit: not available yet"), ("Escape", "close the details or the workers"), ("q", "quit"),
+    ("Escape", "close the details or the workers"), ("q", "quit"),
 ]
 
 
@@ -176,13 +180,22 @@ class DataThread(threading.Thread):
                 self.source.queue(), target)
             self.post("outcome", outcome)
             self.look()
-        elif kind == "count_buried":
+        elif kind == "count":
+            what, flt, group = args
             try:
-                n, run = actions.buried_matching(self.source.queue(), args[0])
+                n, run = (actions.buried_matching(self.source.queue(), flt) if what == "filter"
+                          else actions.buried_group(self.source.queue(), flt, group))
             except JobctlError as e:
-                self.post("outcome", actions.Outcome(False, e.message))
+                self.post("outcome", actions.Outcome(False, f"retry: {e.message}"))
                 return
-            self.post("count", (n, run))
+            self.post("count", (n, run, what, group))
+        elif kind == "edit":
+            try:
+                job = actions.editable(self.source.queue(), args[0])
+            except JobctlError as e:
+                self.post("outcome", actions.Outcome(False, f"edit: {e.message}"))
+                return
+            self.post("edit", job)
         elif kind == "run":
             self.post("outcome", args[0]())
             self.look()
@@ -258,9 +271,9 @@ class TopApp(App):
     #queues DataTable, QueuesTable { height: auto; max-height: 7; }
     TabbedContent { height: 1fr; }
     TabPane { padding: 0; }
-    #help-box, #confirm-box, #filter-box { width: 76; height: auto; border: round $accent; padding: 0 1;
+    #help-box, #confirm-box, #filter-box, #reason-box { width: 76; height: auto; border: round $accent; padding: 0 1;
         background: $surface; }
-    HelpScreen, ConfirmScreen, FilterScreen { align: center middle; }
+    HelpScreen, ConfirmScreen, FilterScreen, ReasonScreen { align: center middle; }
     """
     BINDINGS = [Binding(key, action, what, show=show) for key, action, what, show in KEYS]
 
@@ -355,6 +368,7 @@ class TopApp(App):
         kinds: dict[str, Callable[[Any], None]] = {
             "snapshot": self._got_snapshot, "detail": self._got_detail, "outcome": self._got_outcome,
             "count": self._got_count, "unavailable": self._set_status_error, "workers": self._got_workers,
+            "edit": self._got_edit,
         }
         if message.kind == "done":
             self.pending = max(self.pending - 1, 0)
@@ -405,11 +419,19 @@ class TopApp(App):
             self._set_status_error(outcome.message)
 
     def _got_count(self, value) -> None:
-        n, run = value
+        n, run, kind, group = value
         if n == 0:
             self._set_status("no buried jobs match" + (f" the filter {self.filter.text}" if self.filter else ""))
             return
-        what = f"buried job{'' if n == 1 else 's'}" + (f" matching {self.filter.text}" if self.filter else "")
+        what = f"buried job{'' if n == 1 else 's'}"
+        if kind == "group":
+            from jobctl.untrusted import safe
+
+            error = safe(group["error"] or "")
+            what += f" of {safe(group['queue'])}/{safe(group['type'])} whose error contains " + (
+                repr(error) if len(error) <= 60 else repr(error[:59] + "…"))
+        if self.filter:
+            what += f" matching {self.filter.text}"
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -417,6 +439,67 @@ class TopApp(App):
             else:
                 self._set_status("nothing retried")
         self.push_screen(ConfirmScreen(f"Retry {n:,} {what}?"), answered)
+
+    def _got_edit(self, job) -> None:
+        """The payload in $EDITOR (the view suspended meanwhile), then `jobctl edit ID --payload`
+        with what was saved; unchanged: nothing is written."""
+        import json
+
+        from jobctl.errors import InvalidInput
+        from jobctl.payloads import compact, parse_json
+
+        before = json.dumps(json.loads(job.payload), indent=2, ensure_ascii=False) + "\n"
+        after = self._run_editor(before, f"job-{job.id}-payload.json")
+        if after is None:
+            return
+        try:
+            same = compact(parse_json(after)) == job.payload
+        except InvalidInput:
+            same = False  # (jobctl edit says what is wrong with it)
+        if same:
+            self._set_status(f"edit: the payload of job {job.id} is unchanged; nothing changed")
+            return
+        self._ask("act", "edit", actions.Target(job_id=job.id, queue=job.queue, type=job.type, payload_text=after))
+
+    def _run_editor(self, text: str, name: str) -> str | None:
+        """`$VISUAL` or `$EDITOR` (else vi) on a private copy of `text`: what was saved, or None
+        (said in the status line) when the editor could not run or failed."""
+        import os
+        import shlex
+        import shutil
+        import subprocess
+        import tempfile
+
+        from textual.app import SuspendNotSupported
+
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+        folder = tempfile.mkdtemp(prefix="jobctl-edit-")  # (0700: the payload may hold secrets)
+        path = os.path.join(folder, name)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            argv = [*shlex.split(editor), path]
+            try:
+                try:
+                    with self.suspend():
+                        code = subprocess.call(argv)
+                except SuspendNotSupported:
+                    if not self.is_headless:
+                        self._set_status_error("edit: this terminal cannot hand over to an editor; use `jobctl edit`")
+                        return None
+                    code = subprocess.call(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL)  # (tests: an editor that is a script)
+            except (OSError, ValueError) as e:
+                self._set_status_error(f"edit: cannot run the editor {editor!r} ({e}); set $EDITOR; nothing changed")
+                return None
+            if code != 0:
+                self._set_status_error(f"edit: the editor exited with status {code}; nothing changed")
+                return None
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
+                return f.read()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _set_status(self, line: str) -> None:
         self.status_text = line
@@ -524,7 +607,33 @@ class TopApp(App):
         if name != "pause" and target.job_id is None:
             self._set_status_error(f"{name}: select a job (in the jobs pane) first")
             return
+        group = self._buried_group()
+        if name == "retry" and group is not None and group["count"] > 1:
+            self._ask("count", "group", self.filter, group)  # the whole group: asks first
+            return
+        if name == "edit":
+            self._ask("edit", target.job_id)
+            return
+        if name == "bury":
+            def answered(reason: str | None) -> None:
+                if reason is None:
+                    self._set_status("nothing buried")
+                    return
+                target.reason = reason.strip() or None
+                self._ask("act", "bury", target)
+            self.push_screen(ReasonScreen(f"Bury job {target.job_id}? It stops until retried."), answered)
+            return
         self._ask("act", name, target)
+
+    def _buried_group(self) -> dict | None:
+        """The selected row of the buried tab (a group of jobs), when the jobs pane has the focus."""
+        if isinstance(self.focused, QueuesTable) or self._active_tab() != "buried":
+            return None
+        table = self.query_one("#table-buried", JobsTable)
+        if not table.row_count or not 0 <= table.cursor_row < table.row_count:
+            return None
+        key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
+        return next((g for g in self.rows.get("buried", []) if str(g["latest_id"]) == key), None)
 
     @_key()
     def action_details(self) -> None:
@@ -660,4 +769,4 @@ class TopApp(App):
 
     @_key()
     def action_retry_all(self) -> None:
-        self._ask("count_buried", self.filter)
+        self._ask("count", "filter", self.filter, None)

@@ -124,14 +124,15 @@ def tab_columns(tab: str, wide: bool) -> list[str]:
 def tab_label(tab: str, snap, filtered: bool) -> str:
     """A tab's name and how many jobs it holds: the whole count from the stats figures without a
     filter (a tab lists the first rows only); with one, the rows read (`200+` when there may be more)."""
-    from jobctl.top.data import ROWS
+    from jobctl.top.data import BURIED_READ, ROWS
 
     rows = snap.tabs[tab]
     t = snap.figures["totals"]
     whole = {"running": t["running"] + t["cancel_requested"], "buried": t["buried"],
              "aging": t["ready"] - t.get("held", 0), "held": t.get("held", 0), "scheduled": t["scheduled"]}
     if tab == "buried" and filtered:
-        n, more = sum(g["count"] for g in rows), False
+        n = sum(g["count"] for g in rows)
+        more = n >= BURIED_READ
     elif tab in whole and not filtered:
         n, more = whole[tab], False
     else:
@@ -296,6 +297,29 @@ class ConfirmScreen(ModalScreen[bool]):
             self.dismiss(False)
 
 
+class ReasonScreen(ModalScreen[str | None]):
+    """b: the question before burying, with the reason kept in the job's history (optional):
+    Enter buries, Escape does not."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, question: str):
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="reason-box"):
+            yield Static(Text(self.question, style="bold"))
+            yield Static(Text("Why (optional, kept in its history); Enter buries, Escape does not:", style="dim"))
+            yield Input(id="reason-input")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 class FilterScreen(ModalScreen[str | None]):
     """`/`: the filter in the command line's words; Enter applies it, Escape leaves it as it was."""
 
@@ -307,7 +331,9 @@ class FilterScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="filter-box"):
-            yield Static(Text("filter (queue:Q type:T status:S error:TEXT since:1h; empty: none)", style="bold"))
+            yield Static(Text("filter: queue:Q type:T status:S error:TEXT payload:PATH=VALUE worker:W key:K "
+                              "since:1h before:WHEN min-attempts:N (as the command line's --queue ...; "
+                              "empty: none)", style="bold"))
             yield Input(value=self.current, id="filter-input")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

@@ -79,6 +79,13 @@ def complete_status(ctx, incomplete: str) -> list[str]:
     return _choices(STATES, incomplete)
 
 
+def complete_selection_status(ctx, incomplete: str) -> list[str]:
+    """--status of the commands that select jobs: a state, or one of the views."""
+    from jobctl.selection import STATUSES
+
+    return _choices(STATUSES, incomplete)
+
+
 def complete_sort(ctx, incomplete: str) -> list[str]:
     from jobctl.models import LIST_SORTS
 

@@ -142,36 +142,59 @@ def status_text(job: Job, now: int) -> Text:
     return Text(label, style=STATUS_STYLE.get(job.status, ""))
 
 
-LIST_COLUMNS = ("ID", "STATUS", "QUEUE", "TYPE", "PRI", "RUNS", "RUN AT", "UPDATED")
-LIST_DROP_ORDER = ("PRI", "UPDATED", "RUN AT", "RUNS", "QUEUE")  # on a narrow screen, these go first
+LIST_COLUMNS = ("ID", "STATUS", "QUEUE", "TYPE", "PRI", "RUNS", "WHEN", "WORKER", "UPDATED")
+LIST_DROP_ORDER = ("PRI", "UPDATED", "RUNS", "QUEUE", "WORKER", "WHEN")  # on a narrow screen, these go first
 PAYLOAD_MIN = 12
-PAYLOAD_WANT = 40  # on a narrow screen, minor columns leave until the payload or error has a quarter of it, up to this
+PAYLOAD_WANT = 40  # on a narrow screen, minor columns leave until the payload or error has a third of it, up to this
+
+
+def when_text(job: Job, now: int) -> str:
+    """What a state needs to be told by time: a pending job when it may run (`in 5m`, `ready 3s
+    ago`), a running one how long it has run (`for 2m10s`); a finished one "-" (UPDATED says when)."""
+    if job.status == "pending":
+        return "waits" if job.waiting_on else ("in " + format_duration((job.run_at - now) / 1000)
+                                               if job.run_at > now else f"ready {ago(job.run_at, now)}")
+    if job.status in ("running", "cancel_requested"):
+        return f"for {format_duration(max(now - job.claimed_at, 0) / 1000)}" if job.claimed_at else "-"
+    return "-"
 
 
 def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width: int | None = None) -> Table:
-    """The `list` table. The columns before the payload keep their whole text (a status cut to
-    "pend…" would mislead, and break a grep); with a `width`, the payload or error is cut to what
-    they leave (print_view fits it), and while it would get less than a quarter of the screen
-    (at least PAYLOAD_MIN, at most PAYLOAD_WANT) whole columns are left out (LIST_DROP_ORDER) rather
+    """The `list` table, with what each state needs: WHEN (a pending job's start, how long a
+    running one has run), WORKER (of running jobs; the column only
+    when one is listed), and in the last column a running job's progress (else its payload), a
+    buried or retried job's error. The columns before the last keep their whole text (a status
+    cut to "pend…" would mislead, and break a grep); with a `width`, the last column is cut to what
+    they leave (print_view fits it), and while it would get less than a third of the screen (at
+    least PAYLOAD_MIN, at most PAYLOAD_WANT) whole columns are left out (LIST_DROP_ORDER) rather
     than cut: at 80 columns an error of 12 characters says nothing. Without a width nothing is cut."""
     rows = []
     for j in jobs:
         detail = j.error if j.status in ("buried",) or (j.status == "pending" and j.error) else None
+        held = j.status in ("running", "cancel_requested")
+        if detail:
+            last = text(mask_text(detail, patterns, reveal), "red")
+        elif held and j.progress:
+            last = text("progress: " + mask_text(_progress(j.progress), patterns, reveal) + _changed(j.progress_at, now),
+                        "cyan")
+        else:
+            last = text(masked_text(j.payload, patterns, reveal, limit=200))
         rows.append((
             str(j.id), status_text(j, now), text(j.queue), text(j.type), str(j.priority),
-            f"{j.attempts}/{j.max_attempts}", ago(j.run_at, now) if j.status == "pending" else "-",
-            ago(j.updated_at, now),
-            text(mask_text(detail, patterns, reveal), "red") if detail
-            else text(masked_text(j.payload, patterns, reveal, limit=200)),
+            f"{j.attempts}/{j.max_attempts}", when_text(j, now), text(j.worker) if held and j.worker else "-",
+            ago(j.updated_at, now), last,
         ))
     shown = list(LIST_COLUMNS)
+    if not any(j.status in ("running", "cancel_requested") for j in jobs):
+        shown.remove("WORKER")  # nothing runs: no column of dashes
     if width is not None:  # decided before the table is built: rich cannot take a column out again
         widths = {name: _widest(name, [r[i] for r in rows]) for i, name in enumerate(LIST_COLUMNS)}
-        want = max(PAYLOAD_MIN, min(PAYLOAD_WANT, width // 4))
+        want = max(PAYLOAD_MIN, min(PAYLOAD_WANT, width // 3))
         for name in LIST_DROP_ORDER:
             if width - sum(widths[n] + COLUMN_GAP for n in shown) >= want:
                 break
-            shown.remove(name)
+            if name in shown:
+                shown.remove(name)
     table = Table(box=None, header_style="bold", pad_edge=False)
     for name in shown:
         table.add_column(name, justify="right" if name in ("ID", "PRI", "RUNS") else "left")

@@ -14,7 +14,7 @@ from jobctl import jobspec, payloads, transitions
 from jobctl.config import Settings, duration_in_range
 from jobctl.durations import parse_duration, parse_time, validate_name
 from jobctl.engines.base import ClaimRequest, Decision, Engine, Inserted, NewJob
-from jobctl.errors import CancelRequested, InvalidInput, NoSuchJob, PermissionDenied
+from jobctl.errors import CancelRequested, InvalidInput, JobctlError, NoSuchJob, PermissionDenied
 from jobctl.jobspec import validate_job_id
 from jobctl.models import Event, Job, Record
 from jobctl.transitions import backoff_delay, one_line  # noqa: F401  (re-exported: tests and scripts use them)
@@ -42,6 +42,17 @@ def shell_worker_id() -> str:
     import socket
 
     return os.environ.get("JOBCTL_WORKER_ID") or f"{socket.gethostname()}:{os.getppid()}"
+
+
+class NoSuchKey(NoSuchJob):
+    """No job has this idempotency key (exit 3)."""
+
+    def __init__(self, key: str):
+        from jobctl.untrusted import safe
+
+        JobctlError.__init__(self, f"no job has the idempotency key {safe(key)!r}; `jobctl list --key K` "
+                                   "finds jobs by key")
+        self.job_id = 0
 
 
 def _retry(reset_attempts: bool):
@@ -363,26 +374,6 @@ class Queue:
 
         return self.engine.update_dependents(root, self._reacting(decide), actor or operator_name())
 
-    CANCEL_KINDS = ("pending", "scheduled", "blocked", "buried")
-
-    def cancel_matching(self, *, queue: str, type: str | None = None, statuses: Iterable[str] = (),
-                        reason: str | None = None, dry_run: bool = False, actor: str | None = None,
-                        on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-        """Cancel every job of `queue` (and `type`) that has not started: of `statuses` (pending:
-        any pending job, scheduled, blocked, buried; default pending), in short transactions.
-        Running jobs are never touched. Returns how many by kind (ready, scheduled, blocked, buried)."""
-        validate_name(queue, "queue")
-        if type is not None:
-            validate_name(type, "type")
-        kinds = list(dict.fromkeys(statuses)) or ["pending"]
-        for k in kinds:
-            if k not in self.CANCEL_KINDS:
-                raise InvalidInput(f"invalid status {k!r} for a cancel by filter: use one of "
-                                   f"{', '.join(self.CANCEL_KINDS)} (running jobs are cancelled by id)")
-        decide = self._reacting(_decide(transitions.cancel, None, actor, reason=one_line(reason)))
-        return self.engine.update_matching(decide, actor or operator_name(), kinds=kinds, queue=queue, type=type,
-                                           dry_run=dry_run, on_progress=on_progress)
-
     def reschedule(self, job_id: int, *, now: bool = False, delay=None, at=None, actor: str | None = None) -> Job:
         """Set when a pending job may run: now, after `delay` from now, or at `at` (one of them)."""
         if sum(x is not None and x is not False for x in (now or None, delay, at)) != 1:
@@ -405,15 +396,117 @@ class Queue:
     def retry_buried(self, *, queue: str | None = None, type: str | None = None, reset_attempts: bool = False,
                      dry_run: bool = False, actor: str | None = None,
                      on_progress: Callable[[int, int], None] | None = None) -> list[Job]:
-        """on_progress(done, total) is called along the way (one transaction: all or nothing)."""
+        """Every buried job (of a queue and type) back to pending, in short transactions (act);
+        the jobs retried, as they are now (as they are, with dry_run)."""
+        from jobctl.selection import parse
+
+        sel = parse(queues=None if queue is None else [queue], types=None if type is None else [type], statuses=["buried"])
+        done = [job_id for job_id, outcome, _ in self.act("retry", self.matching_ids(sel), sel, dry_run=dry_run,
+                                                          actor=actor, on_progress=on_progress,
+                                                          reset_attempts=reset_attempts) if outcome == "changed"]
+        return self.get_many(done)
+
+    def bury(self, job_id: int, *, reason: str | None = None, actor: str | None = None) -> Job:
+        """Park a job that has not started as buried (transitions.bury)."""
+        return self.engine.update_job(validate_job_id(job_id), self._burying(reason), actor or operator_name())
+
+    def _burying(self, reason: str | None):
+        reason = one_line(reason)
+        return self._reacting(lambda job, now: transitions.bury(job, now, reason=reason))
+
+    def edit(self, job_id: int, *, payload=None, payload_text: str | bytes | None = None, queue: str | None = None,
+             priority=None, max_attempts=None, timeout=None, backoff=None, actor: str | None = None) -> Job:
+        """Change what a job that is not running will run with (transitions.edit), checked as
+        enqueue checks it. Nothing given: InvalidInput."""
+        from jobctl.config import parse_backoff
+        from jobctl.jobspec import validate_max_attempts
+        from jobctl.durations import parse_priority
+
+        changes: dict = {}
+        if payload_text is not None:
+            payload = payloads.parse_json(payload_text)
+        if payload is not None:
+            text = payloads.compact(payload, max_bytes=self.settings.max_payload_bytes)
+            if not self.stores(text):
+                raise InvalidInput(f"invalid payload: {payloads.NUL_REFUSED}; nothing changed")
+            changes["payload"], changes["payload_hash"] = text, payloads.canonical_hash(payload)
         if queue is not None:
-            validate_name(queue, "queue")
-        if type is not None:
-            validate_name(type, "type")
-        extra = {} if on_progress is None else {"on_progress": on_progress}
-        done = self.engine.update_buried(self._reacting(_retry(reset_attempts)), actor or operator_name(),
-                                         queue=queue, type=type, dry_run=dry_run, **extra)
-        return [job for job, _ in done]
+            changes["queue"] = validate_name(queue, "queue")
+        if priority is not None:
+            changes["priority"] = parse_priority(priority)
+        if max_attempts is not None:
+            changes["max_attempts"] = validate_max_attempts(max_attempts)
+        if timeout is not None:
+            seconds = parse_duration(timeout, what="timeout")
+            if seconds <= 0:
+                raise InvalidInput("invalid timeout: must be more than 0")
+            changes["timeout_ms"] = int(seconds * 1000)
+        if backoff is not None:
+            changes["backoff"] = parse_backoff(backoff)
+        if not changes:
+            raise InvalidInput("nothing to change: give --payload, --payload-file, --queue, --priority, "
+                               "--max-attempts, --timeout or --backoff")
+        return self.engine.update_job(validate_job_id(job_id), lambda job, now: transitions.edit(job, now, changes=changes),
+                                      actor or operator_name())
+
+    def get_by_key(self, key: str) -> Job:
+        """The job with this idempotency key (NoSuchJob, exit 3, when none has it)."""
+        from jobctl.selection import Selection
+
+        ids = self.engine.select_ids(Selection(keys=[key]))
+        if not ids:
+            raise NoSuchKey(key)
+        return self.get(ids[0])
+
+    # -- find and act: a selection (jobctl/selection.py) ------------------------------------
+
+    # What each action can act on, and what it acts on when no --status is given.
+    ACTS_ON = {
+        "retry": (("buried",), ("buried",)),
+        "cancel": (("pending", "scheduled", "blocked", "held", "buried"), ("pending",)),
+        "reschedule": (("pending", "scheduled", "blocked", "held"), ("pending",)),
+        "bury": (("pending", "scheduled", "blocked", "held"), ("pending",)),
+    }
+
+    def admission_for(self, selection):
+        """What a selection's --status held needs: the config's limits as they stand (None: not asked)."""
+        if "held" not in selection.statuses:
+            return None
+        figures = self.limit_figures()
+        return figures["admission"] if figures else None
+
+    def matching_ids(self, selection) -> list[int]:
+        """The ids of the jobs a selection matches now, in id order."""
+        return self.engine.select_ids(selection, admission=self.admission_for(selection))
+
+    def act(self, action: str, ids: list[int], selection, *, dry_run: bool = False, actor: str | None = None,
+            on_progress: Callable[[int, int], None] | None = None, reason: str | None = None,
+            reset_attempts: bool = False, now: bool = False, delay=None, at=None):
+        """Apply an action (ACTS_ON) to the jobs `ids` that `selection` still matches, in short
+        transactions (Engine.update_selection): yields (id, outcome, detail) per job."""
+        decide = self._action(action, reason=reason, reset_attempts=reset_attempts, now=now, delay=delay, at=at)
+        return self.engine.update_selection(ids, selection, decide, actor or operator_name(),
+                                            admission=self.admission_for(selection), dry_run=dry_run,
+                                            on_progress=on_progress)
+
+    def _action(self, action: str, *, reason, reset_attempts: bool, now: bool, delay, at):
+        if action == "retry":
+            return self._reacting(_retry(reset_attempts))
+        if action == "cancel":
+            return self._reacting(_decide(transitions.cancel, None, None, holder=False, reason=one_line(reason)))
+        if action == "bury":
+            return self._burying(reason)
+        if action == "reschedule":
+            if sum((bool(now), delay is not None, at is not None)) != 1:
+                raise InvalidInput("give exactly one of --now, --in DUR or --at TIME")
+            delay_ms = int(parse_duration(delay, what="--in") * 1000) if delay is not None else 0
+            not_before = parse_time(at) if at is not None else None
+
+            def decide(job: Job, now_ms: int):
+                return transitions.reschedule(job, now_ms, delay_ms=delay_ms, not_before=not_before)
+
+            return decide
+        raise ValueError(action)
 
     def recover(self, *, older_than=None, dry_run: bool = False, actor: str | None = None,
                 exclude_tokens: frozenset[str] | set[str] = frozenset()) -> list[tuple[Job, str]]:
@@ -464,7 +557,7 @@ class Queue:
 
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                   limit: int = 50, stuck: bool = False, older_than=None, sort: str = "newest",
-                  held: bool = False, damaged: list | None = None) -> list[Job]:
+                  held: bool = False, damaged: list | None = None, selection=None) -> list[Job]:
         """Jobs matching all filters. stuck: running or cancel_requested with an expired lease or past
         their timeout (as in stats). older_than: created longer ago than this duration. limit 0: all.
         damaged: a list to collect rows that cannot be decoded in (left out), instead of exit 8."""
@@ -474,15 +567,18 @@ class Queue:
             raise InvalidInput(f"invalid sort {sort!r}: use one of {', '.join(LIST_SORTS)}")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= 1_000_000:
             raise InvalidInput(f"invalid limit {limit!r}: must be from 1 to 1000000, or 0 for all")
-        return self.engine.list_jobs(**self._list_filters(statuses, queue, type, stuck, older_than, held),
+        return self.engine.list_jobs(**self._list_filters(statuses, queue, type, stuck, older_than, held, selection),
                                      limit=limit, sort=sort, damaged=damaged)
 
     def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
-                   stuck: bool = False, older_than=None, held: bool = False) -> int:
-        """How many jobs list_jobs would return without a limit."""
-        return self.engine.count_jobs(**self._list_filters(statuses, queue, type, stuck, older_than, held))
+                   stuck: bool = False, older_than=None, held: bool = False, selection=None,
+                   at_most: int | None = None, within_s: float | None = None) -> int | None:
+        """How many jobs list_jobs would return without a limit (at_most: stop counting past it;
+        within_s: None when counting would take longer, where the engine can tell)."""
+        return self.engine.count_jobs(**self._list_filters(statuses, queue, type, stuck, older_than, held, selection),
+                                      at_most=at_most, within_s=within_s)
 
-    def _list_filters(self, statuses, queue, type, stuck, older_than, held=False) -> dict:
+    def _list_filters(self, statuses, queue, type, stuck, older_than, held=False, selection=None) -> dict:
         """held: only ready jobs that a limit of the config holds back (none without limits)."""
         from jobctl.models import STATES
 
@@ -499,6 +595,8 @@ class Queue:
             created_older_than_ms = int(parse_duration(older_than, what="--older-than") * 1000)
         filters = dict(statuses=statuses, queue=queue, type=type, stuck=stuck,
                        created_older_than_ms=created_older_than_ms)
+        if selection is not None and not selection.empty:
+            filters.update(selection=selection, admission=self.admission_for(selection))
         if held:
             from jobctl.limits import Admission
 
@@ -507,22 +605,28 @@ class Queue:
         return filters
 
     def purge(self, *, completed_older_than=None, cancelled_older_than=None, buried_older_than=None,
-              dry_run: bool = False, on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+              dry_run: bool = False, on_progress: Callable[[int, int], None] | None = None,
+              selection=None) -> dict[str, int]:
         """Delete finished jobs older than the given ages; with none given, the config's [retention].
 
         on_progress(deleted, total) is called after each small batch; total is counted first (only
         when on_progress is given), and never reported below `deleted`."""
         cutoffs = self._purge_cutoffs(completed_older_than, cancelled_older_than, buried_older_than)
         keep = self._rate_windows()
+        extra = {"selection": selection} if selection is not None and not selection.empty else {}
+        if selection is not None and selection.statuses:  # --status narrows which finished states go
+            cutoffs = {k: v for k, v in cutoffs.items() if k in selection.statuses}
         if on_progress is None or dry_run:
-            return {status: self.engine.purge(status, cutoff, dry_run=dry_run, keep_ms=keep)
+            return {status: self.engine.purge(status, cutoff, dry_run=dry_run, keep_ms=keep, **extra)
                     for status, cutoff in cutoffs.items()}
-        total = sum(self.engine.purge(status, cutoff, dry_run=True, keep_ms=keep) for status, cutoff in cutoffs.items())
+        total = sum(self.engine.purge(status, cutoff, dry_run=True, keep_ms=keep, **extra)
+                    for status, cutoff in cutoffs.items())
         counts: dict[str, int] = {}
         for status, cutoff in cutoffs.items():
             before = sum(counts.values())
             counts[status] = self.engine.purge(
-                status, cutoff, keep_ms=keep, on_progress=lambda n, before=before: on_progress(before + n, max(total, before + n)))  # type: ignore[misc]
+                status, cutoff, keep_ms=keep, **extra,
+                on_progress=lambda n, before=before: on_progress(before + n, max(total, before + n)))  # type: ignore[misc]
         return counts
 
     def kept_for_rate_windows(self, *, completed_older_than=None, cancelled_older_than=None, buried_older_than=None,

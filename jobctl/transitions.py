@@ -147,6 +147,52 @@ def retry(job: Job, now: int, *, reset_attempts: bool) -> Change:
     return Change("pending", fields, message="retried" + (" with attempts reset" if reset_attempts else ""))
 
 
+def bury(job: Job, now: int, *, reason: str | None) -> Change | None:
+    """Park a job that has not started (pending, scheduled, blocked) as buried, for a person: it
+    stops, and `retry` brings it back. A running job is refused (its worker would not know):
+    cancel it. Buried already: nothing changes."""
+    if job.status == "buried":
+        return None
+    if job.status in HELD:
+        raise refuse(job, "bury it (it is running; `jobctl cancel " + str(job.id) + "` stops it)")
+    if job.status != "pending":
+        raise refuse(job, "bury it (it has finished)")
+    note = f": {reason}" if reason else ""
+    return Change("buried", {}, message=f"buried by hand{note}")
+
+
+EDITABLE = ("payload", "queue", "priority", "max_attempts", "timeout_ms", "backoff")
+
+
+def edit(job: Job, now: int, *, changes: dict) -> Change | None:
+    """Change what a job that is not running will run with (changes: EDITABLE fields, checked by
+    the caller; "payload" comes with "payload_hash"). The history says what changed, from what to
+    what (payloads as JSON text: human views mask their secrets, as everywhere). Its idempotency
+    key is kept. Nothing that differs: None."""
+    if job.status in HELD:
+        raise refuse(job, "edit it (it is running; cancel it first, or wait for it to finish)")
+    if job.status in ("completed", "cancelled"):
+        raise refuse(job, "edit it (it has finished; enqueue a new job instead)")
+    fields: dict = {}
+    said: list[str] = []
+    for name in EDITABLE:
+        if name not in changes or changes[name] == getattr(job, name):
+            continue
+        fields[name] = changes[name]
+        old, new = getattr(job, name), changes[name]
+        if name == "timeout_ms":
+            said.append(f"timeout {format_duration(old / 1000)} → {format_duration(new / 1000)}")
+        elif name == "payload":
+            fields["payload_hash"] = changes["payload_hash"]
+            said.append(f"payload {old} → {new}" if len(old) + len(new) <= 2000 else
+                        f"payload changed ({len(old):,} → {len(new):,} characters; `jobctl show --json` has it)")
+        else:
+            said.append(f"{name.replace('_', ' ')} {old} → {new}")
+    if not fields:
+        return None
+    return Change(job.status, fields, message="edited: " + "; ".join(said))
+
+
 def cancel_dependent(job: Job, now: int, *, reason: str | None) -> Change | None:
     """A job that waits on a cancelled one (cancel --with-dependents): cancelled like it; one that
     has already finished is left as it is."""

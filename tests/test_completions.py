@@ -112,8 +112,11 @@ def _complete_bash(words, cword, cwd=None):
 
 def test_completion_offers_the_fixed_choices():
     assert _complete_bash("jobctl list --status ", 3) == [
-        "pending", "running", "cancel_requested", "completed", "buried", "cancelled"]
-    assert _complete_bash("jobctl list -s b", 3) == ["buried"]
+        "pending", "running", "cancel_requested", "completed", "buried", "cancelled", "scheduled", "blocked", "held"]
+    assert _complete_bash("jobctl list -s b", 3) == ["buried", "blocked"]
+    assert _complete_bash("jobctl retry --status h", 3) == ["held"]  # every command that selects jobs
+    assert _complete_bash("jobctl bury --", 2)[:2] and "--payload" in _complete_bash("jobctl bury --", 2)
+    assert "--min-attempts" in _complete_bash("jobctl purge --m", 2)
     assert _complete_bash("jobctl list --sort ", 3) == ["newest", "oldest", "priority", "run-at", "updated"]
     assert _complete_bash("jobctl stats --format p", 3) == ["prometheus"]
     assert _complete_bash("jobctl stats -f ", 3) == ["table", "json", "prometheus"]

@@ -393,25 +393,6 @@ def test_count_expired(engine, clock):
     assert engine.count_expired() == 1
 
 
-def test_update_buried(engine):
-    engine.insert_jobs([new(queue="a"), new(queue="b"), new(queue="a", type="u"), new()], "a")
-    for _ in range(3):
-        job = engine.claim(req())
-        engine.update_job(job.id, set_to("buried"), "w")
-    retry = set_to("pending", attempts=0)
-    progress = []
-    assert [j.id for j, _ in engine.update_buried(retry, "op", queue="a", type="t", dry_run=True)] == [1]
-    assert engine.get_job(1).status == "buried"
-    assert [j.id for j, _ in engine.update_buried(retry, "op", queue="a",
-                                                  on_progress=lambda d, t: progress.append((d, t)))] == [1, 3]
-    assert progress[-1] == (2, 2)
-    assert statuses(engine) == {4: "pending", 3: "pending", 2: "buried", 1: "pending"}
-    assert engine.get_job(1).attempts == 0
-
-
-# -- purge --------------------------------------------------------------------------------------
-
-
 def test_purge_deletes_finished_jobs_with_their_history(engine, clock):
     engine.insert_jobs([new() for _ in range(7)], "a")
     for i in range(1, 6):
@@ -653,29 +634,79 @@ def test_update_dependents_is_one_step(engine):
     assert set(statuses(engine).values()) == {"pending"}
 
 
-def test_update_matching_by_kind_in_short_steps(engine, clock):
+def test_update_selection_in_short_steps_skips_what_changed_meanwhile(engine, clock):
+    from jobctl.errors import InvalidState as Refused
+    from jobctl.selection import parse
+
     engine.insert_jobs([new(queue="q"), new(queue="q", delay_ms=60_000), new(queue="q", type="u"),
                         new(queue="other")], "a")  # 1 ready, 2 scheduled, 3 ready (type u), 4 elsewhere
     engine.insert_jobs([new(queue="q", after=[1])], "a")  # 5 blocked
     engine.insert_jobs([new(queue="q"), new(queue="q")], "a")  # 6 (buried below), 7 ready
     assert [engine.claim(req(queues=["q"], types=["t"])).id for _ in range(2)] == [1, 6]
     engine.update_job(6, set_to("buried"), "w")
+    sel = parse(queues=["q"], statuses=["pending", "buried"])
+    ids = engine.select_ids(sel)
+    assert ids == [2, 3, 5, 6, 7]
+    assert engine.select_ids(parse(queues=["q"], statuses=["scheduled"])) == [2]
+    assert engine.select_ids(parse(queues=["q"], statuses=["blocked", "scheduled"])) == [2, 5]
     cancel = set_to("cancelled")
-    assert engine.update_matching(cancel, "op", kinds=["pending", "buried"], queue="q", dry_run=True) == {
-        "ready": 2, "scheduled": 1, "blocked": 1, "buried": 1}
+    assert list(engine.update_selection(ids, sel, cancel, "op", dry_run=True))[0] == (2, "changed", "cancelled")
     assert engine.get_job(2).status == "pending"
+    engine.update_job(7, set_to("running"), "w")  # changed meanwhile: no longer matches
+
+    def cancel_but_not_3(job, now):
+        if job.id == 3:
+            raise Refused("job 3: no")
+        return cancel(job, now)
+
     progress = []
-    done = engine.update_matching(cancel, "op", kinds=["scheduled"], queue="q", batch=1,
-                                  on_progress=lambda d, t: progress.append((d, t)))
-    assert done == {"ready": 0, "scheduled": 1, "blocked": 0, "buried": 0} and progress == [(1, 1)]
-    assert engine.update_matching(cancel, "op", kinds=["blocked"], queue="q") == {
-        "ready": 0, "scheduled": 0, "blocked": 1, "buried": 0}
-    done = engine.update_matching(cancel, "op", kinds=["pending", "buried"], queue="q", type="t", batch=1,
-                                  on_progress=lambda d, t: progress.append((d, t)))
-    assert done == {"ready": 1, "scheduled": 0, "blocked": 0, "buried": 1} and progress[-1] == (2, 2)
+    done = list(engine.update_selection(ids, sel, cancel_but_not_3, "op", batch=2,
+                                        on_progress=lambda d, t: progress.append((d, t))))
+    assert done == [(2, "changed", "cancelled"), (3, "refused", "job 3: no"), (5, "changed", "cancelled"),
+                    (6, "changed", "cancelled"), (7, "skipped", None)]
+    assert progress == [(2, 5), (4, 5), (5, 5)]  # three transactions of at most two jobs
     assert statuses(engine) == {1: "running", 2: "cancelled", 3: "pending", 4: "pending", 5: "cancelled",
-                                6: "cancelled", 7: "cancelled"}
-    assert [e.to_status for e in engine.events(7)] == ["pending", "cancelled"]
+                                6: "cancelled", 7: "running"}
+    assert [e.to_status for e in engine.events(6)][-1] == "cancelled"
+
+
+def test_selection_filters_on_both_engines(engine, clock):
+    from jobctl.selection import parse
+
+    engine.insert_jobs([new(payload='{"user":{"id":42},"items":[{"sku":"A-1"}],"tenant":"b","ok":true}'),
+                        new(payload='{"user":{"id":"42"},"tenant":"a","n":1.5}', type="u"),
+                        new(payload='{"user":{"id":7},"tenant":"b","items":[1,2],"x":null}', queue="z"),
+                        new(payload='{"tenant":"c"}', idempotency_key="k-1")], "a")
+    for job_id, error in ((1, "SMTP Timeout after 30s"), (2, "refused: 100%_done")):
+        job = engine.claim(req(worker=f"w-{job_id}"))
+        assert job.id == job_id
+        engine.update_job(job_id, set_to("buried", error=error, worker=None, token=None), "w")
+    engine.claim(req(worker="w-3"))  # 3 running under w-3
+
+    def ids(**options):
+        return engine.select_ids(parse(**options))
+
+    assert ids(payload=["tenant=b"]) == [1, 3]
+    assert ids(payload=["user.id=42"]) == [1]  # the number, not the string "42"
+    assert ids(payload=['user.id="42"']) == [2]
+    assert ids(payload=["user.id=42", "user.id=7"]) == [1, 3]  # one path repeated: any of them
+    assert ids(payload=["tenant=b", "user.id=7"]) == [3]  # different paths: all of them
+    assert ids(payload=["items.0.sku=A-1"]) == [1]
+    assert ids(payload=["items=[1,2]"]) == [3]
+    assert ids(payload=["ok=true"]) == [1] and ids(payload=["x=null"]) == [3] and ids(payload=["n=1.5"]) == [2]
+    assert ids(payload=["user={\"id\":7}"]) == [3]
+    assert ids(payload=["nothing.here=1"]) == []
+    assert ids(errors=["timeout"]) == [1] and ids(errors=["TIMEOUT", "refused"]) == [1, 2]
+    assert ids(errors=["100%_"]) == [2] and ids(errors=["0%x"]) == []  # % and _ are plain text
+    assert ids(keys=["k-1"]) == [4]
+    assert ids(workers=["w-3"]) == [3]
+    assert ids(min_attempts=1) == [1, 2, 3] and ids(min_attempts=1, queues=["z"]) == [3]
+    assert ids(statuses=["buried"], types=["u"]) == [2]
+    assert ids(since="1h") == [1, 2, 3, 4]
+    assert ids(before="1h") == []
+    assert ids(statuses=["held"]) == []
+    engine.set_paused("default", True, type="t")  # held: ready, and a pause holds it back
+    assert ids(statuses=["held"]) == [4] and ids(statuses=["held", "running"]) == [3, 4]
 
 
 # -- pauses of one type, and pauses that end by themselves --------------------------------------

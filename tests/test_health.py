@@ -300,4 +300,7 @@ def test_held_filter_selects_exactly_the_held_jobs(make_any):
     with q.engine._read() as c:
         ids = sorted(r[0] for r in c.execute(f"SELECT id FROM jobs WHERE {where}", params))
     assert ids == [2, 3, 4]  # the second api job (its rate is used up) and the paused type's jobs in b
-    assert q.engine.held_filter(None)[1][1:] == ["b", "other"]  # without limits: the pauses alone
+    where, params = q.engine.held_filter(None)
+    with q.engine._read() as c:
+        ids = sorted(r[0] for r in c.execute(f"SELECT id FROM jobs WHERE {where}", params))
+    assert ids == [3, 4]  # without limits: the pauses alone

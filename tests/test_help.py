@@ -60,15 +60,15 @@ def test_the_options_show_what_their_values_are():
     r = run_inproc("stats", "--help", env={"COLUMNS": "100"})
     assert "Rows in the stuck, buried and aging lists (default 10). [1 to 1000]" in " ".join(r.stdout.split())
     assert "--max-stuck N --check: at most N stuck jobs. [at least 0]" in " ".join(r.stdout.split())
-    assert run_inproc("show", "--help").stdout.startswith("Usage: jobctl show [OPTIONS] ID\n")
-    assert run_inproc("retry", "--help").stdout.startswith("Usage: jobctl retry [OPTIONS] ID...\n")
+    assert run_inproc("show", "--help").stdout.startswith("Usage: jobctl show [OPTIONS] [ID]\n")  # (or --key K)
+    assert run_inproc("retry", "--help").stdout.startswith("Usage: jobctl retry [OPTIONS] [ID...]\n")  # (or a filter)
     assert run_inproc("run", "--help").stdout.startswith("Usage: jobctl run [OPTIONS] TYPE [PAYLOAD]\n")
 
 
 @pytest.mark.parametrize("args, line", [
     (["enqeue", "t"], "no such command 'enqeue'; did you mean 'enqueue'? See `jobctl --help`"),
     (["config", "check"], "no such command 'check'; see `jobctl config --help`"),
-    (["show"], "missing argument ID; see `jobctl show --help`"),
+    (["show"], "give a job id or --key K (one of them)"),
     (["show", "abc"], "invalid ID 'abc': must be a whole number; see `jobctl show --help`"),
     (["show", "1", "2"], "unexpected extra argument(s): 2; see `jobctl show --help`"),
     (["list", "--limit", "abc"], "invalid --limit 'abc': must be a whole number from 0 to 1,000,000; "

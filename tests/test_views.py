@@ -136,8 +136,8 @@ def test_list_on_a_screen_cuts_only_the_payload_then_drops_whole_columns(db, col
     for whole in ("pending (scheduled)", "running", "report", "email"):  # never "pend…"
         assert whole in body, lines
     assert [line.split()[0] for line in lines[1:]] == ["3", "2", "1"], lines
-    if columns >= 120:
-        assert "notifications" in body and "PRI" in header
+    if columns >= 120:  # a running job: its worker and how long it has run (PRI goes first to make room)
+        assert "notifications" in body and "WORKER" in header and "WHEN" in header and "for " in body
     if columns <= 60:
         assert "PRI" not in header and "UPDATED" not in header, lines
 

@@ -176,6 +176,7 @@ def test_a_concurrency_limit_holds_when_a_worker_is_killed(tmp_path):
         [worker]
         lease = "1s"
         poll = "100ms"
+        recover_every = "1s"  # b looks for expired leases every second, not every 30 s
     """))
     _enqueue(tmp_path, cfg, 2, '"long"')
     _enqueue(tmp_path, cfg, 4)

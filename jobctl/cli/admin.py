@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
+from jobctl.cli import filters
 from jobctl.cli.app import app, emit, emit_json, state
 from jobctl.completion import complete_queue, complete_type
 from jobctl.errors import CheckFailed, InvalidInput
@@ -83,19 +84,30 @@ def purge(
     completed_older_than: Optional[str] = typer.Option(None, "--completed-older-than", metavar="DUR", help="Delete jobs completed longer ago than this (e.g. 7d)."),
     cancelled_older_than: Optional[str] = typer.Option(None, "--cancelled-older-than", metavar="DUR", help="Delete jobs cancelled longer ago than this."),
     buried_older_than: Optional[str] = typer.Option(None, "--buried-older-than", metavar="DUR", help="Delete jobs buried longer ago than this."),
+    queue: Optional[List[str]] = filters.QUEUE, type: Optional[List[str]] = filters.TYPE,
+    status: Optional[List[str]] = filters.STATUS, error: Optional[List[str]] = filters.ERROR,
+    payload: Optional[List[str]] = filters.PAYLOAD, worker: Optional[List[str]] = filters.WORKER,
+    key: Optional[List[str]] = filters.KEY, since: Optional[str] = filters.SINCE, before: Optional[str] = filters.BEFORE,
+    min_attempts: Optional[str] = filters.MIN_ATTEMPTS,
     dry_run: bool = typer.Option(False, "--dry-run", help="Only count them."),
     as_json: bool = typer.Option(False, "--json", help="Print the counts, by status, as JSON."),
 ):
-    """Delete finished jobs and their history; without options, as the config's [retention] says.
+    """Delete finished jobs and their history; without ages, as the config's [retention] says.
 
-    Example: jobctl purge --completed-older-than 7d --cancelled-older-than 7d
+    The filters narrow what the ages (or the retention) would delete.
+
+    Example: jobctl purge --completed-older-than 7d --type import --payload tenant=b
     """
     from jobctl.cli.progress import progress_bar
+
+    sel = filters.selection(queue=queue, type=type, status=status, error=error, payload=payload, worker=worker,
+                            key=key, since=since, before=before, min_attempts=min_attempts,
+                            allowed=("completed", "cancelled", "buried"))
 
     ages = {"completed_older_than": completed_older_than, "cancelled_older_than": cancelled_older_than,
             "buried_older_than": buried_older_than}
     with state(ctx).open_queue() as q, progress_bar("purging", unit="jobs") as on_progress:
-        counts = q.purge(**ages, dry_run=dry_run, on_progress=on_progress)
+        counts = q.purge(**ages, dry_run=dry_run, on_progress=on_progress, selection=sel)
         kept = q.kept_for_rate_windows(**ages, dry_run=dry_run)
     total = sum(counts.values())
     if kept:

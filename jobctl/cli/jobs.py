@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import typer
 
+from jobctl.cli import filters
 from jobctl.cli.app import app, emit, emit_json, state
 from jobctl.cli.state import tell
 from jobctl.completion import complete_backoff, complete_priority, complete_queue, complete_type
@@ -394,110 +395,221 @@ def _each(ctx, job_ids: List[int], action, as_json: bool, line=None) -> None:
 @app.command()
 def cancel(
     ctx: typer.Context,
-    job_ids: Optional[List[int]] = typer.Argument(None, metavar="[ID...]", help="One or more job ids (or filter with --queue)."),
+    job_ids: Optional[List[int]] = typer.Argument(None, metavar="[ID...]", help="One or more job ids (or a filter)."),
     reason: Optional[str] = typer.Option(None, "--reason", metavar="R", help="Why, kept in the job's history."),
     token: Optional[str] = typer.Option(None, "--token", metavar="T", help="As the claim's holder: confirm that the job stopped."),
     with_dependents: bool = typer.Option(False, "--with-dependents", help="Also cancel every job that waits on it, directly or not (one transaction)."),
-    queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Instead of ids: every job of this queue that has not started."),
-    type: Optional[str] = typer.Option(None, "--type", "-t", autocompletion=complete_type, help="With --queue: only jobs of this type."),
-    status: Optional[List[str]] = typer.Option(None, "--status", "-s", metavar="STATE", help="With --queue: pending (default; any pending job), scheduled, blocked or buried (repeatable)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="With --queue: only count them."),
-    as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line); with --queue the counts."),
+    queue: Optional[List[str]] = filters.QUEUE, type: Optional[List[str]] = filters.TYPE,
+    status: Optional[List[str]] = filters.STATUS, error: Optional[List[str]] = filters.ERROR,
+    payload: Optional[List[str]] = filters.PAYLOAD, worker: Optional[List[str]] = filters.WORKER,
+    key: Optional[List[str]] = filters.KEY, since: Optional[str] = filters.SINCE, before: Optional[str] = filters.BEFORE,
+    min_attempts: Optional[str] = filters.MIN_ATTEMPTS,
+    yes: bool = filters.YES, dry_run: bool = filters.DRY_RUN,
+    as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line); with a filter one {\"id\", \"action\"} per job."),
 ):
     """Cancel jobs: pending and buried ones at once, running ones by asking their worker.
 
-    With --queue instead of ids, cancel every job of the queue not yet started (never a running
-    one), in short transactions; print how many.
+    With a filter instead of ids, cancel every matching job not yet started (pending, any kind,
+    by default; --status scheduled, blocked, held or buried to choose; never a running one), in
+    short transactions; print how many.
 
     Example: jobctl cancel 42 43 --reason "customer left"; jobctl cancel -q imports --status scheduled
     """
-    filtered = queue is not None or type is not None or status or dry_run
-    if filtered:
-        if job_ids:
-            raise InvalidInput("give job ids or a filter (--queue, --type, --status, --dry-run), not both")
-        if queue is None:
-            raise InvalidInput("a cancel by filter needs --queue Q (add --type or --status to narrow it)")
+    sel = filters.selection(queue=queue, type=type, status=status, error=error, payload=payload, worker=worker,
+                            key=key, since=since, before=before, min_attempts=min_attempts,
+                            allowed=_acts_on("cancel"))
+    filters.ids_or_filter(job_ids, sel, "cancel")
+    if not sel.empty:
         if token is not None or with_dependents:
-            raise InvalidInput("--token and --with-dependents work on job ids, not with --queue")
-        from jobctl.cli.progress import progress_bar
-
-        with state(ctx).open_queue() as q, progress_bar("cancelling", unit="jobs") as on_progress:
-            counts = q.cancel_matching(queue=queue, type=type, statuses=status or [], reason=reason, dry_run=dry_run,
-                                       on_progress=on_progress)
-        if as_json:
-            emit_json({"count": sum(counts.values()), "counts": counts, "dry_run": dry_run})
-        else:
-            emit(str(sum(counts.values())))
-            tell(how_many("would cancel" if dry_run else "cancelled", sum(counts.values()), "job", counts, dry_run))
-        return
-    if not job_ids:
-        raise InvalidInput("missing job ids: `jobctl cancel ID...`, or `jobctl cancel --queue Q` for every job not yet started")
+            raise InvalidInput("--token and --with-dependents work on job ids, not with a filter")
+        return filters.act(ctx, "cancel", sel, dry_run=dry_run, yes=yes, as_json=as_json, reason=reason)
+    if dry_run:
+        raise InvalidInput("--dry-run works with a filter; with job ids, `jobctl show ID` says what each is")
     if with_dependents:
         if token is not None:
             raise InvalidInput("--with-dependents is an operator's cancel; give no --token with it")
-        _each(ctx, job_ids, lambda q, i: q.cancel_with_dependents(i, reason=reason), as_json)
+        _each(ctx, job_ids or [], lambda q, i: q.cancel_with_dependents(i, reason=reason), as_json)
         return
-    _each(ctx, job_ids, lambda q, i: q.cancel(i, token=token, reason=reason), as_json)
+    _each(ctx, job_ids or [], lambda q, i: q.cancel(i, token=token, reason=reason), as_json)
+
+
+def _acts_on(action: str) -> tuple:
+    """The --status values an action accepts (Queue.ACTS_ON)."""
+    from jobctl.queue import Queue
+
+    return Queue.ACTS_ON[action][0]
 
 
 @app.command()
 def reschedule(
     ctx: typer.Context,
-    job_ids: List[int] = typer.Argument(..., metavar="ID...", help="One or more pending job ids."),
+    job_ids: Optional[List[int]] = typer.Argument(None, metavar="ID...", help="One or more pending job ids (or a filter)."),
     now: bool = typer.Option(False, "--now", help="Ready at once."),
     delay: Optional[str] = typer.Option(None, "--in", metavar="DUR", help="Ready this long from now (90s, 5m, 2h)."),
     at: Optional[str] = typer.Option(None, "--at", metavar="TIME", help="Ready at this time (ISO 8601)."),
-    as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line)."),
+    queue: Optional[List[str]] = filters.QUEUE, type: Optional[List[str]] = filters.TYPE,
+    status: Optional[List[str]] = filters.STATUS, error: Optional[List[str]] = filters.ERROR,
+    payload: Optional[List[str]] = filters.PAYLOAD, worker: Optional[List[str]] = filters.WORKER,
+    key: Optional[List[str]] = filters.KEY, since: Optional[str] = filters.SINCE, before: Optional[str] = filters.BEFORE,
+    min_attempts: Optional[str] = filters.MIN_ATTEMPTS,
+    yes: bool = filters.YES, dry_run: bool = filters.DRY_RUN,
+    as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line); with a filter one {\"id\", \"action\"} per job."),
 ):
     """Set when pending jobs may run; print each id with its new run_at.
 
-    Example: jobctl reschedule 42 --now
+    With a filter instead of ids: every matching pending job, in short transactions; print how many.
+
+    Example: jobctl reschedule 42 --now; jobctl reschedule --type report --status scheduled --in 10m
     """
     from jobctl.durations import to_rfc3339
 
     if sum((now, delay is not None, at is not None)) != 1:
         raise InvalidInput("give exactly one of --now, --in DUR or --at TIME")
-    _each(ctx, job_ids, lambda q, i: q.reschedule(i, now=now, delay=delay, at=at), as_json,
+    sel = filters.selection(queue=queue, type=type, status=status, error=error, payload=payload, worker=worker,
+                            key=key, since=since, before=before, min_attempts=min_attempts,
+                            allowed=_acts_on("reschedule"))
+    filters.ids_or_filter(job_ids, sel, "reschedule")
+    if not sel.empty:
+        return filters.act(ctx, "reschedule", sel, dry_run=dry_run, yes=yes, as_json=as_json, now=now, delay=delay,
+                           at=at)
+    if dry_run:
+        raise InvalidInput("--dry-run works with a filter")
+    _each(ctx, job_ids or [], lambda q, i: q.reschedule(i, now=now, delay=delay, at=at), as_json,
           line=lambda job: f"{job.id} {to_rfc3339(job.run_at)}")
 
 
 @app.command()
 def retry(
     ctx: typer.Context,
-    job_ids: List[int] = typer.Argument(..., metavar="ID...", help="One or more job ids."),
+    job_ids: Optional[List[int]] = typer.Argument(None, metavar="ID...", help="One or more job ids (or a filter)."),
     reset_attempts: bool = typer.Option(False, "--reset-attempts", help="Start counting runs from zero again."),
-    as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line)."),
+    queue: Optional[List[str]] = filters.QUEUE, type: Optional[List[str]] = filters.TYPE,
+    status: Optional[List[str]] = filters.STATUS, error: Optional[List[str]] = filters.ERROR,
+    payload: Optional[List[str]] = filters.PAYLOAD, worker: Optional[List[str]] = filters.WORKER,
+    key: Optional[List[str]] = filters.KEY, since: Optional[str] = filters.SINCE, before: Optional[str] = filters.BEFORE,
+    min_attempts: Optional[str] = filters.MIN_ATTEMPTS,
+    yes: bool = filters.YES, dry_run: bool = filters.DRY_RUN,
+    as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line); with a filter one {\"id\", \"action\"} per job."),
 ):
     """Move buried jobs back to pending.
 
-    Example: jobctl retry 42 --reset-attempts
+    With a filter instead of ids: every matching buried job, in short transactions, asking first
+    on a terminal when more than one matches (--yes does not ask); print how many.
+
+    Example: jobctl retry --type send-email --error timeout --since 1h --dry-run
     """
-    _each(ctx, job_ids, lambda q, i: q.retry(i, reset_attempts=reset_attempts), as_json)
+    sel = filters.selection(queue=queue, type=type, status=status, error=error, payload=payload, worker=worker,
+                            key=key, since=since, before=before, min_attempts=min_attempts,
+                            allowed=_acts_on("retry"))
+    filters.ids_or_filter(job_ids, sel, "retry")
+    if not sel.empty:
+        return filters.act(ctx, "retry", sel, dry_run=dry_run, yes=yes, as_json=as_json, reset_attempts=reset_attempts)
+    if dry_run:
+        raise InvalidInput("--dry-run works with a filter")
+    _each(ctx, job_ids or [], lambda q, i: q.retry(i, reset_attempts=reset_attempts), as_json)
+
+
+@app.command()
+def bury(
+    ctx: typer.Context,
+    job_ids: Optional[List[int]] = typer.Argument(None, metavar="ID...", help="One or more job ids (or a filter)."),
+    reason: Optional[str] = typer.Option(None, "--reason", metavar="R", help="Why, kept in the job's history."),
+    queue: Optional[List[str]] = filters.QUEUE, type: Optional[List[str]] = filters.TYPE,
+    status: Optional[List[str]] = filters.STATUS, error: Optional[List[str]] = filters.ERROR,
+    payload: Optional[List[str]] = filters.PAYLOAD, worker: Optional[List[str]] = filters.WORKER,
+    key: Optional[List[str]] = filters.KEY, since: Optional[str] = filters.SINCE, before: Optional[str] = filters.BEFORE,
+    min_attempts: Optional[str] = filters.MIN_ATTEMPTS,
+    yes: bool = filters.YES, dry_run: bool = filters.DRY_RUN,
+    as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line); with a filter one {\"id\", \"action\"} per job."),
+):
+    """Park jobs that have not started as buried; `jobctl retry` brings them back.
+
+    Pending, scheduled and blocked jobs stop where they are, for a person. A running job is
+    refused (exit 4): cancel it instead. With a filter instead of ids: every matching job not
+    yet started, in short transactions, asking first on a terminal.
+
+    Example: jobctl bury --type import --payload tenant=b --reason "tenant b is migrating"
+    """
+    sel = filters.selection(queue=queue, type=type, status=status, error=error, payload=payload, worker=worker,
+                            key=key, since=since, before=before, min_attempts=min_attempts,
+                            allowed=_acts_on("bury"))
+    filters.ids_or_filter(job_ids, sel, "bury")
+    if not sel.empty:
+        return filters.act(ctx, "bury", sel, dry_run=dry_run, yes=yes, as_json=as_json, reason=reason)
+    if dry_run:
+        raise InvalidInput("--dry-run works with a filter")
+    _each(ctx, job_ids or [], lambda q, i: q.bury(i, reason=reason), as_json)
+
+
+@app.command()
+def edit(
+    ctx: typer.Context,
+    job_id: int = typer.Argument(..., metavar="ID", help="The job's id."),
+    payload: Optional[str] = typer.Option(None, "--payload", metavar="JSON", help="The new payload as JSON."),
+    payload_file: Optional[str] = typer.Option(None, "--payload-file", metavar="PATH|-", help="Read the new payload from a file, or - for stdin."),
+    queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Move it to this queue."),
+    priority: Optional[str] = typer.Option(None, "--priority", "-p", autocompletion=complete_priority, help="low, normal, high, critical, or -1000..1000."),
+    max_attempts: Optional[int] = typer.Option(None, "--max-attempts", min=1, max=1000, help="Total runs allowed."),
+    timeout: Optional[str] = typer.Option(None, "--timeout", metavar="DUR", help="Longest a run may take."),
+    backoff: Optional[str] = typer.Option(None, "--backoff", autocompletion=complete_backoff, help="exponential, linear, fixed, or seconds like 10,30,60."),
+    as_json: bool = typer.Option(False, "--json", help="Print the job as JSON."),
+):
+    """Change a job that is not running: its payload, queue, priority, attempts, timeout, backoff.
+
+    Pending, scheduled, blocked and buried jobs can be edited; a running one is refused (exit 4).
+    Its history records what changed (payloads masked in human views, as everywhere); its
+    idempotency key stays.
+
+    Example: jobctl edit 42 --payload '{"to": "ops@example.com"}' --priority high
+    """
+    if payload is not None and payload_file is not None:
+        raise InvalidInput("give the payload either with --payload or with --payload-file, not both")
+    st = state(ctx)
+    text: str | bytes | None = payload
+    if payload_file is not None:
+        from jobctl.cli.inputs import read_payload_file
+
+        text = read_payload_file(payload_file, st.settings.max_payload_bytes)
+    with st.open_queue() as q:
+        job = q.edit(job_id, payload_text=text, queue=queue, priority=priority, max_attempts=max_attempts,
+                     timeout=timeout, backoff=backoff)
+    if as_json:
+        emit_json(job.to_dict())
+    else:
+        tell(f"job {job.id} edited")
 
 
 @app.command("retry-buried")
 def retry_buried(
     ctx: typer.Context,
-    queue: Optional[str] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Only buried jobs of this queue."),
-    type: Optional[str] = typer.Option(None, "--type", "-t", autocompletion=complete_type, help="Only buried jobs of this type."),
+    queue: Optional[List[str]] = filters.QUEUE, type: Optional[List[str]] = filters.TYPE,
+    error: Optional[List[str]] = filters.ERROR,
+    payload: Optional[List[str]] = filters.PAYLOAD, worker: Optional[List[str]] = filters.WORKER,
+    key: Optional[List[str]] = filters.KEY, since: Optional[str] = filters.SINCE, before: Optional[str] = filters.BEFORE,
+    min_attempts: Optional[str] = filters.MIN_ATTEMPTS,
     reset_attempts: bool = typer.Option(False, "--reset-attempts", help="Start counting runs from zero again."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only count them."),
     as_json: bool = typer.Option(False, "--json", help="Print {\"count\", \"ids\", \"dry_run\"} as JSON."),
 ):
-    """Move every buried job (of a queue or type) back to pending; print how many.
+    """Move every buried job (that the filters match) back to pending, in short transactions; print how many.
 
-    Example: jobctl retry-buried -q billing --dry-run
+    Example: jobctl retry-buried -q billing --error timeout --dry-run
     """
     from jobctl.cli.progress import progress_bar
 
+    sel = filters.selection(queue=queue, type=type, status=["buried"], error=error, payload=payload, worker=worker,
+                            key=key, since=since, before=before, min_attempts=min_attempts)
+    ids: list[int] = []
     with state(ctx).open_queue() as q, progress_bar("retrying", unit="jobs") as on_progress:
-        jobs = q.retry_buried(queue=queue, type=type, reset_attempts=reset_attempts, dry_run=dry_run,
-                              on_progress=on_progress)
+        for job_id, outcome, _ in q.act("retry", q.matching_ids(sel), sel, dry_run=dry_run, on_progress=on_progress,
+                                        reset_attempts=reset_attempts):
+            if outcome == "changed":
+                ids.append(job_id)
     if as_json:
-        emit_json({"count": len(jobs), "ids": [j.id for j in jobs], "dry_run": dry_run})
+        emit_json({"count": len(ids), "ids": ids, "dry_run": dry_run})
     else:
-        emit(str(len(jobs)))
-        tell(how_many("would retry" if dry_run else "retried", len(jobs), "buried job", None, dry_run))
+        emit(str(len(ids)))
+        tell(how_many("would retry" if dry_run else "retried", len(ids), "buried job", None, dry_run))
 
 
 def how_many(done: str, n: int, noun: str, by: dict | None, dry_run: bool) -> str:

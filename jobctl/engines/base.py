@@ -415,30 +415,27 @@ class Engine(Protocol):
         silent_for_ms, that was claimed or heartbeated longer ago), one transaction; apply what it
         returns. Concurrent sweeps act on each job exactly once."""
 
-    def update_buried(self, decide: Decide, actor: str, *, queue: str | None = None,
-                      type: str | None = None, dry_run: bool = False,
-                      on_progress: Callable[[int, int], None] | None = None) -> list[tuple[Job, Change]]:
-        """Apply decide to every buried job (optionally of one queue and type), one transaction;
-        on_progress(done, total) as it goes."""
-
     def update_dependents(self, job_id: int, decide: Decide, actor: str) -> list[Job]:
         """Apply decide to the job, then to every job that waits on it (`after`), directly or
         through others, oldest first, in ONE transaction; return the job and each dependent that
         changed. Raises NoSuchJob; if any decide refuses, nothing changes."""
 
-    def update_matching(self, decide: Decide, actor: str, *, kinds: list[str], queue: str | None = None,
-                        type: str | None = None, dry_run: bool = False, batch: int = 500,
-                        on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-        """Apply decide to every job of `kinds` ("pending": any pending job; "ready", "scheduled":
-        pending with run_at in the future, "blocked": pending and waiting on `after` jobs; "buried")
-        of a queue and type, in short transactions of `batch` jobs each, so workers are never held
-        up long; jobs enqueued meanwhile are left alone. Returns how many changed (would change,
-        with dry_run) by kind: {"ready", "scheduled", "blocked", "buried": n}.
-        on_progress(done, total) after each batch."""
+    def select_ids(self, selection, *, admission=None) -> list[int]:
+        """The ids of the jobs a selection.Selection matches now (one read), in id order. admission
+        (a limits.Admission): what its --status held counts as held by a limit (None: pauses only)."""
+
+    def update_selection(self, ids: list[int], selection, decide: Decide, actor: str, *, admission=None,
+                         dry_run: bool = False, batch: int = 1000, budget_ms: float | None = None,
+                         on_progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, str, str | None]]:
+        """Apply decide to each of `ids` that the selection still matches, in transactions of at
+        most `batch` jobs and about `budget_ms` each (None: the engine's own), so workers keep running; yields (id, outcome,
+        detail): "changed" (the new status), "unchanged", "skipped" (it changed meanwhile, or is
+        gone), "refused" (the rule's reason). on_progress(done, total) after each transaction."""
 
     def purge(self, status: str, older_than_ms: int, *, dry_run: bool = False, batch: int = 500,
-              on_progress: Callable[[int], None] | None = None, keep_ms: dict[str, int] | None = None) -> int:
-        """Delete jobs of a finished `status` that finished more than older_than_ms ago, with their
+              on_progress: Callable[[int], None] | None = None, keep_ms: dict[str, int] | None = None,
+              selection=None) -> int:
+        """(selection: only the jobs it matches too.) Delete jobs of a finished `status` that finished more than older_than_ms ago, with their
         history and stored output, in short transactions of `batch` jobs so workers are never held up long;
         on_progress(deleted so far) after each batch. Returns how many (would be, with dry_run).
         keep_ms: {type: ms}: a job of such a type is kept at least that long after it finished (a
@@ -467,15 +464,22 @@ class Engine(Protocol):
         """Queues that hold jobs or were ever paused (for shell completion)."""
     def list_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
                   limit: int = 50, stuck: bool = False, created_older_than_ms: int | None = None,
-                  sort: str = "newest", held_by=None, damaged: list | None = None) -> list[Job]:
+                  sort: str = "newest", held_by=None, damaged: list | None = None, selection=None,
+                  admission=None) -> list[Job]:
         """Jobs matching every filter, in a models.LIST_SORTS order. stuck: only held jobs whose
         lease expired or that ran past their timeout. created_older_than_ms: created longer ago.
-        held_by (a limits.Admission): only ready jobs that it holds back. limit 0: every matching job.
+        held_by (a limits.Admission): only ready jobs that a pause or it holds back (held_where).
+        selection (a selection.Selection, and the admission its --status held needs): only the
+        jobs it matches too. limit 0: every matching job.
         damaged: None, and a row that cannot be decoded raises DamagedJob; a list, and such a row
         is left out and its DamagedJob appended to the list."""
     def count_jobs(self, *, statuses: Iterable[str] = (), queue: str | None = None, type: str | None = None,
-                   stuck: bool = False, created_older_than_ms: int | None = None, held_by=None) -> int:
-        """How many jobs list_jobs would return without a limit."""
+                   stuck: bool = False, created_older_than_ms: int | None = None, held_by=None,
+                   selection=None, admission=None, at_most: int | None = None,
+                   within_s: float | None = None) -> int | None:
+        """How many jobs list_jobs would return without a limit; with at_most, counting stops past
+        it (at most at_most + 1 comes back: "more than at_most"); with within_s, an engine that can
+        stop a statement cheaply gives up after that long and returns None."""
     def paused_queues(self) -> set[str]:
         """Queues whose whole-queue pause has not ended."""
     def pauses(self) -> list[tuple[str, str | None, int | None]]:

@@ -98,6 +98,8 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
     NO_LIMIT = None  # LIMIT NULL: no limit
     SKIP_LOCKED = pg_onestatement.SKIP_LOCKED
     ROW_LOCK = " FOR UPDATE"
+    TURN_S = 0.0  # (workers wait for no lock of a long action: see SQLEngine.TURN_S)
+    ACTION_BUDGET_MS = 100.0
     PARENTS_LOCK = " FOR NO KEY UPDATE"  # (they are updated: dep_flags)
     ID_AMONG = "id = ANY(ARRAY({}))"
     STORES_NUL = False  # text cannot hold NUL: a payload or result with one is refused (_refuse_nul)
@@ -712,6 +714,21 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         except (DatabaseBusy, ReadOnly, PermissionDenied):
             pass  # (a standby, or a user who may only read: the counts are read unfolded, which costs a little more)
         return super().stats_snapshot(**kwargs)
+
+    def _payload_equals(self, path: list, value: object) -> tuple[str, list]:
+        """jsonb: one parse per row, equality by value (1 = 1.0; keys in any order). A number in
+        the path is a list index (`-> 0` on an object is NULL), as on SQLite."""
+        from jobctl.selection import payload_json
+
+        from jobctl.engines.sql import payload_hint
+
+        steps = "".join(" -> ?::int" if isinstance(p, int) else " -> ?::text" for p in path)
+        sql, params = f"(payload::jsonb{steps}) = ?::jsonb", [*path, payload_json(value)]
+        hint = payload_hint(value)
+        if hint is None:
+            return sql, params
+        # (as on SQLite: a substring test first, and only the rows that pass are parsed)
+        return f"(strpos(payload, ?) > 0 AND {sql})", [hint, *params]
 
     def purge(self, status: str, older_than_ms: int, **kwargs) -> int:
         n = super().purge(status, older_than_ms, **kwargs)

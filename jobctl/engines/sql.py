@@ -55,6 +55,22 @@ MAX_CLAIMS_KEPT = 4096  # jobs an engine remembers as it claimed them (a worker 
 NOT_PAUSED = (" AND queue NOT IN (SELECT name FROM queues WHERE paused = 1 AND (paused_until IS NULL OR paused_until > ?))"
               " AND NOT EXISTS (SELECT 1 FROM paused_types p WHERE p.queue = jobs.queue AND p.type = jobs.type"
               " AND (p.until IS NULL OR p.until > ?))")
+# The same pauses the other way round: a ready job that one of them holds back (held_where).
+PAUSED = ("(queue IN (SELECT name FROM queues WHERE paused = 1 AND (paused_until IS NULL OR paused_until > ?))"
+          " OR EXISTS (SELECT 1 FROM paused_types p WHERE p.queue = jobs.queue AND p.type = jobs.type"
+          " AND (p.until IS NULL OR p.until > ?)))")
+
+
+def payload_hint(value: object) -> str | None:
+    """Text that a stored payload (compact JSON, as jobctl writes it) must contain to hold `value`
+    anywhere, or None when there is no such sure text (a float, a big number, a list or object)."""
+    from jobctl.selection import payload_json
+
+    if value is None or isinstance(value, (bool, str)):
+        return payload_json(value)
+    if isinstance(value, int) and abs(value) < 10**15:  # (a float 42.0 is written "42.0": it holds "42")
+        return str(value)
+    return None
 
 
 class HeldBack:
@@ -250,6 +266,18 @@ class SQLEngine:
     MAX_SEEKS = 100  # a claim under a full limit seeks at most this many (type, group) pairs, else walks
     PARENTS_LOCK = ""  # after the SELECT of `after` parents at enqueue, which it updates (PostgreSQL: FOR NO KEY UPDATE)
 
+    # Between two transactions of one long action (update_selection), a pause in which waiting
+    # workers take the write lock. SQLite's lock is not fair: a waiter sleeps between its tries
+    # (1, 2, 5, 10, 15, 20, 25 ms... up to 100 ms), and a writer that begins again at once after
+    # its commit takes the lock before the waiter wakes; measured over 1,000,000 jobs, a worker
+    # beside a retry of 100,000 then waited up to 2.3 s. 25 ms is a sleep of the waiter's first
+    # 130 ms, so it gets its turn within about one transaction. (PostgreSQL: rows are locked one by
+    # one, and a worker's claim skips locked rows: no pause.)
+    TURN_S = 0.025
+    # What one transaction of such an action may spend deciding and writing (its commit comes on
+    # top): with TURN_S, a worker waits about one transaction for the write lock (measured beside a
+    # retry of 100,000 jobs: 85 ms at most). PostgreSQL: no worker waits for it; larger steps.
+    ACTION_BUDGET_MS = 60.0
     STORES_NUL = True  # a payload or result may hold NUL (\u0000); PostgreSQL: refused, never changed
     PROGRESS_STEP = 1000  # jobs between two on_progress calls (all inside the one transaction)
 
@@ -354,6 +382,14 @@ class SQLEngine:
             INTO_EVENTS + "VALUES (?,?,?,?,?,?,?)",
             (job_id, now, from_status, to_status, actor, message, details_text(details)),
         )
+
+    def _events(self, c, rows: list[tuple]) -> None:
+        """Record many transitions at once: rows of (job_id, at, from, to, actor, message, details
+        text), in order; a few statements, not one per event (a round trip each on a server)."""
+        for start in range(0, len(rows), 500):
+            part = rows[start:start + 500]
+            c.execute(INTO_EVENTS + "VALUES " + ",".join(["(?,?,?,?,?,?,?)"] * len(part)),
+                      [v for row in part for v in row])
 
     def _run_ended(self, c, job: Job, now: int, outcome: str) -> None:
         """Record a run of `job` (its claim, as the row held it) that ended now with `outcome`."""
@@ -612,14 +648,21 @@ class SQLEngine:
         pauses = self._pauses(c, now)
         admission = (self._admission(c, limits, None, now, self._held_rows(c)) if limits
                      else Admission(set(), {}))
-        terms, params = [], []
-        whole = sorted({q for q, t, _ in pauses if t is None})
-        if whole:
-            terms.append(f"queue IN ({','.join('?' * len(whole))})")
-            params += whole
-        for queue, type_ in sorted({(q, t) for q, t, _ in pauses if t is not None and q not in whole}):
-            terms.append("(queue = ? AND type = ?)")
-            params += [queue, type_]
+        terms, params = self._held_terms(now, admission, paused=bool(pauses))
+        return HeldBack(terms, params, now, pauses, admission)
+
+    def _held_terms(self, now: int, admission, *, paused: bool = True) -> tuple[list[str], list]:
+        """The terms (to OR) of "held back" for a ready job, and their parameters: a pause in force
+        at `now` (PAUSED; `paused` False when the caller knows none is), a type its rate limit shut,
+        a concurrency limit (its group's, else its type's) without room for the job's cost. The one
+        SQL of a held job, for held_back (stats) and held_where (filters)."""
+        terms: list[str] = []
+        params: list = []
+        if paused:
+            terms.append(PAUSED)
+            params += [now, now]
+        if admission is None:
+            return terms, params
         if admission.shut_types:
             terms.append(f"type IN ({','.join('?' * len(admission.shut_types))})")
             params += sorted(admission.shut_types)
@@ -644,7 +687,7 @@ class SQLEngine:
         if own:
             terms.append(f"(concurrency_group IS NOT NULL AND ({' OR '.join(own)}))")
             params += own_params
-        return HeldBack(terms, params, now, pauses, admission)
+        return terms, params
 
     def held_filter(self, limits=None) -> tuple[str, list]:
         """held_back(...).where() read in a short transaction of its own: SQL (and parameters) true
@@ -983,6 +1026,11 @@ class SQLEngine:
         if fields.get("lease_expires_at") is not None:
             self._time_lease(fields, now)
         assignments = ", ".join(f"{k} = ?" for k in fields)
+        extra: list = []
+        if "payload_hash" in fields or "queue" in fields:  # (an edit) a --unique job's key follows its payload
+            assignments += ", unique_key = CASE WHEN unique_key IS NULL THEN NULL ELSE ? END"
+            extra.append(sha256(f"{fields.get('queue', job.queue)}\0{job.type}\0"
+                                f"{fields.get('payload_hash') or self._payload_hash(c, job.id)}".encode()).hexdigest())
         reacting = change.to_status != job.status and change.to_status in REACTING
         # The changed row is the one read before with these values written, and is built so, unless
         # a reaction needs it as stored or a value might be stored as other than it was given (a
@@ -992,7 +1040,7 @@ class SQLEngine:
         known = not (reacting and change.reaction is not None) and all(
             k in JOB_COLUMNS and (v is None or type(v) is int or type(v) is str) for k, v in fields.items())
         sql = f"UPDATE jobs SET {assignments} WHERE id = ? AND status = ?"
-        params = [*fields.values(), job.id, job.status]
+        params = [*fields.values(), *extra, job.id, job.status]
         row = None
         if known:
             # (-1 when deferred: the row's lock, held since it was read, is the guarantee then)
@@ -1034,6 +1082,51 @@ class SQLEngine:
             return job.updated(fields)
         assert row is not None
         return Job.from_row(row)
+
+    @staticmethod
+    def _payload_hash(c, job_id: int) -> str:
+        return c.execute("SELECT payload_hash FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+
+    def _apply_many(self, c, items: list[tuple[Job, Change, int]], now: int, actor: str) -> None:
+        """Inside a write transaction: _apply for each (job, change, dep_flags), where the changes
+        that need nothing but their columns and their event (no reaction, run, output, dependents
+        or freed units) are written one UPDATE per group of identical changes: an action on many
+        jobs pays per job for its rows and indexes only, not for a statement each."""
+        groups: dict[tuple, list[Job]] = {}
+        for job, change, dep_flags in items:
+            reacting = change.to_status != job.status and change.to_status in REACTING
+            simple = (change.reaction is None and change.log is None and not change.frees and change.run is None
+                      and change.to_status != "completed" and "lease_expires_at" not in change.fields
+                      and "payload_hash" not in change.fields and "queue" not in change.fields
+                      and not (reacting and job.reaction_type(change.to_status) is not None)
+                      and all(k in JOB_COLUMNS and (v is None or type(v) is int or type(v) is str)
+                              for k, v in change.fields.items()))
+            if not simple:
+                self._apply(c, job, change, now, actor, dep_flags)
+                continue
+            key = (job.status, change.to_status, tuple(change.fields.items()), change.message, change.actor,
+                   details_text(change.details))
+            groups.setdefault(key, []).append(job)
+        for (from_status, to_status, field_items, message, change_actor, details), jobs in groups.items():
+            fields = dict(field_items)
+            fields["status"] = to_status
+            fields["updated_at"] = now
+            if to_status in FINISHED and from_status not in FINISHED:
+                fields.setdefault("finished_at", now)
+            elif to_status not in FINISHED:
+                fields.setdefault("finished_at", None)
+            assignments = ", ".join(f"{k} = ?" for k in fields)
+            for start in range(0, len(jobs), 500):
+                part = jobs[start:start + 500]
+                changed = c.execute(f"UPDATE jobs SET {assignments} WHERE id IN ({','.join('?' * len(part))}) "
+                                    "AND status = ?", [*fields.values(), *(j.id for j in part), from_status]).rowcount
+                if changed not in (len(part), -1):  # cannot happen under the lock: refuse rather than guess
+                    raise InvalidState(f"jobs {part[0].id}..{part[-1].id} changed while they were being updated; retry")
+            if to_status == "pending" and any(fields.get("run_at", j.run_at) <= now and not j.waiting_on for j in jobs):
+                self._jobs_may_be_ready(c)
+            if message is not None or to_status != from_status:
+                self._events(c, [(j.id, now, from_status, to_status, change_actor or actor, message, details)
+                                 for j in jobs])
 
     @staticmethod
     def _store_output(c, job: Job, change: Change, now: int) -> None:
@@ -1106,13 +1199,6 @@ class SQLEngine:
 
         return self._update_selected(select, decide, actor, dry_run)
 
-    def update_buried(self, decide: Decide, actor: str, *, queue: str | None = None,
-                      type: str | None = None, dry_run: bool = False,
-                      on_progress: Callable[[int, int], None] | None = None) -> list[tuple[Job, Change]]:
-        narrow, params = _queue_and_type(queue, type)
-        sql = "SELECT * FROM jobs WHERE status = 'buried'" + narrow
-        return self._update_selected(lambda now: (sql + " ORDER BY id", params), decide, actor, dry_run, on_progress)
-
     def update_dependents(self, job_id: int, decide: Decide, actor: str) -> list[Job]:
         """decide on the job, then on every job that waits on it, directly or not (oldest first),
         in one transaction: the job, then each dependent that changed."""
@@ -1140,66 +1226,166 @@ class SQLEngine:
                 if not self.ROW_LOCK:  # one writer at a time: nothing was added meanwhile
                     return done
 
-    MATCH_KINDS = {  # update_matching's kinds of job not yet started; every parameter is "now"
-        "pending": "status = 'pending'",
-        "ready": f"{READY} AND run_at <= ?",
-        "scheduled": f"{READY} AND run_at > ?",
-        "blocked": "status = 'pending' AND waiting_on > 0",
-        "buried": "status = 'buried'",
-    }
-    _KIND_OF = ("CASE WHEN status = 'buried' THEN 'buried' WHEN waiting_on > 0 THEN 'blocked' "
-                "WHEN run_at > ? THEN 'scheduled' ELSE 'ready' END")  # its parameter: "now"
+    # -- selections (jobctl/selection.py): find, then act in short transactions ----------------
 
-    def update_matching(self, decide: Decide, actor: str, *, kinds: list[str], queue: str | None = None,
-                        type: str | None = None, dry_run: bool = False, batch: int = 500,
-                        on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-        """Apply decide to every job of the given kinds (MATCH_KINDS: pending, ready, scheduled,
-        blocked, buried) of a queue and type, in short transactions of `batch` jobs; jobs that
-        arrive meanwhile are left alone. Returns how many changed (would, with dry_run) by kind:
-        ready, scheduled, blocked, buried. on_progress(done, total) after each batch."""
-        matched = self.now()  # one "now" decides what is scheduled, for every batch
-        where = "(" + " OR ".join(self.MATCH_KINDS[k] for k in kinds) + ")"
-        narrow, narrow_params = _queue_and_type(queue, type)
-        params: list = [matched] * where.count("?") + narrow_params
-        where += narrow
-        counts = {"ready": 0, "scheduled": 0, "blocked": 0, "buried": 0}
+    def held_where(self, now: int, admission=None) -> tuple[str, list]:
+        """SQL (and parameters) true for a held job at `now` (held_back's definition, _held_terms),
+        given the limits' `admission` (limits.Admission, None: no limits) read by the caller:
+        `list --status held` and every filter action use it."""
+        terms, params = self._held_terms(now, admission)
+        return f"{READY} AND run_at <= ? AND (" + " OR ".join(terms) + ")", [now, *params]
+
+    _held_where = held_where  # (the name selection.Dialect asks for)
+
+    def _payload_equals(self, path: list, value: object) -> tuple[str, list]:
+        """SQL true when the payload's value at `path` equals `value`: SQLite's JSON functions
+        (PostgreSQL: jsonb). A number in the path is a list index."""
+
+        where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f'."{p}"' for p in path)
+        sql, params = self._payload_test(where, value)
+        hint = payload_hint(value)
+        if hint is None:
+            return sql, params
+        # A cheap test first: the payload's text must hold the value as jobctl writes it, so most
+        # rows are passed over without their JSON being parsed (a scan of 1,000,000 jobs: ~0.2 s).
+        return f"(instr(payload, ?) > 0 AND {sql})", [hint, *params]
+
+    @staticmethod
+    def _payload_test(where: str, value: object) -> tuple[str, list]:
+        from jobctl.selection import payload_json
+
+        if value is None:
+            return "json_type(payload, ?) = 'null'", [where]
+        if isinstance(value, bool):
+            return f"json_type(payload, ?) = '{'true' if value else 'false'}'", [where]
+        if isinstance(value, str):
+            return "(json_type(payload, ?) = 'text' AND json_extract(payload, ?) = ?)", [where, where, value]
+        if isinstance(value, (int, float)):
+            return "(json_type(payload, ?) IN ('integer', 'real') AND json_extract(payload, ?) = ?)", [where, where, value]
+        kind = "object" if isinstance(value, dict) else "array"
+        return (f"(json_type(payload, ?) = '{kind}' AND json_extract(payload, ?) = json(?))",
+                [where, where, payload_json(value)])
+
+    def _last_worker_where(self, workers: list[str]) -> tuple[str, list]:
+        """A job that a worker of `workers` holds now, or, held by none, whose latest run was one
+        of theirs: their runs found first, then each such job's latest run (few rows per job)."""
+        marks = ",".join("?" * len(workers))
+        return (f"(worker IN ({marks}) OR (worker IS NULL AND id IN (SELECT job_id FROM "
+                f"(SELECT job_id, worker, row_number() OVER (PARTITION BY job_id ORDER BY started_at DESC) AS n "
+                f"FROM {self.RUNS_READ} WHERE job_id IN (SELECT job_id FROM {self.RUNS_READ} WHERE worker IN ({marks}))) "
+                f"AS latest WHERE n = 1 AND worker IN ({marks}))))", [*workers, *workers, *workers])
+
+    def _selection_where(self, selection, now: int, admission=None) -> tuple[list[str], list]:
+        from jobctl.selection import where_sql
+
+        return where_sql(selection, now, self, admission)
+
+    def select_ids(self, selection, *, admission=None) -> list[int]:
+        """The ids of the jobs `selection` matches now, in id order: what an action will act on
+        (jobs that arrive later are left alone)."""
         with self._read() as c:
-            last = c.execute("SELECT COALESCE(MAX(id), 0) FROM jobs").fetchone()[0]
-            total = 0
-            for r in c.execute(f"SELECT {self._KIND_OF} AS kind, count(*) FROM jobs WHERE {where} AND id <= ? "
-                               "GROUP BY 1", [matched, *params, last]):
-                total += r[1]
-                if dry_run:
-                    counts[r[0]] = r[1]
-        if dry_run:
-            return counts
-        after, done = 0, 0
-        while True:
-            with self._write() as (c, now):
-                rows = c.execute(f"SELECT *, {self._KIND_OF} AS kind FROM jobs WHERE {where} AND id > ? "
-                                 f"AND id <= ? ORDER BY id LIMIT ?{self.ROW_LOCK}",
-                                 [matched, *params, after, last, batch]).fetchall()
-                for row in rows:
-                    job = Job.from_row(row)
-                    change = decide(job, now)
-                    if change is not None:
-                        self._apply(c, job, change, now, actor, row["dep_flags"])
-                        counts[row["kind"]] += 1
-            done += len(rows)
-            if rows:
-                after = rows[-1]["id"]
-                if on_progress is not None:
-                    on_progress(done, max(total, done))
-            if len(rows) < batch:
-                return counts
+            clauses, params = self._selection_where(selection, self.now(), admission)
+            where = " WHERE " + " AND ".join(clauses) if clauses else ""
+            return [r[0] for r in c.execute(f"SELECT id FROM jobs{where} ORDER BY id", params)]
+
+    def update_selection(self, ids: list[int], selection, decide: Decide, actor: str, *, admission=None,
+                         dry_run: bool = False, batch: int = 1000, budget_ms: float | None = None,
+                         on_progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, str, str | None]]:
+        """Apply decide to the jobs `ids` that `selection` still matches, in transactions of at
+        most `batch` jobs whose work ends once it has taken `budget_ms` (with its commit, about
+        100 ms: how long a worker may wait for the write lock), with TURN_S between them; a
+        transaction that found the database busy is done again. Yields (id, outcome, detail) per
+        job: outcome "changed"
+        (detail: the new status), "unchanged" (decide had nothing to change), "skipped" (the job
+        changed state meanwhile, or is gone: it no longer matches), "refused" (the rule refuses it
+        in its state: detail says why). A dry run writes nothing and locks nothing."""
+        import random
+        import time as clock
+
+        from jobctl.errors import DatabaseBusy
+
+        budget_ms = self.ACTION_BUDGET_MS if budget_ms is None else budget_ms
+        done, total, i = 0, len(ids), 0
+        write_ms = [0.2]  # a guess, on the dear side, until the first transaction measures it
+        size = batch
+        while i < total:
+            chunk = ids[i:i + size]
+            for attempt in range(10):
+                try:
+                    taken, results = self._update_chunk(chunk, selection, decide, actor, admission, dry_run, budget_ms,
+                                                        write_ms)
+                    break
+                except DatabaseBusy:  # (nothing of the chunk was kept: take turns, then do it again)
+                    if attempt == 9:
+                        raise
+                    clock.sleep(random.uniform(0.01, 0.05))
+            i += taken
+            done += taken
+            size = min(batch, taken + taken // 4 + 10)  # read about what the budget lets one transaction take
+            if i < total and not dry_run and self.TURN_S:
+                clock.sleep(self.TURN_S)  # the workers' turn (see TURN_S)
+            yield from results
+            if on_progress is not None:
+                on_progress(done, total)
+
+    def _update_chunk(self, chunk: list[int], selection, decide: Decide, actor: str, admission, dry_run: bool,
+                      budget_ms: float, write_ms: list[float]) -> tuple[int, list[tuple[int, str, str | None]]]:
+        """One transaction of update_selection: (how many of `chunk` it took, their outcomes).
+        write_ms[0]: what writing one job's change costs, in ms (measured here, for the next)."""
+        import time as clock
+
+        results: list[tuple[int, str, str | None]] = []
+        with self._write(rollback=dry_run) as (c, now):
+            started = clock.monotonic()
+            clauses, params = self._selection_where(selection, now, admission)
+            # The ids lead: the filters as one expression that no index can serve (COALESCE), or a
+            # planner with statistics may walk an index of theirs over the whole table instead.
+            extra = f" AND COALESCE(({' AND '.join(clauses)}), 0 = 1)" if clauses else ""
+            rows = {r["id"]: r for r in c.execute(
+                f"SELECT * FROM jobs WHERE id IN ({','.join('?' * len(chunk))}){extra} ORDER BY id"
+                + ("" if dry_run else self.ROW_LOCK), [*chunk, *params])}
+            taken = 0
+            decided: list[tuple[Job, Change, int]] = []
+            for job_id in chunk:
+                taken += 1
+                row = rows.get(job_id)
+                if row is None or row_damage(row) is not None:
+                    results.append((job_id, "skipped", None))
+                else:
+                    job = Job.from_checked_row(row)
+                    try:
+                        change = decide(job, now)
+                    except InvalidState as e:
+                        results.append((job_id, "refused", e.message))
+                    else:
+                        if change is None:
+                            results.append((job_id, "unchanged", job.status))
+                        else:
+                            decided.append((job, change, row["dep_flags"]))
+                            results.append((job_id, "changed", change.to_status))
+                # The budget is for deciding and writing: the writing comes after, at the cost per
+                # job the last transaction measured.
+                if (clock.monotonic() - started) * 1000 + len(decided) * write_ms[0] * (not dry_run) >= budget_ms:
+                    break  # the rest of the chunk goes in the next transaction
+            if decided and not dry_run:
+                writing = clock.monotonic()
+                self._apply_many(c, decided, now, actor)
+                write_ms[0] = (clock.monotonic() - writing) * 1000 / len(decided)
+        return taken, results
 
     def purge(self, status: str, older_than_ms: int, *, dry_run: bool = False, batch: int = 500,
-              on_progress: Callable[[int], None] | None = None, keep_ms: dict[str, int] | None = None) -> int:
-        """on_progress(deleted so far) is called after each batch's commit."""
+              on_progress: Callable[[int], None] | None = None, keep_ms: dict[str, int] | None = None,
+              selection=None) -> int:
+        """on_progress(deleted so far) is called after each batch's commit. selection: only the
+        jobs it matches too."""
         where = "status = ? AND finished_at < ?"
         now = self.now()
         finished_before = now - older_than_ms  # one cut-off for every batch
         params: list = [status, finished_before]
+        if selection is not None:
+            more, more_params = self._selection_where(selection, now)
+            where += "".join(f" AND {x}" for x in more)
+            params += more_params
         # A rate window still counts the starts of runs that ended in it (every run of a job
         # started before the job finished): keep those jobs, and their runs, until it has passed.
         for type, ms in sorted((keep_ms or {}).items()):
@@ -1338,21 +1524,37 @@ class SQLEngine:
 
     def list_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None, limit: int = 50,
                   stuck: bool = False, created_older_than_ms: int | None = None, sort: str = "newest",
-                  held_by=None, damaged: list | None = None) -> list[Job]:
-        """limit 0: every matching job. damaged: see sound_jobs."""
-        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms, held_by)
+                  held_by=None, damaged: list | None = None, selection=None, admission=None) -> list[Job]:
+        """limit 0: every matching job. damaged: see sound_jobs. selection (a selection.Selection,
+        with the admission its "held" needs): only the jobs it matches too."""
+        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms, held_by, selection, admission)
         sql = f"SELECT * FROM jobs{where} ORDER BY {self._LIST_ORDERS[sort]} LIMIT ?"
         with self._read() as c:
             return self._with_after(c, sound_jobs(c.execute(sql, [*args, limit or self.NO_LIMIT]), damaged))
 
     def count_jobs(self, *, statuses=(), queue: str | None = None, type: str | None = None,
-                   stuck: bool = False, created_older_than_ms: int | None = None, held_by=None) -> int:
-        """How many jobs list_jobs would return without a limit."""
-        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms, held_by)
+                   stuck: bool = False, created_older_than_ms: int | None = None, held_by=None,
+                   selection=None, admission=None, at_most: int | None = None,
+                   within_s: float | None = None) -> int | None:
+        """How many jobs list_jobs would return without a limit (with at_most: at most at_most + 1;
+        with within_s: None when counting takes longer than that)."""
+        where, args = self._job_filter(statuses, queue, type, stuck, created_older_than_ms, held_by, selection, admission)
         with self._read() as c:
-            return c.execute(f"SELECT count(*) FROM jobs{where}", args).fetchone()[0]
+            if at_most is not None:  # stop counting there: a view's "more than N" costs at most N rows
+                sql, args = f"SELECT count(*) FROM (SELECT 1 FROM jobs{where} LIMIT ?) AS matching", [*args, at_most + 1]
+            else:
+                sql = f"SELECT count(*) FROM jobs{where}"
+            if within_s is not None:
+                return self._count_within(c, sql, args, within_s)
+            return c.execute(sql, args).fetchone()[0]
 
-    def _job_filter(self, statuses, queue, type, stuck, created_older_than_ms, held_by=None) -> tuple[str, list]:
+    def _count_within(self, c, sql: str, args: list, within_s: float) -> int | None:
+        """A count that gives up (None) once it has taken within_s seconds, where the engine can
+        stop a statement cheaply (SQLite); here it simply counts."""
+        return c.execute(sql, args).fetchone()[0]
+
+    def _job_filter(self, statuses, queue, type, stuck, created_older_than_ms, held_by=None, selection=None,
+                    admission=None) -> tuple[str, list]:
         clauses, args = [], []
         statuses = list(statuses)
         if statuses:
@@ -1372,18 +1574,14 @@ class SQLEngine:
         if created_older_than_ms is not None:
             clauses.append("created_at < ?")
             args.append(now - created_older_than_ms)
-        if held_by is not None:  # ready, and held back by a limit (a limits.Admission)
-            held, held_args = ["1 = 0"], []  # (a boolean on every engine: 0 is not one on PostgreSQL)
-            if held_by.shut_types:
-                held.append(f"type IN ({','.join('?' * len(held_by.shut_types))})")
-                held_args += sorted(held_by.shut_types)
-            for (kind, name), room in held_by.room.items():
-                over, over_args = self._over_key(kind, name, room, held_by.limits)
-                held.append(over)
-                held_args += over_args
-            clauses.append(f"{READY} AND run_at <= ?" + NOT_PAUSED +
-                           " AND (" + " OR ".join(held) + ")")
-            args += [now, now, now, *held_args]
+        if held_by is not None:  # ready, and held back by a pause or a limit (a limits.Admission)
+            held, held_args = self.held_where(now, held_by)
+            clauses.append(held)
+            args += held_args
+        if selection is not None:
+            more, more_args = self._selection_where(selection, now, admission)
+            clauses += more
+            args += more_args
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
 
     def dependencies(self, job_id: int) -> list[tuple[int, str | None]]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import json
 import sqlite3
 import stat
 import time
@@ -596,6 +597,11 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         self._ahead(c, c.execute(_EVENT_AHEAD_SQL[details is None],
                                  params if details is None else (*params, details_text(details))))
 
+    def _events(self, c, rows: list[tuple]) -> None:
+        for job_id, at, from_status, to_status, actor, message, details in rows:  # (written ahead, as every event)
+            self._event(c, job_id, at, from_status, to_status, actor, message,
+                        json.loads(details) if details else None)
+
     def _run_ended(self, c, job, now: int, outcome: str) -> None:
         self._ahead(c, c.execute(
             "INSERT INTO history_log (job_id, at, queue, type, worker, ready_at, started_at, outcome) "
@@ -629,6 +635,21 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
     RUNS_READ = ("(SELECT job_id, queue, type, worker, ready_at, started_at, ended_at, outcome FROM runs UNION ALL "
                  "SELECT job_id, queue, type, worker, ready_at, started_at, at, outcome FROM history_log "
                  "WHERE outcome IS NOT NULL) AS runs")
+
+    def _count_within(self, c, sql: str, args: list, within_s: float) -> int | None:
+        """The count, stopped by SQLite's progress handler once within_s has passed: None."""
+        import time
+
+        deadline = time.monotonic() + within_s
+        self.conn.set_progress_handler(lambda: time.monotonic() > deadline, 20_000)
+        try:
+            return c.execute(sql, args).fetchone()[0]
+        except sqlite3.OperationalError as e:
+            if getattr(e, "sqlite_errorname", "") == "SQLITE_INTERRUPT":
+                return None
+            raise
+        finally:
+            self.conn.set_progress_handler(None, 0)
 
     def _lock_unique(self, c, unique_key: str) -> None:
         pass  # BEGIN IMMEDIATE already makes every enqueue take its turn

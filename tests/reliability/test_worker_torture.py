@@ -294,6 +294,24 @@ STDIN_COPY = 'cat > "$RUNLOG.$JOBCTL_JOB_ID.in"; echo "$JOBCTL_JOB_ID $JOBCTL_AT
              'if [ -e "$RUNLOG.hold" ]; then sleep 2; fi; printf "\\033[31m[bold]boom[/bold] \\342\\200\\256x\\n" >&2; exit 3'
 
 
+def _descendants(root: int) -> list[int]:
+    """Every living process below `root` (children, theirs, ...), from /proc's parent links."""
+    children: dict[int, list[int]] = {}
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rpartition(")")[2].split()[1])  # after the command's name, which may hold spaces
+        children.setdefault(ppid, []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 @pytest.mark.slow
 def test_handler_stdin_is_byte_exact_and_secrets_stay_out_of_logs_and_command_lines(env):
     from .test_hostile_input import HOSTILE
@@ -308,9 +326,11 @@ def test_handler_stdin_is_byte_exact_and_secrets_stay_out_of_logs_and_command_li
     ids = [int(x) for x in r.stdout.split()]
     Path(f"{e.runlog}.hold").touch()
     w = e.worker("w", "--stop-when-empty", "--log-format", "human")
-    # while a handler runs, no process's command line carries the payload
+    # while a handler runs, no process's command line carries the payload: none of this test's
+    # processes (the worker, its keeper, the handler and theirs; other tests running beside this
+    # one, under xdist or another checkout's suite, may put those words on their own command lines)
     wait_for(lambda: e.runs(), what="a handler to start")
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in _descendants(os.getpid()):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:

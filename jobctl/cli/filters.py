@@ -1,0 +1,125 @@
+"""The filters every command that selects jobs shares (list, retry, cancel, reschedule, bury,
+purge, retry-buried), defined once here, and acting on what they select: the count, the question
+on a terminal, short transactions with a progress bar, and the report per outcome."""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import typer
+
+from jobctl.cli.app import emit, emit_json, state
+from jobctl.completion import complete_queue, complete_selection_status, complete_type
+from jobctl.errors import InvalidInput
+
+# One definition of each option, used in every command's signature.
+QUEUE = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Only jobs of this queue (repeatable: any of them).")
+TYPE = typer.Option(None, "--type", "-t", autocompletion=complete_type, help="Only jobs of this type (repeatable).")
+STATUS = typer.Option(None, "--status", "-s", metavar="STATE", autocompletion=complete_selection_status,
+                      help="Only jobs in this state (repeatable): a state, or scheduled, blocked, held.")
+ERROR = typer.Option(None, "--error", metavar="TEXT", help="Only jobs whose last error contains TEXT, in any case (repeatable).")
+PAYLOAD = typer.Option(None, "--payload", metavar="PATH=VALUE", help="Only jobs whose payload holds VALUE at PATH (user.id=42, items.0.sku=A-1; VALUE as JSON, else text; repeatable).")
+WORKER = typer.Option(None, "--worker", metavar="W", help="Only jobs that worker W runs now or ran last (repeatable).")
+KEY = typer.Option(None, "--key", metavar="K", help="Only the job with idempotency key K (repeatable).")
+SINCE = typer.Option(None, "--since", metavar="WHEN", help="Only jobs changed at or after WHEN: a time, or a duration meaning that long ago (1h).")
+BEFORE = typer.Option(None, "--before", metavar="WHEN", help="Only jobs last changed before WHEN (a time, or a duration: that long ago).")
+MIN_ATTEMPTS = typer.Option(None, "--min-attempts", metavar="N", help="Only jobs that used at least N runs.")
+YES = typer.Option(False, "--yes", "-y", help="Do not ask on a terminal before acting on several jobs.")
+DRY_RUN = typer.Option(False, "--dry-run", help="Print what would change; change nothing.")
+
+
+def selection(*, queue: Optional[List[str]] = None, type: Optional[List[str]] = None,
+              status: Optional[List[str]] = None, error: Optional[List[str]] = None,
+              payload: Optional[List[str]] = None, worker: Optional[List[str]] = None,
+              key: Optional[List[str]] = None, since: Optional[str] = None, before: Optional[str] = None,
+              min_attempts: Optional[str] = None, allowed=None):
+    """The options checked into a selection.Selection (bad input: exit 2, before anything opens)."""
+    from jobctl.selection import parse
+
+    n = None
+    if min_attempts is not None:
+        try:
+            n = int(min_attempts)
+        except ValueError:
+            raise InvalidInput(f"invalid --min-attempts {min_attempts!r}: give a number of runs, 0 or more") from None
+    return parse(queues=queue, types=type, statuses=status, errors=error, payload=payload, workers=worker,
+                 keys=key, since=since, before=before, min_attempts=n, allowed_statuses=allowed)
+
+
+# Words for the report: what a change to a state is called, per action.
+DONE = {"retry": "retried", "cancel": "cancelled", "bury": "buried", "reschedule": "rescheduled"}
+DOING = {"retry": "retrying", "cancel": "cancelling", "bury": "burying", "reschedule": "rescheduling"}
+
+
+def _on_a_terminal() -> bool:
+    try:
+        return sys.stdin.isatty() and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def act(ctx, action: str, sel, *, dry_run: bool, yes: bool, as_json: bool, **inputs) -> None:
+    """Act on every job a selection matches: count them, ask on a terminal when more than one
+    (unless --yes or --dry-run), then change them in short transactions with a bar on a terminal.
+    Prints the number changed on stdout and the count per outcome on stderr; with --json one
+    {"id", "action"} per job. Nothing matched: a count of 0, exit 0."""
+    from jobctl.queue import Queue
+
+    allowed, default = Queue.ACTS_ON[action]
+    if not sel.statuses:
+        sel.statuses = list(default)
+    with state(ctx).open_queue() as q:
+        ids = q.matching_ids(sel)
+        if len(ids) > 1 and not yes and not dry_run and _on_a_terminal():
+            sys.stderr.write(f"{action.capitalize()} {len(ids):,} jobs? [y/N] ")
+            sys.stderr.flush()
+            answer = sys.stdin.readline().strip().lower()
+            if answer not in ("y", "yes"):
+                sys.stderr.write("nothing changed\n")
+                raise typer.Exit(1)
+        counts: dict[str, int] = {}
+        from jobctl.cli.progress import progress_bar
+
+        with progress_bar(DOING[action], unit="jobs") as on_progress:
+            for job_id, outcome, detail in q.act(action, ids, sel, dry_run=dry_run, on_progress=on_progress, **inputs):
+                word = _word(action, outcome, detail)
+                counts[word] = counts.get(word, 0) + 1
+                if as_json:
+                    emit_json({"id": job_id, "action": word, **({"dry_run": True} if dry_run else {})})
+    changed = sum(n for word, n in counts.items() if word not in ("skipped", "refused", "unchanged"))
+    if not as_json:
+        emit(str(changed))
+    from jobctl.cli.state import tell
+
+    tell(report(action, len(ids), counts, dry_run))
+
+
+def _word(action: str, outcome: str, detail) -> str:
+    if outcome != "changed":
+        return outcome
+    if action == "cancel" and detail == "cancel_requested":
+        return "cancel_requested"
+    return DONE[action]
+
+
+def report(action: str, matched: int, counts: dict[str, int], dry_run: bool) -> str:
+    """`retried 1,234 jobs; skipped 3 (changed meanwhile)`, `would cancel 2 jobs; --dry-run: nothing changed`."""
+    why = {"skipped": "changed meanwhile", "refused": "not allowed in their state", "unchanged": "nothing to change"}
+    done = sum(n for word, n in counts.items() if word not in why)
+    line = f"{'would ' + action if dry_run else DONE[action]} {done:,} job{'' if done == 1 else 's'}"
+    if counts.get("cancel_requested"):
+        line += f" ({counts['cancel_requested']:,} running: cancellation requested)"
+    line += "".join(f"; {word} {counts[word]:,} ({reason})" for word, reason in why.items() if counts.get(word))
+    if not matched:
+        line += "; no job matches"
+    return line + ("; --dry-run: nothing changed" if dry_run else "")
+
+
+def ids_or_filter(job_ids, sel, command: str) -> None:
+    """Job ids and a filter together are a usage error; neither is one too."""
+    if job_ids and not sel.empty:
+        raise InvalidInput(f"give job ids or a filter ({sel.describe() or '--since/--before/--min-attempts'}), not both")
+    if not job_ids and sel.empty:
+        raise InvalidInput(f"missing job ids or a filter: `jobctl {command} ID...`, or `jobctl {command} --queue Q "
+                           "--type T --error TEXT ...` (see --help)")

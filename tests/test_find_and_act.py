@@ -1,0 +1,243 @@
+"""Find and act: the filters shared by list, retry, cancel, reschedule, bury, purge and
+retry-buried; bury, edit and show --key; acting on a filter while real workers run (both engines)."""
+
+import json
+import sys
+
+import pytest
+
+from conftest import finish, refused_line, run_cli, run_inproc, run_on_pty, JOBCTL, start_worker
+from jobctl.queue import Queue
+
+
+def cli_on(db):
+    def run(*args, **kw):
+        return run_inproc(*args, db=db, **kw)
+    return run
+
+
+def buried_fixture(db):
+    """1, 2: send-email buried by a timeout (2 for tenant b); 3: import buried otherwise;
+    4: pending send-email (key k-4); 5: scheduled report."""
+    with Queue.open(db, create=True) as q:
+        for type, payload, error in (("send-email", {"tenant": "a", "user": {"id": 1}}, "SMTP Timeout after 30s"),
+                                     ("send-email", {"tenant": "b", "user": {"id": 2}}, "smtp timeout"),
+                                     ("import", {"tenant": "b"}, "HTTP 500")):
+            q.enqueue(type, payload)
+            job = q.claim(worker="w-3", types=[type])
+            q.fail(job.id, token=job.token, error=error, bury=True)
+        q.enqueue("send-email", {"tenant": "b"}, key="k-4")
+        q.enqueue("report", {}, delay="1h")
+
+
+def ids_of(r):
+    assert r.exit_code == 0, r.output
+    return [json.loads(line)["id"] for line in r.stdout.splitlines()]
+
+
+def test_filters_select_the_same_jobs_for_every_command(any_db):
+    cli = cli_on(any_db)
+    buried_fixture(any_db)
+    assert ids_of(cli("list", "--json", "--error", "TIMEOUT")) == [2, 1]
+    assert ids_of(cli("list", "--json", "--payload", "tenant=b")) == [4, 3, 2]
+    assert ids_of(cli("list", "--json", "--payload", "tenant=b", "--type", "send-email")) == [4, 2]
+    assert ids_of(cli("list", "--json", "--type", "import", "--type", "report")) == [5, 3]
+    assert ids_of(cli("list", "--json", "--status", "scheduled", "--status", "buried", "--worker", "w-3")) == [3, 2, 1]
+    assert ids_of(cli("list", "--json", "--key", "k-4")) == [4]
+    assert ids_of(cli("list", "--json", "--min-attempts", "1", "--since", "1h", "--before", "2099-01-01")) == [3, 2, 1]
+    # the same filter acts on the same jobs: a dry run first, then for real, one {"id", "action"} a line
+    r = cli("retry", "--error", "timeout", "--payload", "tenant=b", "--dry-run", "--json")
+    assert [json.loads(line) for line in r.stdout.splitlines()] == [{"id": 2, "action": "retried", "dry_run": True}]
+    r = cli("retry", "--error", "timeout", "--json")
+    assert [json.loads(line) for line in r.stdout.splitlines()] == [{"id": 1, "action": "retried"},
+                                                                   {"id": 2, "action": "retried"}]
+    r = cli("bury", "--type", "report", "--reason", "parked")
+    assert (r.exit_code, r.stdout) == (0, "1\n"), r.output
+    r = cli("reschedule", "--payload", "tenant=b", "--now", "--json")  # 2 and 4 are pending (3 is buried)
+    assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == [2, 4], r.output
+    r = cli("cancel", "--status", "buried", "--type", "import")
+    assert (r.exit_code, r.stdout) == (0, "1\n"), r.output
+    r = cli("retry-buried", "--type", "report", "--json")
+    assert json.loads(r.stdout) == {"count": 1, "ids": [5], "dry_run": False}
+    r = cli("purge", "--cancelled-older-than", "0s", "--type", "send-email")  # the cancelled import is kept
+    assert (r.exit_code, r.stdout) == (0, "0\n"), r.output
+    r = cli("purge", "--cancelled-older-than", "0s", "--payload", "tenant=b")
+    assert (r.exit_code, r.stdout) == (0, "1\n"), r.output
+    with Queue.open(any_db) as q:
+        assert {j.id: j.status for j in q.list_jobs(limit=0)} == {1: "pending", 2: "pending", 4: "pending",
+                                                                  5: "pending"}
+        assert "buried by hand: parked" in [e.message for e in q.events(5)]
+    r = cli("retry", "--type", "nothing-like-it")  # nothing matches: not an error
+    assert (r.exit_code, r.stdout) == (0, "0\n"), r.output
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["retry", "--payload", "tenant"], ["--payload", "PATH=VALUE"]),
+    (["cancel", "--status", "sleeping"], ["invalid status 'sleeping'"]),
+    (["retry", "--status", "pending"], ["--status pending", "buried"]),
+    (["bury", "--since", "last tuesday"], ["--since", "a time", "a duration"]),
+    (["retry", "--since", "1h", "--before", "2h"], ["--since 1h is not before --before 2h"]),
+    (["list", "--min-attempts", "many"], ["--min-attempts"]),
+    (["retry", "1", "--type", "send-email"], ["job ids or a filter"]),
+    (["bury"], ["missing job ids or a filter"]),
+    (["show"], ["a job id or --key"]),
+    (["edit", "1"], ["nothing to change"]),
+])
+def test_bad_input_is_a_usage_error_and_changes_nothing(db, args, needles):
+    buried_fixture(db)
+    with Queue.open(db) as q:
+        before = [(j.id, j.status, j.updated_at) for j in q.list_jobs(limit=0)]
+    refused_line(run_inproc(*args, db=db), *needles)
+    with Queue.open(db) as q:
+        assert [(j.id, j.status, j.updated_at) for j in q.list_jobs(limit=0)] == before
+
+
+def test_bury_edit_and_show_by_key(any_db):
+    cli = cli_on(any_db)
+    buried_fixture(any_db)
+    with Queue.open(any_db) as q:
+        q.enqueue("send-email", {"password": "hunter2", "to": "a@example.com"}, key="order-42")  # 6
+        running = q.claim(types=["send-email"], worker="w-9")  # 4 runs now
+    assert running.id == 4
+    r = cli("bury", "4")
+    assert r.exit_code == 4 and "running" in r.stderr and "cancel" in r.stderr, r.output
+    r = cli("edit", "4", "--priority", "high")
+    assert r.exit_code == 4 and "running" in r.stderr, r.output
+    r = cli("edit", "6", "--payload", '{"password": "s3cret", "to": "b@example.com"}', "--priority", "high",
+            "--queue", "mail", "--max-attempts", "5", "--timeout", "2m", "--backoff", "fixed", "--json")
+    job = json.loads(r.stdout)
+    assert (job["payload"], job["priority"], job["queue"], job["max_attempts"], job["timeout"], job["backoff"],
+            job["idempotency_key"]) == ({"password": "s3cret", "to": "b@example.com"}, 20, "mail", 5, 120, "fixed",
+                                        "order-42")
+    shown = cli("show", "--key", "order-42")
+    assert shown.exit_code == 0 and "job 6" in shown.stdout, shown.output
+    history = " ".join(shown.stdout[shown.stdout.index("history"):].split())  # (a long message is wrapped)
+    assert "edited:" in history and "priority 10 → 20" in history and "queue default → mail" in history
+    assert "s3cret" not in shown.stdout and "hunter2" not in shown.stdout  # masked, as everywhere
+    assert "s3cret" in cli("show", "--key", "order-42", "--reveal").stdout
+    events = json.loads(cli("show", "--key", "order-42", "--json").stdout)["events"]
+    assert events[-1]["from"] == events[-1]["to"] == "pending" and "s3cret" in events[-1]["message"]
+    # the same key enqueued again with the new payload finds the edited job
+    again = cli("enqueue", "send-email", '{"password": "s3cret", "to": "b@example.com"}', "--key", "order-42",
+                "--json")
+    assert json.loads(again.stdout)["id"] == 6 and json.loads(again.stdout)["created"] is False, again.output
+    assert cli("bury", "6", "--reason", "bad address").stdout == "6 buried\n"
+    assert cli("retry", "6").stdout == "6 pending\n"
+    r = cli("show", "--key", "no-such-key")
+    assert r.exit_code == 3 and "no job has the idempotency key" in r.stderr, r.output
+
+
+def test_on_a_terminal_it_asks_before_acting_on_several_jobs(db):
+    buried_fixture(db)
+    argv = [*JOBCTL, "--db", str(db), "retry", "--status", "buried"]
+    code, shown, _ = run_on_pty(argv, until=b"[y/N] ", timeout=30)  # (SIGINT at the question: nothing done)
+    assert "Retry 3 jobs? [y/N]" in shown, shown
+    with Queue.open(db) as q:
+        assert len(q.list_jobs(statuses=["buried"])) == 3
+    code, shown, _ = run_on_pty([*argv, "--yes"], timeout=30)
+    assert code == 0 and "[y/N]" not in shown and "retried 3 jobs" in shown, shown
+    r = run_cli("--db", db, "retry", "--status", "buried")  # no terminal: it acts (nothing left to retry)
+    assert (r.exit_code, r.stdout) == (0, "0\n"), r.output
+
+
+HANDLER = """import os, sys, time
+time.sleep(0.05)
+with open(sys.argv[1], "a") as f:
+    f.write(os.environ["JOBCTL_JOB_ID"] + "\\n")
+"""
+
+
+def test_acting_on_a_filter_while_workers_claim_the_same_jobs(any_db, tmp_path):
+    """Two workers complete jobs while `cancel` and then `retry` act on the same ones by a filter:
+    every job ends exactly once, as the worker or the command left it, and the command's report
+    agrees with the database."""
+    handler, ran = tmp_path / "handler.py", tmp_path / "ran.log"
+    handler.write_text(HANDLER)
+    cfg = tmp_path / "jobctl.toml"
+    cfg.write_text(f'[types.t]\ncommand = ["{sys.executable}", "{handler}", "{ran}"]\n')
+    env = {"JOBCTL_CONFIG": str(cfg)}
+    batch = "".join(json.dumps({"type": "t", "payload": {"n": i}}) + "\n" for i in range(30))
+    assert run_cli("--db", any_db, "enqueue", "--batch", "-", input=batch).exit_code == 0
+    workers = [start_worker(tmp_path, any_db, "--poll", "50ms", name=f"w{i}", env=env) for i in range(2)]
+    try:
+        import time
+
+        time.sleep(0.3)  # the workers are taking jobs (30 jobs of 50 ms for two: they are not done yet)
+        r = run_cli("--db", any_db, "cancel", "--type", "t", "--json", env=env)
+        assert r.exit_code == 0, r.output
+        acted = [json.loads(line) for line in r.stdout.splitlines()]
+        with Queue.open(any_db) as q:
+            jobs = {j.id: j for j in q.list_jobs(limit=0)}
+            for a in acted:  # each job the cancel names once, and the database agrees
+                assert a["action"] in ("cancelled", "skipped"), a
+                if a["action"] == "cancelled":
+                    assert jobs[a["id"]].status == "cancelled"
+            assert len({a["id"] for a in acted}) == len(acted)
+            cancelled = {a["id"] for a in acted if a["action"] == "cancelled"}
+        # every job: cancelled by the command, or run by a worker, never both
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with Queue.open(any_db) as q:
+                left = [j for j in q.list_jobs(limit=0) if j.status not in ("completed", "cancelled")]
+            if not left:
+                break
+            time.sleep(0.1)
+        assert not left, left
+        runs = ran.read_text().split() if ran.exists() else []
+        with Queue.open(any_db) as q:
+            final = {j.id: j.status for j in q.list_jobs(limit=0)}
+            assert len(final) == 30
+            assert {i for i, s in final.items() if s == "cancelled"} == cancelled
+            assert sorted(map(int, runs)) == sorted(i for i, s in final.items() if s == "completed")  # each ran once
+            # 15 more, parked at once (the workers may take a few first), then retried by a filter:
+            # the workers complete them as the retry's transactions make them pending
+            more = q.insert([q.prepare("t", {"m": i}) for i in range(15)])
+        r = run_cli("--db", any_db, "bury", "--type", "t", "--json", env=env)
+        parked = {json.loads(line)["id"] for line in r.stdout.splitlines()
+                  if json.loads(line)["action"] == "buried"}
+        assert parked and parked <= {m.id for m in more}, r.output
+        r = run_cli("--db", any_db, "retry", "--type", "t", "--json", env=env)
+        assert r.exit_code == 0, r.output
+        retried = [json.loads(line) for line in r.stdout.splitlines()]
+        assert {a["id"] for a in retried} == parked and {a["action"] for a in retried} == {"retried"}, retried
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with Queue.open(any_db) as q:
+                if not q.count_jobs(statuses=["pending", "running"]):
+                    break
+            time.sleep(0.1)
+        runs = ran.read_text().split()
+        assert len(runs) == len(set(runs)) == len(final) - len(cancelled) + 15  # nothing twice, nothing lost
+    finally:
+        for w in workers:
+            w.terminate()
+        for w in workers:
+            finish(w)
+
+
+def test_list_counts_past_its_page_within_bounds(tmp_path):
+    db = tmp_path / "q" / "jobs.db"
+    with Queue.open(db, create=True) as q:
+        q.insert([q.prepare("t", {"tenant": "b", "n": i}) for i in range(5000)])
+        sel = parse_selection(payload=["tenant=b"])
+        assert q.count_jobs(selection=sel) == 5000
+        assert q.count_jobs(selection=sel, at_most=100) == 101  # "more than 100"
+        assert q.count_jobs(selection=sel, within_s=0) is None  # SQLite stops a count that takes too long
+    r = run_inproc("list", "--payload", "tenant=b", "--limit", "10", db=db)
+    assert r.exit_code == 0 and r.stderr == "showing 10 of 5,000; --limit 0 for all\n", r.output
+
+
+def parse_selection(**options):
+    from jobctl.selection import parse
+
+    return parse(**options)
+
+
+def test_an_edited_unique_job_is_the_twin_of_its_new_payload(any_db):
+    with Queue.open(any_db, create=True) as q:
+        first = q.enqueue("t", {"n": 1}, unique=True).id
+        q.edit(first, payload={"n": 2})
+        assert q.enqueue("t", {"n": 2}, unique=True).id == first  # its twin now
+        assert q.enqueue("t", {"n": 1}, unique=True).id != first  # no longer
+        q.edit(first, queue="other")
+        assert q.enqueue("t", {"n": 2}, unique=True, queue="other").id == first

@@ -1,25 +1,23 @@
 """The `/` filter of `jobctl top`, in the words of the command line's filters: `type:send-email
 error:timeout since:1h` is `--type send-email --error timeout --since 1h`. The words are parsed
-into the very selection.Selection the command line builds (selection.parse, with its checks and
-its messages), and the view reads its tabs through it: the jobs a filter shows are those
-`jobctl list` with the same options lists, and those `R` retries are those `jobctl retry` retries.
+into the very selection.Selection the command line builds from its options (jobctl.cli.filters.
+selection, with its checks and its messages), and the view reads its tabs through it: the jobs a
+filter shows are those `jobctl list` lists with the same options, and those `R` retries are those
+`jobctl retry` retries.
 
 A word given twice ORs its values (`type:a type:b`), different words AND, as on the command line.
-Pure: no Textual, no database.
+No Textual, no database.
 """
 
 from __future__ import annotations
 
 from jobctl.errors import InvalidInput
-from jobctl.selection import STATUSES, VIEWS, Selection, parse as parse_options
+from jobctl.selection import STATUSES, VIEWS, WAITING, Selection
 
-# word -> the option of the command line it stands for (and parse_options' argument)
-WORDS = {"queue": "queues", "type": "types", "status": "statuses", "error": "errors", "payload": "payload",
-         "worker": "workers", "key": "keys", "since": "since", "before": "before", "min-attempts": "min_attempts"}
+# word -> the command line's option it stands for (the argument of jobctl.cli.filters.selection)
+WORDS = {"queue": "queue", "type": "type", "status": "status", "error": "error", "payload": "payload",
+         "worker": "worker", "key": "key", "since": "since", "before": "before", "min-attempts": "min_attempts"}
 ONCE = ("since", "before", "min-attempts")  # given once, as on the command line
-# What the aging tab reads: ready jobs that no pause or limit holds back (pending, due, not waiting
-# on other jobs, not held), a view selection.where_sql knows but `--status` does not offer.
-WAITING = "waiting"
 
 
 class Filter:
@@ -64,30 +62,26 @@ class Filter:
 def parse(text: str) -> Filter:
     """`type:send-email error:timeout since:1h` to a Filter; InvalidInput names the word at fault.
     A bare word is an error text (the most common search), as `error:` would be."""
+    from jobctl.cli.filters import selection  # (the command line's own: its checks, its messages)
+
     words = " ".join(text.split())
-    options: dict[str, list[str]] = {}
+    options: dict = {}  # option -> its values (since, before, min_attempts: the one value)
     for word in text.split():
         key, sep, value = word.partition(":")
         key = key.lower()
         if not sep or not value:
             if key in WORDS:
                 raise InvalidInput(f"{word}: give a value, as in {key}:VALUE")
-            options.setdefault("errors", []).append(word)
+            options.setdefault("error", []).append(word)
             continue
         if key not in WORDS:
             raise InvalidInput(f"unknown filter word {key!r}; use {', '.join(w + ':' for w in WORDS)}")
         if key in ONCE and WORDS[key] in options:
             raise InvalidInput(f"{key}: given twice; give it once")
         options.setdefault(WORDS[key], []).append(value)
-    once: dict = {name: options.pop(name)[0] for name in ("since", "before") if name in options}
-    if "min_attempts" in options:
-        n = options.pop("min_attempts")[0]
-        try:
-            once["min_attempts"] = int(n)
-        except ValueError:
-            raise InvalidInput(f"invalid min-attempts:{n}: give a number of runs, 0 or more") from None
+    once = {name: options.pop(name)[0] for name in ("since", "before", "min_attempts") if name in options}
     try:
-        return Filter(parse_options(**options, **once), words)
+        return Filter(selection(**options, **once), words)
     except InvalidInput as e:  # the command line's message, in the filter's words (since:, not --since)
         message = e.message
         for word in sorted(WORDS, key=len, reverse=True):

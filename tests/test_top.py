@@ -251,6 +251,10 @@ def test_bury_and_edit_keys(known, tmp_path, monkeypatch):
             (tmp_path / "new").write_text('{"n": 42, "note": "fixed"}\n')
             await press(app, pilot, "e")
             assert app.status_text == "edit: job 1 edited (its history says what changed)"
+            monkeypatch.setenv("EDITOR", str(tmp_path / "no-such-editor"))
+            await press(app, pilot, "e")
+            assert app.status_text.startswith("edit: cannot run the editor"), app.status_text
+            monkeypatch.setenv("EDITOR", str(editor))
             ran.unlink()
             await press(app, pilot, "1", "e")  # running: refused, no editor
             assert app.status_text.startswith("edit: ") and "running" in app.status_text, app.status_text

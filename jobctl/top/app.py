@@ -479,19 +479,36 @@ class TopApp(App):
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
-            argv = [*shlex.split(editor), path]
             try:
+                argv = [*shlex.split(editor), path]
+            except ValueError as e:
+                self._set_status_error(f"edit: cannot read $EDITOR {editor!r} ({e}); nothing changed")
+                return None
+
+            def call(**kw) -> int | OSError:
+                """The editor's exit status. It never raises, or the view would not come back from
+                suspend: Ctrl-C reaches the editor (its handler is reset on exec) but not this process."""
+                import signal
+
+                before = signal.signal(signal.SIGINT, lambda *_: None)
                 try:
-                    with self.suspend():
-                        code = subprocess.call(argv)
-                except SuspendNotSupported:
-                    if not self.is_headless:
-                        self._set_status_error("edit: this terminal cannot hand over to an editor; use `jobctl edit`")
-                        return None
-                    code = subprocess.call(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                           stderr=subprocess.DEVNULL)  # (tests: an editor that is a script)
-            except (OSError, ValueError) as e:
-                self._set_status_error(f"edit: cannot run the editor {editor!r} ({e}); set $EDITOR; nothing changed")
+                    return subprocess.call(argv, **kw)
+                except OSError as e:
+                    return e
+                finally:
+                    signal.signal(signal.SIGINT, before)
+            try:
+                with self.suspend():
+                    code = call()
+            except SuspendNotSupported:
+                if not self.is_headless:
+                    self._set_status_error("edit: this terminal cannot hand over to an editor; use `jobctl edit`")
+                    return None
+                code = call(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # (tests: an editor that is a script)
+            if isinstance(code, OSError):
+                self._set_status_error(f"edit: cannot run the editor {editor!r} ({code.strerror or code}); set "
+                                       "$EDITOR; nothing changed")
                 return None
             if code != 0:
                 self._set_status_error(f"edit: the editor exited with status {code}; nothing changed")
@@ -656,12 +673,8 @@ class TopApp(App):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         """Wide screens show the details beside the jobs: they follow the cursor."""
-        if not self.wide or not isinstance(event.data_table, JobsTable) or self.following is not None:
-            return
-        target = self._target()
-        if target is not None and target.job_id is not None and (
-                self.detail is None or self.detail.job.id != target.job_id):
-            self._ask_detail(target.job_id)
+        if isinstance(event.data_table, JobsTable):
+            self._details_follow_cursor()
 
     @_key()
     def action_follow(self) -> None:
@@ -744,6 +757,16 @@ class TopApp(App):
         tab = (event.pane.id or "").removeprefix("tab-")
         if tab in TABS:
             self.query_one(f"#table-{tab}", JobsTable).focus()
+            self._details_follow_cursor()
+
+    def _details_follow_cursor(self) -> None:
+        """Wide screens show the details beside the jobs: those of the selected row of the tab shown."""
+        if not self.wide or self.following is not None:
+            return
+        target = self._target()
+        if target is not None and target.job_id is not None and (
+                self.detail is None or self.detail.job.id != target.job_id):
+            self._ask_detail(target.job_id)
 
     @_key()
     def action_help(self) -> None:

@@ -101,10 +101,12 @@ class DataSource:
         notes = [f"job {d['id']} is damaged and left out: {safe(d['why'])}; `jobctl doctor` says more"
                  for d in figures.get("damaged_jobs", [])]  # (as `stats` says on stderr)
         tabs: dict[str, list] = {
-            "running": self._jobs(q, flt, ["running", "cancel_requested"], "oldest"),
+            # (by run_at, then id: the index of states serves it, where id order walked every job)
+            "running": self._jobs(q, flt, ["running", "cancel_requested"], "run-at"),
             "buried": self._buried(q, raw, figures, flt, now),
             "aging": self._aging(q, figures, flt, now),
-            "held": self._jobs(q, flt, ["held"], "priority"),
+            # (none held, as stats just counted: no need to test every ready job for it)
+            "held": self._jobs(q, flt, ["held"], "priority") if figures["totals"].get("held") else [],
             "scheduled": self._jobs(q, flt, ["scheduled"], "run-at"),
         }
         return Snapshot(now=now, location=q.location, figures=figures, tabs=tabs, workers=figures.get("workers"),

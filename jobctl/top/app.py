@@ -54,18 +54,18 @@ KEYS: list[tuple[str, str, str, bool]] = [
     *[(str(i + 1), f"show_tab('{t}')", t, False) for i, t in enumerate(TABS)],
 ]
 
-HELP = [
+HELP = [  # (each line fits the 72 columns of the help box: 24 rows hold them all)
     ("↑ ↓ j k", "move in the focused list; Tab: queues / jobs"), ("1-5", "jobs tabs: " + ", ".join(TABS)),
     ("Enter", "the job's details (as `jobctl show`) and output"), ("l", "follow the selected job's output"),
-    ("r", "retry the selected job (`jobctl retry ID`); on a buried group, the group (asks first)"),
-    ("c", "cancel the selected job (`jobctl cancel ID`)"),
-    ("b", "bury the selected job, with a reason if you like (`jobctl bury ID --reason R`)"),
-    ("e", "edit the selected job's payload in $EDITOR (`jobctl edit ID --payload ...`)"),
+    ("r", "retry the job (`jobctl retry`); a buried group: all (asks)"),
+    ("c", "cancel the job (`jobctl cancel ID`)"),
+    ("b", "bury the job, with a reason if you like (`jobctl bury`)"),
+    ("e", "edit the job's payload in $EDITOR (`jobctl edit`)"),
     ("p", "pause or resume the selected queue, or a job's type"),
-    ("R", "retry every buried job matching the filter (asks first)"),
-    ("/", "filter in the command line's words: queue:Q type:T status:S error:TEXT payload:PATH=V"),
-    ("", "worker:W key:K since:1h before:WHEN min-attempts:N (as --queue, --type ...)"),
-    ("w", "workers (as `jobctl workers`); d drains the selected one (`jobctl workers drain`), asking first"),
+    ("R", "retry every buried job matching the filter (asks)"),
+    ("/", "filter: queue: type: status: error: payload:PATH=VALUE"),
+    ("", "worker: key: since:1h before:WHEN min-attempts:N"),
+    ("w", "workers (`jobctl workers`); d drains one (asks)"),
     ("Escape", "close the details or the workers"), ("q", "quit"),
 ]
 

@@ -331,9 +331,9 @@ class FilterScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="filter-box"):
-            yield Static(Text("filter: queue:Q type:T status:S error:TEXT payload:PATH=VALUE worker:W key:K "
-                              "since:1h before:WHEN min-attempts:N (as the command line's --queue ...; "
-                              "empty: none)", style="bold"))
+            yield Static(Text("filter, in the words of the command line's filters (empty: none):\n"
+                              "queue:Q type:T status:S error:TEXT payload:PATH=VALUE\n"
+                              "worker:W key:K since:1h before:WHEN min-attempts:N", style="bold"))
             yield Input(value=self.current, id="filter-input")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

@@ -361,7 +361,7 @@ def test_workers_pane_drains_the_selected_worker(known):
             assert "WORKER" in shown and "web-1:100" in shown and "lost" in shown and "host:99" in shown
             assert "BILLING" not in shown.upper().split("WORKER")[1]  # the queues pane is out of the way
             await press(app, pilot, "r")  # job keys do not act on a worker
-            assert app.status_text.startswith("r"[0]) and "goes back" in app.status_text
+            assert app.status_text.startswith("retry: acts on jobs") and "goes back" in app.status_text
             rows = [e["worker"] for e in app.worker_rows.values()]
             assert rows == ["host:100", "host:99", "web-1:100", "web-2:200"]  # as `jobctl workers` orders them
             await press(app, pilot, "d")  # host:100: a script's id, refused without asking

@@ -607,10 +607,16 @@ class TopApp(App):
 
     # -- the keys -----------------------------------------------------------------------------------
 
-    @_key()
-    def action_act(self, name: str) -> None:
+    def _on_workers(self, name: str) -> bool:
+        """Whether the workers pane is shown, where a key of the jobs says so instead of acting."""
         if self._base.has_class("-workers"):
             self._set_status_error(f"{name}: acts on jobs and queues; w or Escape goes back to them")
+            return True
+        return False
+
+    @_key()
+    def action_act(self, name: str) -> None:
+        if self._on_workers(name):
             return
         if actions.ACTIONS.get(name) is None:
             self._set_status_error(f"{name}: {actions.NOT_YET}")
@@ -654,6 +660,8 @@ class TopApp(App):
 
     @_key()
     def action_details(self) -> None:
+        if self._on_workers("details"):
+            return
         target = self._target()
         if target is None or target.job_id is None:
             self._set_status("select a job first (Tab moves to the jobs pane)")
@@ -678,6 +686,8 @@ class TopApp(App):
 
     @_key()
     def action_follow(self) -> None:
+        if self._on_workers("follow"):
+            return
         target = self._target()
         if self.following is not None and (target is None or target.job_id == self.following
                                            or self.detail is not None and self.detail.job.id == self.following):
@@ -750,6 +760,8 @@ class TopApp(App):
 
     @_key()
     def action_show_tab(self, tab: str) -> None:
+        if self._base.has_class("-workers"):
+            self._close_workers()
         self.query_one(TabbedContent).active = f"tab-{tab}"
         self.query_one(f"#table-{tab}", JobsTable).focus()
 
@@ -792,4 +804,6 @@ class TopApp(App):
 
     @_key()
     def action_retry_all(self) -> None:
+        if self._on_workers("retry all"):
+            return
         self._ask("count", "filter", self.filter, None)

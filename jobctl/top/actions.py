@@ -14,8 +14,6 @@ from typing import Callable
 from jobctl.errors import JobctlError
 from jobctl.top.filters import Filter
 
-NOT_YET = "not available yet in this version of jobctl"
-
 
 class Target:
     """What the keys act on: the selected job (id, queue, type), a selected queue alone, or a
@@ -168,8 +166,8 @@ def buried_group(q, flt: Filter, group: dict) -> tuple[int, Callable[[], Outcome
     return retry_selected(q, sel, f"queue {group['queue']}, type {group['type']}, the group's error")
 
 
-# The keys' actions by name: None until the feature exists (the key then says NOT_YET).
-ACTIONS: dict[str, Callable[..., Outcome] | None] = {
+# The keys' actions by name.
+ACTIONS: dict[str, Callable[..., Outcome]] = {
     "retry": retry,
     "cancel": cancel,
     "pause": pause_or_resume,

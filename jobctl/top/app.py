@@ -175,10 +175,7 @@ class DataThread(threading.Thread):
                 self.post("workers", self.source.workers())
         elif kind == "act":
             name, target = args
-            fn = actions.ACTIONS.get(name)
-            outcome = actions.Outcome(False, f"{name}: {actions.NOT_YET}") if fn is None else fn(
-                self.source.queue(), target)
-            self.post("outcome", outcome)
+            self.post("outcome", actions.ACTIONS[name](self.source.queue(), target))
             self.look()
         elif kind == "count":
             what, flt, group = args
@@ -617,9 +614,6 @@ class TopApp(App):
     @_key()
     def action_act(self, name: str) -> None:
         if self._on_workers(name):
-            return
-        if actions.ACTIONS.get(name) is None:
-            self._set_status_error(f"{name}: {actions.NOT_YET}")
             return
         target = self._target()
         if target is None:

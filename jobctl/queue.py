@@ -469,8 +469,9 @@ class Queue:
     }
 
     def admission_for(self, selection):
-        """What a selection's --status held needs: the config's limits as they stand (None: not asked)."""
-        if "held" not in selection.statuses:
+        """What a selection's --status held (or top's waiting view) needs: the config's limits as they
+        stand (None: not asked)."""
+        if "held" not in selection.statuses and "waiting" not in selection.statuses:
             return None
         figures = self.limit_figures()
         return figures["admission"] if figures else None

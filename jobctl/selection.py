@@ -21,6 +21,9 @@ from jobctl.models import STATES, Record
 # waiting on `after` jobs, or ready but held back by a pause or a limit.
 VIEWS = ("scheduled", "blocked", "held")
 STATUSES = STATES + VIEWS
+# A view no --status offers, for `jobctl top`'s aging tab: ready jobs that nothing holds back, which
+# wait for a worker (pending, not blocked, due, and not held).
+WAITING = "waiting"
 
 
 class Selection(Record):
@@ -199,6 +202,10 @@ def where_sql(sel: Selection, now: int, dialect: Dialect, admission=None) -> tup
             held, held_params = dialect._held_where(now, admission)
             ors.append(f"({held})")
             params.extend(held_params)
+        if WAITING in sel.statuses:  # (IS NOT TRUE: a held test that is NULL for a row does not hold it)
+            held, held_params = dialect._held_where(now, admission)
+            ors.append(f"(status = 'pending' AND waiting_on = 0 AND run_at <= ? AND ({held}) IS NOT TRUE)")
+            params.extend([now, *held_params])
         clauses.append(ors[0] if len(ors) == 1 else "(" + " OR ".join(ors) + ")")
     if sel.errors:
         clauses.append("(" + " OR ".join(["lower(error) LIKE ? ESCAPE '!'"] * len(sel.errors)) + ")")

@@ -3,6 +3,7 @@ database on both engines; text snapshots at 80x24 and 200x50 on a fixed clock; t
 the database going away; and once in a real terminal (tmux)."""
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -60,12 +61,33 @@ def screen_text(app) -> str:
     return "\n".join(line.rstrip() for line in console.export_text().splitlines())
 
 
+def add_workers(db, clock):
+    """Two `jobctl work` processes in the registry, written as a worker writes them: web-1:100 alive
+    (running job 10) and web-2:200 lost (last seen 100 s before the clock, renewing every 10 s)."""
+    with Queue.open(db, Settings(), clock=clock) as q:
+        now = clock.t
+        for worker, seen in (("web-2:200", now - 100), ("web-1:100", now)):
+            clock.t = seen
+            q.engine.register_worker(f"i-{worker}", {
+                "worker": worker, "host": worker.split(":")[0], "pid": int(worker.split(":")[1]),
+                "version": "0.1.0", "queues": ["email"] if worker == "web-1:100" else None, "types": ["t9", "t10"],
+                "concurrency": 2, "renew_ms": 10_000, "state": "running", "done": 7, "failed": 1})
+        clock.t = now
+
+
+def add_held(db, clock):
+    """Type t1 paused in billing: job 1, ready, is held (not waiting for a worker)."""
+    with Queue.open(db, Settings(), clock=clock) as q:
+        q.pause("billing", type="t1")
+
+
 @pytest.fixture
 def known(any_db, monkeypatch):
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
     q, clock = build_known(any_db)
     q.close()
+    add_held(any_db, clock)
     yield any_db, clock
     monkeypatch.delenv("TZ")
     time.tzset()
@@ -83,14 +105,25 @@ def test_what_each_tab_reads(known):
         assert [j.id for j in snap.tabs["running"]] == [9, 10]
         assert [(g["latest_id"], g["count"], g["error"]) for g in snap.tabs["buried"]] == [
             (8, 1, "bad [red]input[/red]\x1b[2J")]
-        assert sorted(j["id"] for j in snap.tabs["aging"]) == [1, 2, 5]
-        assert [j.id for j in snap.tabs["scheduled"]] == [3] and snap.tabs["held"] == []
-        assert snap.workers is None and snap.figures["queues"]["idle"]["paused"]
-        narrowed = source.snapshot(parse("queue:billing"))
-        assert [j["id"] for j in narrowed.tabs["aging"]] == [1, 2] and narrowed.tabs["running"] == []
-        assert [j.id for j in source.snapshot(parse("type:t10 status:running")).tabs["running"]] == [10]
-        assert source.snapshot(parse("error:BAD")).tabs["buried"][0]["latest_id"] == 8
-        assert source.snapshot(parse("since:1m")).tabs["buried"] == []  # buried 9m39s before the clock
+        assert sorted(j["id"] for j in snap.tabs["aging"]) == [2, 5]  # job 1 is held: not waiting for a worker
+        assert [j.id for j in snap.tabs["scheduled"]] == [3] and [j.id for j in snap.tabs["held"]] == [1]
+        assert snap.workers == {"alive": 0, "lost": 0} and snap.figures["queues"]["idle"]["paused"]
+        assert snap.figures["queues"]["billing"]["held"] == 1
+
+        def tabs(words):
+            t = source.snapshot(parse(words)).tabs
+            return {k: sorted(r["id"] if k == "aging" else r["latest_id"] if k == "buried" else r.id for r in rows)
+                    for k, rows in t.items() if rows}
+        # every tab read through the command line's filters, every word
+        assert tabs("queue:billing") == {"aging": [2], "held": [1], "scheduled": [3]}
+        assert tabs("type:t10 status:running") == {} and tabs("type:t10 status:cancel_requested") == {"running": [10]}
+        assert tabs("status:pending") == {"aging": [2, 5], "held": [1], "scheduled": [3]}
+        assert tabs("error:BAD") == {"buried": [8]} == tabs("bad")
+        assert tabs("since:1m") == {} and tabs("before:1m") == tabs("")  # buried 9m39s before the clock
+        assert tabs("payload:n=2") == {"aging": [2]} and tabs("payload:password=hunter2 status:buried") == {"buried": [8]}
+        assert tabs("worker:host:99") == {"running": [9]} and tabs("min-attempts:1 queue:email") == {
+            "buried": [8], "running": [9, 10]}
+        assert tabs("key:nothing-has-it") == {}
         detail = source.detail(9)
         assert detail.job.worker == "host:99" and "lease expired" in detail.why and detail.log_lines == []
     finally:
@@ -121,9 +154,6 @@ def test_keys_act_in_the_database(known):
             # p on a job: its type in its queue; again: resumed
             await press(app, pilot, "p")
             assert app.status_text.startswith("paused type t9 in queue email")
-            # bury, edit and workers come with other parts of jobctl: said, not a traceback
-            await press(app, pilot, "b")
-            assert "not available yet" in app.status_text
             # the queues pane: p pauses the selected queue (billing, the first)
             app.query_one("#queues").focus()
             await press(app, pilot, "p")
@@ -139,16 +169,14 @@ def test_keys_act_in_the_database(known):
         assert q.events(8)[-1].to_dict()["to"] == "pending"
 
 
-def test_bulk_retry_asks_first_and_the_filter_narrows_it(tmp_path, monkeypatch):
-    """(SQLite only: the keys' Queue calls are the same on both engines, and the test above runs on both.)"""
-    db = tmp_path / "q" / "jobs.db"
-    q, clock = build_known(db)
-    q.close()
-    with Queue.open(db, Settings(), clock=clock) as q:  # two more buried jobs of another error
-        for n in range(2):
-            j = q.enqueue("t20", {"n": n}, queue="reports").id
-            claimed = q.claim(types=["t20"])
-            q.fail(j, token=claimed.token, error="timeout talking to smtp", bury=True)
+def test_bulk_retries_ask_first_the_filter_narrows_them(known):
+    """R retries the buried jobs the filter matches, r on a buried group the group, each after
+    asking, through `jobctl retry`'s selection; r on a group of one retries its job alone."""
+    db, clock = known
+    with Queue.open(db, Settings(), clock=clock) as q:  # two buried groups of two jobs each
+        for n, (type, error) in enumerate([("t20", "timeout talking to smtp")] * 2 + [("t21", "disk full")] * 2):
+            j = q.enqueue(type, {"n": n}, queue="reports").id
+            q.fail(j, token=q.claim(types=[type]).token, error=error, bury=True)
 
     async def go():
         app = make_app(db, clock)
@@ -157,23 +185,85 @@ def test_bulk_retry_asks_first_and_the_filter_narrows_it(tmp_path, monkeypatch):
             await press(app, pilot, "slash")
             await pilot.press(*"error:timeout", "enter")
             await settle(app, pilot)
-            assert app.filter.errors == ["timeout"]
+            assert app.filter.selection.errors == ["timeout"]
             await press(app, pilot, "R")
             assert "Retry 2 buried jobs matching error:timeout?" in screen_text(app)
             await press(app, pilot, "n")  # no: nothing changes
             assert app.status_text == "nothing retried"
             await press(app, pilot, "R", "y")
-            assert app.status_text == "retried 2 buried jobs"
+            assert app.status_text == "retried 2 jobs (buried, matching error:timeout)", app.status_text
             await press(app, pilot, "slash")  # a bad filter is refused and the old one stays
             await pilot.press("ctrl+u", *"x:1", "enter")
             await settle(app, pilot)
             assert app.status_text.startswith("filter not applied: unknown filter word 'x'")
-            assert app.filter.errors == ["timeout"]
+            assert app.filter.selection.errors == ["timeout"]
+            await press(app, pilot, "slash")
+            await pilot.press("ctrl+u", "enter")  # no filter
+            await settle(app, pilot)
+            await press(app, pilot, "2")  # buried: the disk-full group (2 jobs) first, then job 8's
+            assert [(g["type"], g["count"]) for g in app.rows["buried"]] == [("t21", 2), ("t8", 1)]
+            await press(app, pilot, "r")
+            assert "Retry 2 buried jobs of reports/t21 whose error contains 'disk full'?" in screen_text(app)
+            await press(app, pilot, "y")
+            assert app.status_text.startswith("retried 2 jobs"), app.status_text
+            await press(app, pilot, "r")  # job 8's group of one: that job, without asking
+            assert app.status_text == "retry: job 8 is now pending"
 
     asyncio.run(go())
     with Queue.open(db, Settings(), clock=clock) as q:
-        assert [j.status for j in q.list_jobs(type="t20")] == ["pending", "pending"]
-        assert q.get(8).status == "buried"  # another error: not matched
+        assert {j.type: j.status for j in q.list_jobs(statuses=["pending"], queue="reports")} == {
+            "t20": "pending", "t21": "pending"}
+        assert q.get(8).status == "pending"
+
+
+def test_bury_and_edit_keys(known, tmp_path, monkeypatch):
+    """b asks why (optional) and buries as `jobctl bury ID --reason R`; e edits the payload in
+    $EDITOR as `jobctl edit ID --payload` (an unchanged or invalid edit says so and changes
+    nothing; a running job is refused before any editor opens)."""
+    db, clock = known
+    editor = tmp_path / "editor"
+    ran = tmp_path / "editor-ran"
+    editor.write_text(f"#!/bin/sh\ntouch {ran}\ncat \"$1\" >> {tmp_path / 'seen'}\n"
+                      f"[ -f {tmp_path / 'new'} ] && cp {tmp_path / 'new'} \"$1\"\nexit 0\n")
+    editor.chmod(0o755)
+    monkeypatch.delenv("VISUAL", raising=False)
+    monkeypatch.setenv("EDITOR", str(editor))
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await press(app, pilot, "3")  # aging: job 2 first (job 1 is held)
+            await press(app, pilot, "b")
+            assert "Bury job 2?" in screen_text(app)
+            await press(app, pilot, "escape")
+            assert app.status_text == "nothing buried"
+            await press(app, pilot, "b")
+            await pilot.press(*"tenant moving", "enter")
+            await settle(app, pilot)
+            assert app.status_text == "bury: job 2 is now buried"
+            await press(app, pilot, "4", "e")  # held: job 1; unchanged
+            assert app.status_text == "edit: the payload of job 1 is unchanged; nothing changed"
+            assert '"n": 1' in (tmp_path / "seen").read_text()  # the payload, as JSON, in the editor
+            (tmp_path / "new").write_text('{"n": 1,')
+            await press(app, pilot, "e")
+            assert app.status_text.startswith("edit refused, nothing changed: invalid payload"), app.status_text
+            (tmp_path / "new").write_text('{"n": 42, "note": "fixed"}\n')
+            await press(app, pilot, "e")
+            assert app.status_text == "edit: job 1 edited (its history says what changed)"
+            monkeypatch.setenv("EDITOR", str(tmp_path / "no-such-editor"))
+            await press(app, pilot, "e")
+            assert app.status_text.startswith("edit: cannot run the editor"), app.status_text
+            monkeypatch.setenv("EDITOR", str(editor))
+            ran.unlink()
+            await press(app, pilot, "1", "e")  # running: refused, no editor
+            assert app.status_text.startswith("edit: ") and "running" in app.status_text, app.status_text
+            assert not ran.exists()
+
+    asyncio.run(go())
+    with Queue.open(db, Settings(), clock=clock) as q:
+        assert q.get(2).status == "buried" and "tenant moving" in q.events(2)[-1].to_dict()["message"]
+        assert json.loads(q.get(1).payload) == {"n": 42, "note": "fixed"} and q.get(1).status == "pending"
 
 
 @pytest.mark.parametrize("size", [(80, 24), (200, 50)])
@@ -184,6 +274,8 @@ def test_snapshot(tmp_path, monkeypatch, size):
     db = Path("q/jobs.db")  # relative to the test's own folder (conftest): the same text on every run
     q, clock = build_known(db)
     q.close()
+    add_workers(db, clock)
+    add_held(db, clock)
 
     async def go():
         app = make_app(db, clock)
@@ -195,6 +287,8 @@ def test_snapshot(tmp_path, monkeypatch, size):
             app.query_one("#detail").styles.scrollbar_size_vertical = 0
             await press(app, pilot, "enter")
             shots["detail"] = screen_text(app)
+            await press(app, pilot, "escape", "w")
+            shots["workers"] = screen_text(app)
         return shots
 
     shots = asyncio.run(go())
@@ -250,15 +344,51 @@ def test_the_database_going_away_is_said_and_retried(tmp_path, monkeypatch):
     asyncio.run(go())
 
 
-def test_keys_of_later_features_are_there_and_say_so():
-    """bury, edit and workers: a key each already, acting once actions.ACTIONS names their call."""
+def test_workers_pane_drains_the_selected_worker(known):
+    """w: the workers as `jobctl workers` lists them, alive and lost in the header; d asks, then
+    drains the selected worker as `jobctl workers drain` does (the order is in the registry); a
+    script's worker id is refused with the command line's reason."""
+    db, clock = known
+    add_workers(db, clock)
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            assert "workers 1 alive, 1 lost" in screen_text(app)
+            await press(app, pilot, "w")
+            shown = screen_text(app)
+            assert "WORKER" in shown and "web-1:100" in shown and "lost" in shown and "host:99" in shown
+            assert "BILLING" not in shown.upper().split("WORKER")[1]  # the queues pane is out of the way
+            await press(app, pilot, "r")  # job keys do not act on a worker
+            assert app.status_text.startswith("retry: acts on jobs") and "goes back" in app.status_text
+            rows = [e["worker"] for e in app.worker_rows.values()]
+            assert rows == ["host:100", "host:99", "web-1:100", "web-2:200"]  # as `jobctl workers` orders them
+            await press(app, pilot, "d")  # host:100: a script's id, refused without asking
+            assert "not a `jobctl work` process" in app.status_text, app.status_text
+            await press(app, pilot, "j", "j", "d")
+            assert "Drain worker web-1:100 (web-1, pid 100)?" in screen_text(app)
+            await press(app, pilot, "n")
+            assert app.status_text == "nothing drained"
+            await press(app, pilot, "d", "y")
+            assert app.status_text.startswith("draining web-1:100 (web-1, pid 100)"), app.status_text
+            assert "draining" in screen_text(app)  # read again after the order
+            await press(app, pilot, "escape")
+            assert "QUEUE" in screen_text(app) and app.focused.id == "table-running"
+
+    asyncio.run(go())
+    with Queue.open(db, Settings(), clock=clock) as q:
+        assert q.engine.worker_request("i-web-1:100") == (True, "drain")
+        assert q.engine.worker_request("i-web-2:200") == (True, None)
+
+
+def test_every_key_is_bound_to_its_action():
     from jobctl.top.actions import ACTIONS
     from jobctl.top.app import KEYS
 
     bound = {action: key for key, action, _, _ in KEYS}
-    for name, key in (("bury", "b"), ("edit", "e"), ("workers", "w")):
-        assert ACTIONS[name] is None and bound[f"act('{name}')"] == key
-    for name, key in (("retry", "r"), ("cancel", "c"), ("pause", "p")):
+    assert bound["workers"] == "w" and bound["retry_all"] == "R" and ACTIONS["drain"] is not None
+    for name, key in (("retry", "r"), ("cancel", "c"), ("pause", "p"), ("bury", "b"), ("edit", "e")):
         assert ACTIONS[name] is not None and bound[f"act('{name}')"] == key
 
 
@@ -303,16 +433,23 @@ def test_a_lost_server_connection_is_said_and_the_view_goes_on(pg_url):
         assert q.get(8).status == "pending"
 
 
-def test_filter_words():
-    f = parse("type:send-email error:timeout since:1h queue:a queue:b")
-    assert f.types == ["send-email"] and f.errors == ["timeout"] and f.since_s == 3600 and f.queues == ["a", "b"]
+def test_filter_words_make_the_command_lines_selection():
+    """The / words give the very selection the command line's options give (one parser, one matcher)."""
+    from jobctl.cli.filters import selection
+
+    f = parse("type:send-email error:timeout since:1h queue:a queue:b payload:user.id=42 worker:w1 key:k1 "
+              "before:2027-01-15T08:00:00Z min-attempts:2 status:buried")
+    assert f.selection == selection(type=["send-email"], error=["timeout"], since="1h", queue=["a", "b"],
+                                    payload=["user.id=42"], worker=["w1"], key=["k1"], before="2027-01-15T08:00:00Z",
+                                    min_attempts="2", status=["buried"])
     assert f.only("queues") is None and f.only("types") == "send-email"
-    assert parse("timeout").errors == ["timeout"]  # a bare word is an error text
+    assert parse("timeout").selection == selection(error=["timeout"])  # a bare word is an error text
     assert not parse("  ")
-    assert parse("since:2027-01-15T08:00:00Z").since_at == int(T0 * 1000)
-    for bad, says in [("colour:red", "unknown filter word"), ("worker:w1", "not available in this view yet"),
-                      ("status:lost", "invalid status"), ("since:soon", "give a duration"), ("type:", "give a value"),
-                      ("queue:bad/name", "queue")]:
+    assert f.within(["running"]) is None and f.within(["buried"]).statuses == ["buried"]
+    assert parse("status:pending").within(["held", "running"]).statuses == ["held"]
+    for bad, says in [("colour:red", "unknown filter word"), ("status:lost", "invalid status"),
+                      ("since:soon", "invalid since: 'soon'"), ("type:", "give a value"), ("queue:bad/name", "queue"),
+                      ("payload:x", "use PATH=VALUE"), ("min-attempts:x", "give a number"), ("since:1h since:2h", "once")]:
         with pytest.raises(InvalidInput, match=says):
             parse(bad)
 

@@ -16,15 +16,19 @@ def top(
     ctx: typer.Context,
     interval: str = typer.Option("1s", "--interval", "-i", metavar="DUR", help="Redraw at most this often (default 1s); it redraws when the database changes, and every few seconds anyway."),
 ):
-    """A full-screen live view of the queue that can act: retry, cancel, pause, filter.
+    """A full-screen live view of the queue that can act: retry, cancel, bury, edit, pause, drain.
 
-    Panes: the database and throughput, the queues, jobs in tabs (running,
-    buried by error, aging, held, scheduled) and a job's details with the
-    tail of its output. Keys: arrows or j/k, Enter, l (follow the output),
-    r retry, c cancel, p pause/resume, R retry all buried matching the
-    filter (asks first), / filter (type:T error:TEXT since:1h), ? help, q quit.
-    Needs a terminal of at least 80x24; `jobctl stats --watch` is the
-    read-only view for a pipe or a second screen.
+    Panes: the database, throughput and workers alive and lost, the queues
+    (with held), jobs in tabs (running, buried by error, aging, held,
+    scheduled) and a job's details with the tail of its output. Keys:
+    arrows or j/k, Enter, l (follow the output), r retry (on a buried
+    group: the group, asked first), c cancel, b bury (asks why), e edit the
+    payload in $EDITOR, p pause/resume, R retry all buried matching the
+    filter (asks first), / filter in the words of the command line's
+    filters (type:T error:TEXT payload:PATH=V worker:W since:1h ...),
+    w workers (d drains one, asked first), ? help, q quit. Needs a
+    terminal of at least 80x24; `jobctl stats --watch` is the read-only
+    view for a pipe or a second screen.
 
     Example: jobctl top --interval 2s
     """

@@ -3,8 +3,8 @@
 Textual is imported here and below only, and only when `jobctl top` runs: every other command
 starts without it (tests/test_startup.py). The parts:
 
-- filters.py  the `/` filter in the command line's words (pure)
-- data.py     what the view shows, read through the queue core as stats/list/show/logs read it
+- filters.py  the `/` filter: its words parsed into the command line's own selection
+- data.py     what the view shows, read through the queue core as stats/list/show/logs/workers read it
 - actions.py  what the keys do: the command line's own Queue calls, refusals as one line
 - widgets.py  the panes, drawn from plain values
 - app.py      the Textual app and the data thread that owns the connection

@@ -1,11 +1,10 @@
-"""What the keys of `jobctl top` do: the same Queue calls as the command line's `retry`, `cancel`,
-`pause`/`resume` and `retry-buried`, with the same refusals (a JobctlError's message, the one line
-the command line prints), turned into an Outcome for the status line. No Textual here.
+"""What the keys of `jobctl top` do: the same Queue calls as the command line's `retry` (of one job,
+or of the jobs a filter selects), `cancel`, `bury`, `edit`, `pause`/`resume` and `workers drain`,
+with the same refusals (a JobctlError's message, the one line the command line prints), turned
+into an Outcome for the status line. No Textual here.
 
-An action that another part of jobctl brings later is None in ACTIONS until then, and its key
-already says so; wiring it is one line there, a function of (queue, Target) -> Outcome, say
-`"bury": lambda q, t: _job_action(q, t, "bury", lambda: q.bury(t.job_id))`. (`edit` also needs the
-app to suspend while $EDITOR runs: App.suspend(), around reading the new payload.)
+Each key's action is a function of (queue, Target) -> Outcome in ACTIONS; a bulk one (R, r on a
+buried group) is a count and the action to run once the person said yes.
 """
 
 from __future__ import annotations
@@ -15,19 +14,22 @@ from typing import Callable
 from jobctl.errors import JobctlError
 from jobctl.top.filters import Filter
 
-NOT_YET = "not available yet in this version of jobctl"
-
 
 class Target:
-    """What the keys act on: the selected job (id, queue, type), or a selected queue alone."""
+    """What the keys act on: the selected job (id, queue, type), a selected queue alone, or a
+    selected worker (its id, as `jobctl workers` shows it)."""
 
-    def __init__(self, job_id: int | None = None, queue: str | None = None, type: str | None = None):
+    def __init__(self, job_id: int | None = None, queue: str | None = None, type: str | None = None,
+                 worker: str | None = None, reason: str | None = None, payload_text: str | None = None):
         self.job_id = job_id
         self.queue = queue
         self.type = type
+        self.worker = worker
+        self.reason = reason  # bury: why (optional)
+        self.payload_text = payload_text  # edit: the new payload, as edited
 
     def __repr__(self) -> str:
-        return f"Target(job_id={self.job_id}, queue={self.queue!r}, type={self.type!r})"
+        return f"Target(job_id={self.job_id}, queue={self.queue!r}, type={self.type!r}, worker={self.worker!r})"
 
 
 class Outcome:
@@ -84,49 +86,92 @@ def pause_or_resume(q, t: Target) -> Outcome:
     return Outcome(True, f"paused {what} until resumed (p again resumes it)")
 
 
+def drain(q, t: Target) -> Outcome:
+    """`jobctl workers drain WORKER`: it claims nothing more, finishes its jobs, then exits."""
+    if t.worker is None:
+        return Outcome(False, "select a worker to drain (w lists them)")
+    from jobctl.untrusted import safe
+
+    try:
+        rows = q.order_workers("drain", workers=[t.worker])
+    except JobctlError as e:
+        return _refused(e)
+    told = "; ".join(f"{safe(r['worker'])} ({safe(r['host'])}, pid {r['pid']})" for r in rows)
+    return Outcome(True, f"draining {told}: claims nothing more, finishes its jobs, then exits")
+
+
+def bury(q, t: Target) -> Outcome:
+    """`jobctl bury ID [--reason R]`: a job not started yet stops, as buried, until retried."""
+    return _job_action(q, t, "bury", lambda: q.bury(t.job_id, reason=t.reason or None))
+
+
+def edit(q, t: Target) -> Outcome:
+    """`jobctl edit ID --payload JSON`: the payload as edited in $EDITOR (checked as enqueue checks it)."""
+    if t.job_id is None or t.payload_text is None:
+        return Outcome(False, "select a job to edit")
+    try:
+        job = q.edit(t.job_id, payload_text=t.payload_text)
+    except JobctlError as e:
+        return Outcome(False, f"edit refused, nothing changed: {e.message}")
+    return Outcome(True, f"edit: job {job.id} edited (its history says what changed)")
+
+
+def editable(q, job_id: int):
+    """The job to edit, as it is now; JobctlError when `jobctl edit` would refuse it whatever the
+    change (running, finished), so that no editor opens for nothing. The rule is transitions.edit's."""
+    from jobctl import transitions
+
+    job = q.get(job_id)
+    transitions.edit(job, q.now(), changes={})
+    return job
+
+
+def retry_selected(q, sel, what: str) -> tuple[int, Callable[[], Outcome]]:
+    """How many buried jobs a selection matches, and the action that retries them (asked first):
+    `jobctl retry --status buried --queue ... --error ...`, the same Queue calls (matching_ids, then
+    act in short transactions, each job checked again) and the same report of the outcomes."""
+    from jobctl.cli.filters import report
+
+    ids = [] if sel is None else q.matching_ids(sel)
+
+    def run() -> Outcome:
+        counts: dict[str, int] = {}
+        try:
+            for _, outcome, _ in q.act("retry", ids, sel):
+                word = "retried" if outcome == "changed" else outcome
+                counts[word] = counts.get(word, 0) + 1
+        except JobctlError as e:
+            return _refused(e)
+        return Outcome(not counts.get("skipped") and not counts.get("refused"),
+                       report("retry", len(ids), counts, False) + f" ({what})")
+    return len(ids), run
+
+
 def buried_matching(q, flt: Filter) -> tuple[int, Callable[[], Outcome]]:
-    """How many buried jobs the filter matches, and the action that retries them (asked first).
-
-    A filter of at most one queue and one type is `jobctl retry-buried -q Q -t T` (one transaction);
-    one with an error text or a time is `jobctl retry ID...` of the jobs it matches, one by one, so
-    a job that changed meanwhile is refused alone and counted."""
-    if not flt.errors and flt.since_s is None and flt.since_at is None and len(flt.queues) <= 1 \
-            and len(flt.types) <= 1 and (not flt.statuses or "buried" in flt.statuses):
-        queue, type = flt.only("queues"), flt.only("types")
-        n = len(q.retry_buried(queue=queue, type=type, dry_run=True))
-
-        def run_whole() -> Outcome:
-            try:
-                done = q.retry_buried(queue=queue, type=type)
-            except JobctlError as e:
-                return _refused(e)
-            return Outcome(True, f"retried {len(done):,} buried job{'' if len(done) == 1 else 's'}")
-        return n, run_whole
-    now = q.now()
-    ids = [j.id for j in q.list_jobs(statuses=["buried"], queue=flt.only("queues"), type=flt.only("types"),
-                                     limit=0, sort="oldest") if flt.keeps(j, now, "buried")]
-
-    def run_each() -> Outcome:
-        done, refused = 0, []
-        for job_id in ids:
-            try:
-                q.retry(job_id)
-                done += 1
-            except JobctlError as e:
-                refused.append(e.message)
-        line = f"retried {done:,} buried job{'' if done == 1 else 's'}"
-        if refused:
-            line += f"; {len(refused):,} refused (changed meanwhile): {refused[0]}"
-        return Outcome(not refused, line)
-    return len(ids), run_each
+    """R: every buried job the filter matches (`jobctl retry --status buried` with its options)."""
+    return retry_selected(q, flt.within(["buried"]), f"buried, matching {flt.text}" if flt else "buried")
 
 
-# The keys' actions by name: None until the feature exists (the key then says NOT_YET).
-ACTIONS: dict[str, Callable[..., Outcome] | None] = {
+def buried_group(q, flt: Filter, group: dict) -> tuple[int, Callable[[], Outcome]]:
+    """r on a group of the buried tab: its jobs, as `jobctl retry --queue Q --type T --error E`
+    with the filter's other options would select them (an error is matched as contained, as
+    --error matches: a longer error that contains it is retried too)."""
+    from jobctl.errors import InvalidInput
+
+    error = group.get("select_error")
+    if not error:  # (buried by hand, never failed): --error cannot tell this group from the others
+        raise InvalidInput("these jobs have no error to select them by: retry them one by one (Enter shows "
+                           "each), or with R under a filter")
+    sel = flt.within(["buried"], queues=[group["queue"]], types=[group["type"]], errors=[error])
+    return retry_selected(q, sel, f"queue {group['queue']}, type {group['type']}, the group's error")
+
+
+# The keys' actions by name.
+ACTIONS: dict[str, Callable[..., Outcome]] = {
     "retry": retry,
     "cancel": cancel,
     "pause": pause_or_resume,
-    "bury": None,     # comes with `jobctl bury`
-    "edit": None,     # comes with `jobctl edit` (the payload in $EDITOR)
-    "workers": None,  # comes with the workers registry (`jobctl workers drain`)
+    "bury": bury,     # asks for a reason first (optional)
+    "edit": edit,     # the payload in $EDITOR (the app suspends meanwhile)
+    "drain": drain,   # on the workers pane (w)
 }

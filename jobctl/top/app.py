@@ -24,8 +24,8 @@ from jobctl.top import actions
 from jobctl.top.data import TABS, DataSource, Detail, Snapshot
 from jobctl.top.filters import Filter, parse
 from jobctl.top.widgets import (ConfirmScreen, DetailPane, FilterScreen, HelpScreen, JobsTable, QueuesTable,
-                                detail_view, header_lines, queue_cells, queue_columns, row_target, tab_columns,
-                                tab_label, tab_row)
+                                ReasonScreen, WorkersTable, detail_view, header_lines, queue_cells, queue_columns, row_target,
+                                tab_columns, tab_label, tab_row, worker_key, workers_table)
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 WIDE = 160  # from this width on, the detail pane sits beside the jobs instead of over them
@@ -34,19 +34,19 @@ PARTIAL_WAKE_LOOK = 2.0  # the same where the wake-up tells only of jobs that be
 RETRY_AFTER = 2.0  # seconds between attempts while the database is unavailable
 WAKE_POLL = 0.1  # seconds between looks at the engine's wake-up (no I/O on SQLite)
 
-# The keys: (key, action, what it does, shown in the footer). A feature that lands later is one
-# line in actions.ACTIONS; its key is already here and says "not available yet" until then.
+# The keys: (key, action, what it does, shown in the footer). What a key does to the database is
+# one function in actions.ACTIONS (or, for the bulk ones, in actions.py beside them).
 KEYS: list[tuple[str, str, str, bool]] = [
     ("enter", "details", "details", True),
-    ("l", "follow", "follow the log", True),
+    ("l", "follow", "follow", True),
     ("r", "act('retry')", "retry", True),
     ("c", "act('cancel')", "cancel", True),
-    ("b", "act('bury')", "bury", False),
-    ("e", "act('edit')", "edit", False),
-    ("p", "act('pause')", "pause/resume", True),
+    ("b", "act('bury')", "bury", True),
+    ("e", "act('edit')", "edit", True),
+    ("p", "act('pause')", "pause", True),
     ("R", "retry_all", "retry all buried matching", False),
     ("slash", "filter", "filter", True),
-    ("w", "act('workers')", "workers", False),
+    ("w", "workers", "workers", True),
     ("question_mark", "help", "help", True),
     ("q", "quit", "quit", True),
     ("escape", "close", "close", False),
@@ -54,14 +54,19 @@ KEYS: list[tuple[str, str, str, bool]] = [
     *[(str(i + 1), f"show_tab('{t}')", t, False) for i, t in enumerate(TABS)],
 ]
 
-HELP = [
+HELP = [  # (each line fits the 72 columns of the help box: 24 rows hold them all)
     ("↑ ↓ j k", "move in the focused list; Tab: queues / jobs"), ("1-5", "jobs tabs: " + ", ".join(TABS)),
     ("Enter", "the job's details (as `jobctl show`) and output"), ("l", "follow the selected job's output"),
-    ("r", "retry the selected job (`jobctl retry ID`)"), ("c", "cancel the selected job (`jobctl cancel ID`)"),
+    ("r", "retry the job (`jobctl retry`); a buried group: all (asks)"),
+    ("c", "cancel the job (`jobctl cancel ID`)"),
+    ("b", "bury the job, with a reason if you like (`jobctl bury`)"),
+    ("e", "edit the job's payload in $EDITOR (`jobctl edit`)"),
     ("p", "pause or resume the selected queue, or a job's type"),
-    ("R", "retry every buried job matching the filter (asks first)"),
-    ("/", "filter: queue:Q type:T status:S error:TEXT since:1h"),
-    ("b e w", "bury, edit, workers: not available yet"), ("Escape", "close the details"), ("q", "quit"),
+    ("R", "retry every buried job matching the filter (asks)"),
+    ("/", "filter: queue: type: status: error: payload:PATH=VALUE"),
+    ("", "worker: key: since:1h before:WHEN min-attempts:N"),
+    ("w", "workers (`jobctl workers`); d drains one (asks)"),
+    ("Escape", "close the details or the workers"), ("q", "quit"),
 ]
 
 
@@ -105,6 +110,7 @@ class DataThread(threading.Thread):
         self.stopping = threading.Event()
         self.filter = Filter()
         self.detail_id: int | None = None  # the job shown in the detail pane (read again with each look)
+        self.workers_shown = False  # the workers pane is open: the workers are read again with each look
         self.last_look = 0.0
         self.dirty = True
         self.down_since: float | None = None
@@ -163,20 +169,30 @@ class DataThread(threading.Thread):
             self.detail_id = args[0]
             if self.detail_id is not None:
                 self.read_detail()
+        elif kind == "workers":
+            self.workers_shown = args[0]
+            if self.workers_shown:
+                self.post("workers", self.source.workers())
         elif kind == "act":
             name, target = args
-            fn = actions.ACTIONS.get(name)
-            outcome = actions.Outcome(False, f"{name}: {actions.NOT_YET}") if fn is None else fn(
-                self.source.queue(), target)
-            self.post("outcome", outcome)
+            self.post("outcome", actions.ACTIONS[name](self.source.queue(), target))
             self.look()
-        elif kind == "count_buried":
+        elif kind == "count":
+            what, flt, group = args
             try:
-                n, run = actions.buried_matching(self.source.queue(), args[0])
+                n, run = (actions.buried_matching(self.source.queue(), flt) if what == "filter"
+                          else actions.buried_group(self.source.queue(), flt, group))
             except JobctlError as e:
-                self.post("outcome", actions.Outcome(False, e.message))
+                self.post("outcome", actions.Outcome(False, f"retry: {e.message}"))
                 return
-            self.post("count", (n, run))
+            self.post("count", (n, run, what, group))
+        elif kind == "edit":
+            try:
+                job = actions.editable(self.source.queue(), args[0])
+            except JobctlError as e:
+                self.post("outcome", actions.Outcome(False, f"edit: {e.message}"))
+                return
+            self.post("edit", job)
         elif kind == "run":
             self.post("outcome", args[0]())
             self.look()
@@ -205,6 +221,8 @@ class DataThread(threading.Thread):
         self.post("snapshot", snap)
         if self.detail_id is not None:
             self.read_detail()
+        if self.workers_shown:
+            self.post("workers", self.source.workers())
 
     def read_detail(self) -> None:
         from jobctl.errors import NoSuchJob
@@ -237,6 +255,10 @@ class TopApp(App):
     Screen.-detail #queues { display: none; }
     Screen.-wide.-detail #jobs { display: block; }
     Screen.-wide.-detail #queues { display: block; }
+    #workers { display: none; height: 1fr; }
+    #workers-title { height: 1; padding: 0 1; }
+    Screen.-workers #workers { display: block; }
+    Screen.-workers #queues, Screen.-workers #body { display: none; }
     #status { height: 1; padding: 0 1; }
     #toosmall { display: none; height: 1fr; content-align: center middle; }
     Screen.-small #main { display: none; }
@@ -246,9 +268,9 @@ class TopApp(App):
     #queues DataTable, QueuesTable { height: auto; max-height: 7; }
     TabbedContent { height: 1fr; }
     TabPane { padding: 0; }
-    #help-box, #confirm-box, #filter-box { width: 76; height: auto; border: round $accent; padding: 0 1;
+    #help-box, #confirm-box, #filter-box, #reason-box { width: 76; height: auto; border: round $accent; padding: 0 1;
         background: $surface; }
-    HelpScreen, ConfirmScreen, FilterScreen { align: center middle; }
+    HelpScreen, ConfirmScreen, FilterScreen, ReasonScreen { align: center middle; }
     """
     BINDINGS = [Binding(key, action, what, show=show) for key, action, what, show in KEYS]
 
@@ -267,6 +289,8 @@ class TopApp(App):
         self.pending = 0  # requests sent to the data thread and not yet answered (tests wait on it)
         self.status_text = "? help · q quit"
         self.rows: dict[str, list] = {}
+        self.worker_rows: dict[str, dict] = {}  # the workers pane's rows by key, as `jobctl workers` read them
+        self._workers_read: tuple[list[dict], int] | None = None
         self._shown: dict[str, tuple] = {}
         self._notes: list[str] = []
         self._start_thread = start_thread
@@ -283,6 +307,9 @@ class TopApp(App):
                         with TabPane(tab, id=f"tab-{tab}"):
                             yield JobsTable(id=f"table-{tab}", cursor_type="row")
                 yield DetailPane(id="detail")
+            with Vertical(id="workers"):
+                yield Static(id="workers-title")
+                yield WorkersTable(id="workers-table", cursor_type="row")
             yield Static(id="status")
             yield Footer(compact=True)
         yield Static(id="toosmall")
@@ -306,6 +333,8 @@ class TopApp(App):
         if self.snapshot is not None:
             self._shown.clear()
             self._draw(self.snapshot)
+        if self._workers_read is not None:
+            self._got_workers(self._workers_read)
 
     def _fit(self, width: int, height: int) -> None:
         small = width < MIN_WIDTH or height < MIN_HEIGHT
@@ -335,7 +364,8 @@ class TopApp(App):
     def on_loaded(self, message: Loaded) -> None:
         kinds: dict[str, Callable[[Any], None]] = {
             "snapshot": self._got_snapshot, "detail": self._got_detail, "outcome": self._got_outcome,
-            "count": self._got_count, "unavailable": self._set_status_error,
+            "count": self._got_count, "unavailable": self._set_status_error, "workers": self._got_workers,
+            "edit": self._got_edit,
         }
         if message.kind == "done":
             self.pending = max(self.pending - 1, 0)
@@ -362,6 +392,23 @@ class TopApp(App):
         if self.following == detail.job.id:
             pane.scroll_end(animate=False)
 
+    def _got_workers(self, value: tuple[list[dict], int]) -> None:
+        self._workers_read = value
+        if not self._base.has_class("-workers"):
+            return
+        entries, now = value
+        title = Text("workers", style="bold")
+        title.append(" (as `jobctl workers`) · d drains the selected one · w or Esc: back", style="dim")
+        self.query_one("#workers-title", Static).update(title)
+        header, rows = workers_table(entries, now, max(self.size.width - 4, 20))
+        table = self.query_one("#workers-table", WorkersTable)
+        key = (header, tuple((k, str(cells[0])) for k, cells in rows))
+        if self._shown.get("workers") == key:
+            return
+        self._shown["workers"] = key
+        self._refill(table, [header], rows)
+        self.worker_rows = {worker_key(e): e for e in entries}
+
     def _got_outcome(self, outcome: actions.Outcome) -> None:
         if outcome.ok:
             self._set_status(outcome.message)
@@ -369,11 +416,19 @@ class TopApp(App):
             self._set_status_error(outcome.message)
 
     def _got_count(self, value) -> None:
-        n, run = value
+        n, run, kind, group = value
         if n == 0:
             self._set_status("no buried jobs match" + (f" the filter {self.filter.text}" if self.filter else ""))
             return
-        what = f"buried job{'' if n == 1 else 's'}" + (f" matching {self.filter.text}" if self.filter else "")
+        what = f"buried job{'' if n == 1 else 's'}"
+        if kind == "group":
+            from jobctl.untrusted import safe
+
+            error = safe(group["error"] or "")
+            what += f" of {safe(group['queue'])}/{safe(group['type'])} whose error contains " + (
+                repr(error) if len(error) <= 60 else repr(error[:59] + "…"))
+        if self.filter:
+            what += f" matching {self.filter.text}"
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -381,6 +436,84 @@ class TopApp(App):
             else:
                 self._set_status("nothing retried")
         self.push_screen(ConfirmScreen(f"Retry {n:,} {what}?"), answered)
+
+    def _got_edit(self, job) -> None:
+        """The payload in $EDITOR (the view suspended meanwhile), then `jobctl edit ID --payload`
+        with what was saved; unchanged: nothing is written."""
+        import json
+
+        from jobctl.errors import InvalidInput
+        from jobctl.payloads import compact, parse_json
+
+        before = json.dumps(json.loads(job.payload), indent=2, ensure_ascii=False) + "\n"
+        after = self._run_editor(before, f"job-{job.id}-payload.json")
+        if after is None:
+            return
+        try:
+            same = compact(parse_json(after)) == job.payload
+        except InvalidInput:
+            same = False  # (jobctl edit says what is wrong with it)
+        if same:
+            self._set_status(f"edit: the payload of job {job.id} is unchanged; nothing changed")
+            return
+        self._ask("act", "edit", actions.Target(job_id=job.id, queue=job.queue, type=job.type, payload_text=after))
+
+    def _run_editor(self, text: str, name: str) -> str | None:
+        """`$VISUAL` or `$EDITOR` (else vi) on a private copy of `text`: what was saved, or None
+        (said in the status line) when the editor could not run or failed."""
+        import os
+        import shlex
+        import shutil
+        import subprocess
+        import tempfile
+
+        from textual.app import SuspendNotSupported
+
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+        folder = tempfile.mkdtemp(prefix="jobctl-edit-")  # (0700: the payload may hold secrets)
+        path = os.path.join(folder, name)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            try:
+                argv = [*shlex.split(editor), path]
+            except ValueError as e:
+                self._set_status_error(f"edit: cannot read $EDITOR {editor!r} ({e}); nothing changed")
+                return None
+
+            def call(**kw) -> int | OSError:
+                """The editor's exit status. It never raises, or the view would not come back from
+                suspend: Ctrl-C reaches the editor (its handler is reset on exec) but not this process."""
+                import signal
+
+                before = signal.signal(signal.SIGINT, lambda *_: None)
+                try:
+                    return subprocess.call(argv, **kw)
+                except OSError as e:
+                    return e
+                finally:
+                    signal.signal(signal.SIGINT, before)
+            try:
+                with self.suspend():
+                    code = call()
+            except SuspendNotSupported:
+                if not self.is_headless:
+                    self._set_status_error("edit: this terminal cannot hand over to an editor; use `jobctl edit`")
+                    return None
+                code = call(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # (tests: an editor that is a script)
+            if isinstance(code, OSError):
+                self._set_status_error(f"edit: cannot run the editor {editor!r} ({code.strerror or code}); set "
+                                       "$EDITOR; nothing changed")
+                return None
+            if code != 0:
+                self._set_status_error(f"edit: the editor exited with status {code}; nothing changed")
+                return None
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
+                return f.read()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _set_status(self, line: str) -> None:
         self.status_text = line
@@ -471,10 +604,16 @@ class TopApp(App):
 
     # -- the keys -----------------------------------------------------------------------------------
 
+    def _on_workers(self, name: str) -> bool:
+        """Whether the workers pane is shown, where a key of the jobs says so instead of acting."""
+        if self._base.has_class("-workers"):
+            self._set_status_error(f"{name}: acts on jobs and queues; w or Escape goes back to them")
+            return True
+        return False
+
     @_key()
     def action_act(self, name: str) -> None:
-        if actions.ACTIONS.get(name) is None:
-            self._set_status_error(f"{name}: {actions.NOT_YET}")
+        if self._on_workers(name):
             return
         target = self._target()
         if target is None:
@@ -485,10 +624,38 @@ class TopApp(App):
         if name != "pause" and target.job_id is None:
             self._set_status_error(f"{name}: select a job (in the jobs pane) first")
             return
+        group = self._buried_group()
+        if name == "retry" and group is not None and group["count"] > 1:
+            self._ask("count", "group", self.filter, group)  # the whole group: asks first
+            return
+        if name == "edit":
+            self._ask("edit", target.job_id)
+            return
+        if name == "bury":
+            def answered(reason: str | None) -> None:
+                if reason is None:
+                    self._set_status("nothing buried")
+                    return
+                target.reason = reason.strip() or None
+                self._ask("act", "bury", target)
+            self.push_screen(ReasonScreen(f"Bury job {target.job_id}? It stops until retried."), answered)
+            return
         self._ask("act", name, target)
+
+    def _buried_group(self) -> dict | None:
+        """The selected row of the buried tab (a group of jobs), when the jobs pane has the focus."""
+        if isinstance(self.focused, QueuesTable) or self._active_tab() != "buried":
+            return None
+        table = self.query_one("#table-buried", JobsTable)
+        if not table.row_count or not 0 <= table.cursor_row < table.row_count:
+            return None
+        key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
+        return next((g for g in self.rows.get("buried", []) if str(g["latest_id"]) == key), None)
 
     @_key()
     def action_details(self) -> None:
+        if self._on_workers("details"):
+            return
         target = self._target()
         if target is None or target.job_id is None:
             self._set_status("select a job first (Tab moves to the jobs pane)")
@@ -508,15 +675,13 @@ class TopApp(App):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         """Wide screens show the details beside the jobs: they follow the cursor."""
-        if not self.wide or not isinstance(event.data_table, JobsTable) or self.following is not None:
-            return
-        target = self._target()
-        if target is not None and target.job_id is not None and (
-                self.detail is None or self.detail.job.id != target.job_id):
-            self._ask_detail(target.job_id)
+        if isinstance(event.data_table, JobsTable):
+            self._details_follow_cursor()
 
     @_key()
     def action_follow(self) -> None:
+        if self._on_workers("follow"):
+            return
         target = self._target()
         if self.following is not None and (target is None or target.job_id == self.following
                                            or self.detail is not None and self.detail.job.id == self.following):
@@ -532,7 +697,54 @@ class TopApp(App):
             self._draw(self.snapshot)
 
     @_key()
+    def action_workers(self) -> None:
+        """w: the workers pane in place of the queues and jobs (w again, or Escape, goes back)."""
+        if self._base.has_class("-workers"):
+            self._close_workers()
+            return
+        self._base.add_class("-workers")
+        self._shown.pop("workers", None)
+        if self._workers_read is not None:
+            self._got_workers(self._workers_read)
+        self.query_one("#workers-table", WorkersTable).focus()
+        self._ask("workers", True)
+
+    def _close_workers(self) -> None:
+        self._base.remove_class("-workers")
+        self._ask("workers", False)
+        self.query_one(f"#table-{self._active_tab()}", JobsTable).focus()
+
+    @_key()
+    def action_drain(self) -> None:
+        """d on the workers pane: `jobctl workers drain WORKER`, after asking."""
+        table = self.query_one("#workers-table", WorkersTable)
+        entry = None
+        if self._base.has_class("-workers") and table.row_count and 0 <= table.cursor_row < table.row_count:
+            key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
+            entry = self.worker_rows.get(key or "")
+        if entry is None or entry["worker"] is None:
+            self._set_status_error("drain: select a worker first (w lists them)")
+            return
+        target = actions.Target(worker=entry["worker"])
+        if entry["state"] is None:  # a script's id: the command line's refusal says why, nothing to ask
+            self._ask("act", "drain", target)
+            return
+        from jobctl.untrusted import safe
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._ask("act", "drain", target)
+            else:
+                self._set_status("nothing drained")
+        self.push_screen(ConfirmScreen(
+            f"Drain worker {safe(entry['worker'])} ({safe(entry['host'] or '-')}, pid {entry['pid']})? It claims "
+            "nothing more, finishes the jobs it runs, then exits."), answered)
+
+    @_key()
     def action_close(self) -> None:
+        if self._base.has_class("-workers"):
+            self._close_workers()
+            return
         self._base.remove_class("-detail")
         if self.following is not None:
             self.following = None
@@ -542,6 +754,8 @@ class TopApp(App):
 
     @_key()
     def action_show_tab(self, tab: str) -> None:
+        if self._base.has_class("-workers"):
+            self._close_workers()
         self.query_one(TabbedContent).active = f"tab-{tab}"
         self.query_one(f"#table-{tab}", JobsTable).focus()
 
@@ -549,6 +763,16 @@ class TopApp(App):
         tab = (event.pane.id or "").removeprefix("tab-")
         if tab in TABS:
             self.query_one(f"#table-{tab}", JobsTable).focus()
+            self._details_follow_cursor()
+
+    def _details_follow_cursor(self) -> None:
+        """Wide screens show the details beside the jobs: those of the selected row of the tab shown."""
+        if not self.wide or self.following is not None:
+            return
+        target = self._target()
+        if target is not None and target.job_id is not None and (
+                self.detail is None or self.detail.job.id != target.job_id):
+            self._ask_detail(target.job_id)
 
     @_key()
     def action_help(self) -> None:
@@ -574,4 +798,6 @@ class TopApp(App):
 
     @_key()
     def action_retry_all(self) -> None:
-        self._ask("count_buried", self.filter)
+        if self._on_workers("retry all"):
+            return
+        self._ask("count", "filter", self.filter, None)

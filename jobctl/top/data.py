@@ -3,9 +3,11 @@ it: Queue.stats (one consistent read, masked for people as `stats` masks it), Qu
 the job, its history and its explanation as `show` builds them, and a run's last lines as `logs`
 keeps them. No Textual here: plain values a test can check, and that the app draws.
 
-Features that other parts of jobctl bring later plug in here, each in one place: per-queue `held`
-counts (taken from the stats figures when they carry them), the workers registry (`workers()`),
-the command line's shared filters (`Filter`, filters.py).
+The jobs tabs are read as `jobctl list` reads them, through the command line's own filters (a
+selection.Selection: the `/` filter ANDed with the tab's states), so the view never matches jobs
+by a second set of rules; the counts, held included, and the buried groups without a filter come
+from the stats figures. Workers come from the registry: alive and lost from the stats figures (as
+`stats` shows them), the list as `jobctl workers` reads it (`workers()`).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 from typing import Callable
 
 from jobctl.models import Job
-from jobctl.top.filters import Filter
+from jobctl.top.filters import WAITING, Filter
 
 ROWS = 200  # rows a jobs tab reads: a screen's worth many times over, cheap on 1,000,000 jobs
+BURIED_READ = 1000  # buried jobs a filter's groups are counted from (the tab then says 1,000+)
 LOG_LINES = 200  # the tail of a run's output kept for the detail pane
 
 
@@ -28,7 +31,7 @@ class Snapshot:
         self.location = location
         self.figures = figures
         self.tabs = tabs  # tab name -> rows (Jobs, or buried groups as dicts)
-        self.workers = workers  # {"alive", "lost"} once the registry exists; None until then
+        self.workers = workers  # {"alive", "lost"}; None where this role may not read the registry
         self.notes = notes  # what the view could not read exactly, said in the status line
 
 
@@ -89,58 +92,69 @@ class DataSource:
 
     def snapshot(self, flt: Filter | None = None) -> Snapshot:
         from jobctl.stats import masked
+        from jobctl.untrusted import safe
 
         flt = flt or Filter()
         q = self.queue()
-        figures, now = q.stats(limit=50, also_known=self.also_known)
-        figures, now = masked(figures, now, self.settings.secret_keys)
-        from jobctl.untrusted import safe
-
+        raw, now = q.stats(limit=50, also_known=self.also_known)
+        figures, now = masked(raw, now, self.settings.secret_keys)
         notes = [f"job {d['id']} is damaged and left out: {safe(d['why'])}; `jobctl doctor` says more"
                  for d in figures.get("damaged_jobs", [])]  # (as `stats` says on stderr)
         tabs: dict[str, list] = {
-            "running": self._running(q, flt, now),
-            "buried": self._buried(figures, flt, now),
-            "aging": [j for j in figures.get("aging", []) if _keeps_dict(flt, j, now, "ready")],
-            "held": self._held(q, flt, now),
-            "scheduled": self._scheduled(q, flt, now),
+            # (by run_at, then id: the index of states serves it, where id order walked every job)
+            "running": self._jobs(q, flt, ["running", "cancel_requested"], "run-at"),
+            "buried": self._buried(q, raw, figures, flt, now),
+            "aging": self._aging(q, figures, flt, now),
+            # (none held, as stats just counted: no need to test every ready job for it)
+            "held": self._jobs(q, flt, ["held"], "priority") if figures["totals"].get("held") else [],
+            "scheduled": self._jobs(q, flt, ["scheduled"], "run-at"),
         }
-        return Snapshot(now=now, location=q.location, figures=figures, tabs=tabs, workers=self.workers(),
+        return Snapshot(now=now, location=q.location, figures=figures, tabs=tabs, workers=figures.get("workers"),
                         notes=notes)
 
-    def workers(self) -> dict | None:
-        """Workers alive and lost: None until jobctl keeps a registry of its workers."""
-        return None
+    def workers(self) -> tuple[list[dict], int]:
+        """The workers as `jobctl workers` lists them (alive, draining, lost, and scripts' ids), and
+        the database time."""
+        return self.queue().workers()
 
-    def _running(self, q, flt: Filter, now: int) -> list[Job]:
-        jobs = q.list_jobs(statuses=["running", "cancel_requested"], queue=flt.only("queues"),
-                           type=flt.only("types"), limit=ROWS, sort="oldest")
-        return [j for j in jobs if flt.keeps(j, now, "running")]
+    @staticmethod
+    def _jobs(q, flt: Filter, statuses: list[str], sort: str, limit: int = ROWS) -> list[Job]:
+        """The first jobs of a tab: `jobctl list --status S... --sort SORT` with the filter's options."""
+        sel = flt.within(statuses)
+        return [] if sel is None else q.list_jobs(selection=sel, limit=limit, sort=sort)
 
-    def _buried(self, figures: dict, flt: Filter, now: int) -> list[dict]:
+    def _buried(self, q, raw: dict, figures: dict, flt: Filter, now: int) -> list[dict]:
+        """Buried jobs grouped by queue, type and error, the latest first: the stats figures' groups
+        without a filter (every buried job counted); with one, the groups of the newest BURIED_READ
+        buried jobs it matches. `select_error`: the error as stored (the group's `r` selects by it;
+        `error` is masked for the screen)."""
         from jobctl.durations import parse_time
+        from jobctl.untrusted import mask_text
 
-        groups = []
-        for g in figures.get("buried_by_error", []):
-            at = parse_time(g["latest_at"]) if g.get("latest_at") else None
-            if flt.keeps_group(g["queue"], g["type"], g.get("error"), at, now):
-                groups.append({**g, "latest_ms": at})
-        return groups
+        if not flt:
+            return [{**g, "latest_ms": parse_time(g["latest_at"]) if g.get("latest_at") else None,
+                     "select_error": r.get("error")}
+                    for g, r in zip(figures.get("buried_by_error", []), raw.get("buried_by_error", []))]
+        groups: dict[tuple, dict] = {}
+        for j in self._jobs(q, flt, ["buried"], "updated", BURIED_READ):
+            g = groups.get((j.queue, j.type, j.error))
+            at = j.finished_at if j.finished_at is not None else j.updated_at
+            if g is None:
+                groups[(j.queue, j.type, j.error)] = {
+                    "queue": j.queue, "type": j.type, "count": 1, "latest_id": j.id, "latest_ms": at,
+                    "error": mask_text(j.error, self.settings.secret_keys) if j.error else j.error,
+                    "select_error": j.error}
+            else:
+                g["count"] += 1
+        return list(groups.values())
 
-    def _held(self, q, flt: Filter, now: int) -> list[Job]:
-        if not q.limits:  # nothing can hold a ready job back without limits in the config
-            return []
-        jobs = q.list_jobs(held=True, queue=flt.only("queues"), type=flt.only("types"), limit=ROWS, sort="priority")
-        return [j for j in jobs if flt.keeps(j, now, "held")]
-
-    def _scheduled(self, q, flt: Filter, now: int) -> list[Job]:
-        """Pending jobs whose run_at is ahead, soonest first. Read from the newest pending jobs (a
-        delayed enqueue or a retry's backoff) until `list` can select scheduled jobs itself."""
-        jobs = q.list_jobs(statuses=["pending"], queue=flt.only("queues"), type=flt.only("types"),
-                           limit=ROWS * 5, sort="newest")
-        found = sorted((j for j in jobs if j.run_at > now and not j.waiting_on and flt.keeps(j, now, "scheduled")),
-                       key=lambda j: (j.run_at, j.id))
-        return found[:ROWS]
+    def _aging(self, q, figures: dict, flt: Filter, now: int) -> list[dict]:
+        """Ready jobs waiting longest for a worker (held ones are not waiting for one): the stats
+        figures' list without a filter; with one, the ready jobs it matches, longest waiting first."""
+        if not flt:
+            return figures.get("aging", [])
+        return [{**j.to_dict(), "waiting_for": max(now - j.run_at, 0) / 1000}  # (as stats makes its entries)
+                for j in self._jobs(q, flt, [WAITING], "run-at")]
 
     # -- one job ----------------------------------------------------------------------------------
 
@@ -164,10 +178,3 @@ class DataSource:
     def close(self) -> None:
         self.drop()
 
-
-def _keeps_dict(flt: Filter, d: dict, now: int, shown_as: str) -> bool:
-    """A job of the stats figures (a dict, as `stats --json` has it) through the filter."""
-    from jobctl.durations import parse_time
-
-    updated = parse_time(d["updated_at"]) if d.get("updated_at") else 0
-    return flt.keeps_values(d["queue"], d["type"], d["status"], d.get("error"), updated, now, shown_as)

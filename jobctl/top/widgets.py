@@ -44,21 +44,24 @@ def header_lines(snap, width: int, flt_text: str, following: int | None) -> Grou
     first.append(" " * max(width - len(first) - len(right), 1))
     first.append(right, style="dim")
     t = snap.figures["throughput"]
-    minutes = SPARK_MINUTES if width >= 120 else 15
-    second = Text("done ")
-    second.append(f"{t['1m']['completed_per_minute']:.1f}/min ", style="bold")
-    second.append(sparkline(t["completed_by_minute"][-minutes:]), style="green")
-    second.append("  failed ")
-    second.append(f"{t['1m']['failed_per_minute']:.1f}/min ", style="bold red" if t["1m"]["failed"] else "bold")
-    second.append(sparkline(t["failed_by_minute"][-minutes:]), style="red")
-    second.append("  workers ")
+    done_rate, failed_rate = f"{t['1m']['completed_per_minute']:.1f}/min ", f"{t['1m']['failed_per_minute']:.1f}/min "
     w = snap.workers
+    workers = Text("  workers ")
     if w is None:
-        second.append("n/a", style="dim")  # (until jobctl keeps a registry of its workers)
+        workers.append("n/a", style="dim")  # (a role that may not read the registry: as stats says)
     else:
-        second.append(f"{w['alive']} alive", style="bold")
-        second.append(f", {w['lost']} lost", style="bold red" if w["lost"] else "")
-    third = summary_line(snap.figures)
+        workers.append(f"{w['alive']:,} alive", style="bold")
+        workers.append(f", {w['lost']:,} lost", style="bold red" if w["lost"] else "")
+    fixed = len("done ") + len(done_rate) + len("  failed ") + len(failed_rate) + len(workers)
+    minutes = max(min(SPARK_MINUTES if width >= 120 else 15, (width - fixed) // 2), 0)
+    second = Text("done ")
+    second.append(done_rate, style="bold")
+    second.append(sparkline(t["completed_by_minute"][-minutes:]) if minutes else "", style="green")
+    second.append("  failed ")
+    second.append(failed_rate, style="bold red" if t["1m"]["failed"] else "bold")
+    second.append(sparkline(t["failed_by_minute"][-minutes:]) if minutes else "", style="red")
+    second.append_text(workers)
+    third = summary_line({**snap.figures, "workers": None})  # (the workers are on the line above)
     if flt_text:
         third.append("  filter: ", style="bold yellow")
         third.append(safe(flt_text), style="yellow")
@@ -121,14 +124,15 @@ def tab_columns(tab: str, wide: bool) -> list[str]:
 def tab_label(tab: str, snap, filtered: bool) -> str:
     """A tab's name and how many jobs it holds: the whole count from the stats figures without a
     filter (a tab lists the first rows only); with one, the rows read (`200+` when there may be more)."""
-    from jobctl.top.data import ROWS
+    from jobctl.top.data import BURIED_READ, ROWS
 
     rows = snap.tabs[tab]
     t = snap.figures["totals"]
-    whole = {"running": t["running"] + t["cancel_requested"], "buried": t["buried"], "aging": t["ready"],
-             "scheduled": t["scheduled"]}
+    whole = {"running": t["running"] + t["cancel_requested"], "buried": t["buried"],
+             "aging": t["ready"] - t.get("held", 0), "held": t.get("held", 0), "scheduled": t["scheduled"]}
     if tab == "buried" and filtered:
-        n, more = sum(g["count"] for g in rows), False
+        n = sum(g["count"] for g in rows)
+        more = n >= BURIED_READ
     elif tab in whole and not filtered:
         n, more = whole[tab], False
     else:
@@ -200,6 +204,35 @@ def detail_view(detail, patterns, width: int, following: bool) -> Group:
     return Group(panel, Text(""), title, body)
 
 
+# -- the workers pane (w) ---------------------------------------------------------------------------
+
+WORKER_STYLES = {"lost": "bold red", "draining": "yellow", "stopped": "dim"}
+
+
+def worker_key(entry: dict) -> str:
+    """A row's key: the worker id (and its start: the same id may be a lost process and a new one)."""
+    return f"{entry['worker'] or ''}\x00{entry['started_at'] or ''}"
+
+
+def workers_table(entries: list[dict], now: int, width: int) -> tuple[str, list[tuple[str, list]]]:
+    """(the header line, (key, [line]) per worker): `jobctl workers`'s own table, fitted to `width`
+    as on a terminal, one line per worker (lost ones in red, draining ones in yellow)."""
+    from jobctl import workers_view
+
+    if not entries:
+        return "", [("", [Text("no workers (none has run on this database in the last day)", style="dim")])]
+    lines = workers_view.lines(entries, now, width=width)
+    return lines[0], [(worker_key(e), [Text(line, style=WORKER_STYLES.get(e["state"] or "", ""))])
+                      for e, line in zip(entries, lines[1:])]
+
+
+class WorkersTable(DataTable):
+    """The workers pane: one row per worker, moved with arrows or j/k; d drains the selected one."""
+
+    BINDINGS = [Binding("j", "cursor_down", "down", show=False), Binding("k", "cursor_up", "up", show=False),
+                Binding("d", "app.drain", "drain")]
+
+
 class JobsTable(DataTable):
     """A table of one tab, moved with arrows or j/k."""
 
@@ -264,6 +297,29 @@ class ConfirmScreen(ModalScreen[bool]):
             self.dismiss(False)
 
 
+class ReasonScreen(ModalScreen[str | None]):
+    """b: the question before burying, with the reason kept in the job's history (optional):
+    Enter buries, Escape does not."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, question: str):
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="reason-box"):
+            yield Static(Text(self.question, style="bold"))
+            yield Static(Text("Why (optional, kept in its history); Enter buries, Escape does not:", style="dim"))
+            yield Input(id="reason-input")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 class FilterScreen(ModalScreen[str | None]):
     """`/`: the filter in the command line's words; Enter applies it, Escape leaves it as it was."""
 
@@ -275,7 +331,9 @@ class FilterScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="filter-box"):
-            yield Static(Text("filter (queue:Q type:T status:S error:TEXT since:1h; empty: none)", style="bold"))
+            yield Static(Text("filter, in the words of the command line's filters (empty: none):\n"
+                              "queue:Q type:T status:S error:TEXT payload:PATH=VALUE\n"
+                              "worker:W key:K since:1h before:WHEN min-attempts:N", style="bold"))
             yield Input(value=self.current, id="filter-input")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

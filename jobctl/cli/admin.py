@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -79,16 +79,13 @@ def recover(
 
 
 @app.command()
+@filters.with_filters
 def purge(
     ctx: typer.Context,
     completed_older_than: Optional[str] = typer.Option(None, "--completed-older-than", metavar="DUR", help="Delete jobs completed longer ago than this (e.g. 7d)."),
     cancelled_older_than: Optional[str] = typer.Option(None, "--cancelled-older-than", metavar="DUR", help="Delete jobs cancelled longer ago than this."),
     buried_older_than: Optional[str] = typer.Option(None, "--buried-older-than", metavar="DUR", help="Delete jobs buried longer ago than this."),
-    queue: Optional[List[str]] = filters.QUEUE, type: Optional[List[str]] = filters.TYPE,
-    status: Optional[List[str]] = filters.STATUS, error: Optional[List[str]] = filters.ERROR,
-    payload: Optional[List[str]] = filters.PAYLOAD, worker: Optional[List[str]] = filters.WORKER,
-    key: Optional[List[str]] = filters.KEY, since: Optional[str] = filters.SINCE, before: Optional[str] = filters.BEFORE,
-    min_attempts: Optional[str] = filters.MIN_ATTEMPTS,
+    by: filters.Filters = filters.options(),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only count them."),
     as_json: bool = typer.Option(False, "--json", help="Print the counts, by status, as JSON."),
 ):
@@ -100,9 +97,7 @@ def purge(
     """
     from jobctl.cli.progress import progress_bar
 
-    sel = filters.selection(queue=queue, type=type, status=status, error=error, payload=payload, worker=worker,
-                            key=key, since=since, before=before, min_attempts=min_attempts,
-                            allowed=("completed", "cancelled", "buried"))
+    sel = by.selection(allowed=("completed", "cancelled", "buried"))
 
     ages = {"completed_older_than": completed_older_than, "cancelled_older_than": cancelled_older_than,
             "buried_older_than": buried_older_than}

@@ -4,8 +4,10 @@ on a terminal, short transactions with a progress bar, and the report per outcom
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
-from typing import List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, TypeVar
 
 import typer
 
@@ -13,7 +15,12 @@ from jobctl.cli.app import emit, emit_json, state
 from jobctl.completion import complete_queue, complete_selection_status, complete_type
 from jobctl.errors import InvalidInput
 
-# One definition of each option, used in every command's signature.
+if TYPE_CHECKING:
+    from jobctl.selection import Selection
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# One definition of each option, added to every command that selects jobs by `with_filters`.
 QUEUE = typer.Option(None, "--queue", "-q", autocompletion=complete_queue, help="Only jobs of this queue (repeatable: any of them).")
 TYPE = typer.Option(None, "--type", "-t", autocompletion=complete_type, help="Only jobs of this type (repeatable).")
 STATUS = typer.Option(None, "--status", "-s", metavar="STATE", autocompletion=complete_selection_status,
@@ -27,6 +34,7 @@ BEFORE = typer.Option(None, "--before", metavar="WHEN", help="Only jobs last cha
 MIN_ATTEMPTS = typer.Option(None, "--min-attempts", metavar="N", help="Only jobs that used at least N runs.")
 YES = typer.Option(False, "--yes", "-y", help="Do not ask on a terminal before acting on several jobs.")
 DRY_RUN = typer.Option(False, "--dry-run", help="Print what would change; change nothing.")
+JSON_EACH = typer.Option(False, "--json", help="Print each job as JSON (one per line); with a filter one {\"id\", \"action\"} per job.")
 
 
 def selection(*, queue: Optional[List[str]] = None, type: Optional[List[str]] = None,
@@ -45,6 +53,74 @@ def selection(*, queue: Optional[List[str]] = None, type: Optional[List[str]] = 
             raise InvalidInput(f"invalid --min-attempts {min_attempts!r}: give a number of runs, 0 or more") from None
     return parse(queues=queue, types=type, statuses=status, errors=error, payload=payload, workers=worker,
                  keys=key, since=since, before=before, min_attempts=n, allowed_statuses=allowed)
+
+
+# The filter options in the order of --help, as parameters of a command's signature.
+_FILTERS = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=option, annotation=kind)
+            for name, kind, option in [
+                ("queue", Optional[List[str]], QUEUE), ("type", Optional[List[str]], TYPE),
+                ("status", Optional[List[str]], STATUS), ("error", Optional[List[str]], ERROR),
+                ("payload", Optional[List[str]], PAYLOAD), ("worker", Optional[List[str]], WORKER),
+                ("key", Optional[List[str]], KEY), ("since", Optional[str], SINCE),
+                ("before", Optional[str], BEFORE), ("min_attempts", Optional[str], MIN_ATTEMPTS)]]
+
+
+class _Place:
+    """Where a command's signature takes the filter options (see `options`)."""
+
+    def __init__(self, status: bool) -> None:
+        self.params = [p for p in _FILTERS if status or p.name != "status"]
+
+
+def options(*, status: bool = True) -> Any:
+    """The default of the one parameter that stands for all the filter options in a command decorated
+    with `with_filters`; status=False leaves --status out (a command that chooses the state itself)."""
+    return _Place(status)
+
+
+class Filters:
+    """The filter options of one command line as given; `selection()` checks them."""
+
+    def __init__(self, values: dict) -> None:
+        self.values = values
+
+    def selection(self, *, allowed=None, status: Optional[List[str]] = None):
+        """A selection.Selection (bad input: exit 2); status: the states, for a command without --status."""
+        values = {**self.values, "status": status} if status is not None else self.values
+        return selection(**values, allowed=allowed)
+
+    def for_action(self, action: str, job_ids) -> Selection:
+        """The selection of retry, cancel, reschedule or bury (the states it may act on: Queue.ACTS_ON),
+        checked against the job ids given: ids or a filter."""
+        from jobctl.queue import Queue
+
+        sel = self.selection(allowed=Queue.ACTS_ON[action][0])
+        ids_or_filter(job_ids, sel, action)
+        return sel
+
+
+def with_filters(command: F) -> F:
+    """Puts the filter options (--queue ... --min-attempts) in a command's signature, where its parameter
+    whose default is `options()` stands, and passes that parameter the options given, as one `Filters`.
+
+    typer builds a command from `inspect.signature`, so the command's --help, completion and parsing
+    are those of the options written out in its signature."""
+    signature = inspect.signature(command)  # (its annotations as written: typer resolves them as for any command)
+    params = list(signature.parameters.values())
+    at, place = next((i, p) for i, p in enumerate(params) if isinstance(p.default, _Place))
+    added = [p if p.kind == place.kind else p.replace(kind=place.kind) for p in place.default.params]
+    names = [p.name for p in added]
+
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        kwargs[place.name] = Filters({name: kwargs.pop(name, None) for name in names})
+        return command(*args, **kwargs)
+
+    params[at:at + 1] = added
+    run.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    run.__annotations__ = {**{k: v for k, v in command.__annotations__.items() if k != place.name},
+                           **{p.name: p.annotation for p in added}}  # (typer resolves the command's own)
+    return run  # type: ignore[return-value]
 
 
 # Words for the report: what a change to a state is called, per action.

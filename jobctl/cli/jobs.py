@@ -393,19 +393,16 @@ def _each(ctx, job_ids: List[int], action, as_json: bool, line=None) -> None:
 
 
 @app.command()
+@filters.with_filters
 def cancel(
     ctx: typer.Context,
     job_ids: Optional[List[int]] = typer.Argument(None, metavar="[ID...]", help="One or more job ids (or a filter)."),
     reason: Optional[str] = typer.Option(None, "--reason", metavar="R", help="Why, kept in the job's history."),
     token: Optional[str] = typer.Option(None, "--token", metavar="T", help="As the claim's holder: confirm that the job stopped."),
     with_dependents: bool = typer.Option(False, "--with-dependents", help="Also cancel every job that waits on it, directly or not (one transaction)."),
-    queue: Optional[List[str]] = filters.QUEUE, type: Optional[List[str]] = filters.TYPE,
-    status: Optional[List[str]] = filters.STATUS, error: Optional[List[str]] = filters.ERROR,
-    payload: Optional[List[str]] = filters.PAYLOAD, worker: Optional[List[str]] = filters.WORKER,
-    key: Optional[List[str]] = filters.KEY, since: Optional[str] = filters.SINCE, before: Optional[str] = filters.BEFORE,
-    min_attempts: Optional[str] = filters.MIN_ATTEMPTS,
+    by: filters.Filters = filters.options(),
     yes: bool = filters.YES, dry_run: bool = filters.DRY_RUN,
-    as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line); with a filter one {\"id\", \"action\"} per job."),
+    as_json: bool = filters.JSON_EACH,
 ):
     """Cancel jobs: pending and buried ones at once, running ones by asking their worker.
 
@@ -415,10 +412,7 @@ def cancel(
 
     Example: jobctl cancel 42 43 --reason "customer left"; jobctl cancel -q imports --status scheduled
     """
-    sel = filters.selection(queue=queue, type=type, status=status, error=error, payload=payload, worker=worker,
-                            key=key, since=since, before=before, min_attempts=min_attempts,
-                            allowed=_acts_on("cancel"))
-    filters.ids_or_filter(job_ids, sel, "cancel")
+    sel = by.for_action("cancel", job_ids)
     if not sel.empty:
         if token is not None or with_dependents:
             raise InvalidInput("--token and --with-dependents work on job ids, not with a filter")
@@ -433,27 +427,17 @@ def cancel(
     _each(ctx, job_ids or [], lambda q, i: q.cancel(i, token=token, reason=reason), as_json)
 
 
-def _acts_on(action: str) -> tuple:
-    """The --status values an action accepts (Queue.ACTS_ON)."""
-    from jobctl.queue import Queue
-
-    return Queue.ACTS_ON[action][0]
-
-
 @app.command()
+@filters.with_filters
 def reschedule(
     ctx: typer.Context,
     job_ids: Optional[List[int]] = typer.Argument(None, metavar="ID...", help="One or more pending job ids (or a filter)."),
     now: bool = typer.Option(False, "--now", help="Ready at once."),
     delay: Optional[str] = typer.Option(None, "--in", metavar="DUR", help="Ready this long from now (90s, 5m, 2h)."),
     at: Optional[str] = typer.Option(None, "--at", metavar="TIME", help="Ready at this time (ISO 8601)."),
-    queue: Optional[List[str]] = filters.QUEUE, type: Optional[List[str]] = filters.TYPE,
-    status: Optional[List[str]] = filters.STATUS, error: Optional[List[str]] = filters.ERROR,
-    payload: Optional[List[str]] = filters.PAYLOAD, worker: Optional[List[str]] = filters.WORKER,
-    key: Optional[List[str]] = filters.KEY, since: Optional[str] = filters.SINCE, before: Optional[str] = filters.BEFORE,
-    min_attempts: Optional[str] = filters.MIN_ATTEMPTS,
+    by: filters.Filters = filters.options(),
     yes: bool = filters.YES, dry_run: bool = filters.DRY_RUN,
-    as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line); with a filter one {\"id\", \"action\"} per job."),
+    as_json: bool = filters.JSON_EACH,
 ):
     """Set when pending jobs may run; print each id with its new run_at.
 
@@ -465,10 +449,7 @@ def reschedule(
 
     if sum((now, delay is not None, at is not None)) != 1:
         raise InvalidInput("give exactly one of --now, --in DUR or --at TIME")
-    sel = filters.selection(queue=queue, type=type, status=status, error=error, payload=payload, worker=worker,
-                            key=key, since=since, before=before, min_attempts=min_attempts,
-                            allowed=_acts_on("reschedule"))
-    filters.ids_or_filter(job_ids, sel, "reschedule")
+    sel = by.for_action("reschedule", job_ids)
     if not sel.empty:
         return filters.act(ctx, "reschedule", sel, dry_run=dry_run, yes=yes, as_json=as_json, now=now, delay=delay,
                            at=at)
@@ -479,17 +460,14 @@ def reschedule(
 
 
 @app.command()
+@filters.with_filters
 def retry(
     ctx: typer.Context,
     job_ids: Optional[List[int]] = typer.Argument(None, metavar="ID...", help="One or more job ids (or a filter)."),
     reset_attempts: bool = typer.Option(False, "--reset-attempts", help="Start counting runs from zero again."),
-    queue: Optional[List[str]] = filters.QUEUE, type: Optional[List[str]] = filters.TYPE,
-    status: Optional[List[str]] = filters.STATUS, error: Optional[List[str]] = filters.ERROR,
-    payload: Optional[List[str]] = filters.PAYLOAD, worker: Optional[List[str]] = filters.WORKER,
-    key: Optional[List[str]] = filters.KEY, since: Optional[str] = filters.SINCE, before: Optional[str] = filters.BEFORE,
-    min_attempts: Optional[str] = filters.MIN_ATTEMPTS,
+    by: filters.Filters = filters.options(),
     yes: bool = filters.YES, dry_run: bool = filters.DRY_RUN,
-    as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line); with a filter one {\"id\", \"action\"} per job."),
+    as_json: bool = filters.JSON_EACH,
 ):
     """Move buried jobs back to pending.
 
@@ -498,10 +476,7 @@ def retry(
 
     Example: jobctl retry --type send-email --error timeout --since 1h --dry-run
     """
-    sel = filters.selection(queue=queue, type=type, status=status, error=error, payload=payload, worker=worker,
-                            key=key, since=since, before=before, min_attempts=min_attempts,
-                            allowed=_acts_on("retry"))
-    filters.ids_or_filter(job_ids, sel, "retry")
+    sel = by.for_action("retry", job_ids)
     if not sel.empty:
         return filters.act(ctx, "retry", sel, dry_run=dry_run, yes=yes, as_json=as_json, reset_attempts=reset_attempts)
     if dry_run:
@@ -510,17 +485,14 @@ def retry(
 
 
 @app.command()
+@filters.with_filters
 def bury(
     ctx: typer.Context,
     job_ids: Optional[List[int]] = typer.Argument(None, metavar="ID...", help="One or more job ids (or a filter)."),
     reason: Optional[str] = typer.Option(None, "--reason", metavar="R", help="Why, kept in the job's history."),
-    queue: Optional[List[str]] = filters.QUEUE, type: Optional[List[str]] = filters.TYPE,
-    status: Optional[List[str]] = filters.STATUS, error: Optional[List[str]] = filters.ERROR,
-    payload: Optional[List[str]] = filters.PAYLOAD, worker: Optional[List[str]] = filters.WORKER,
-    key: Optional[List[str]] = filters.KEY, since: Optional[str] = filters.SINCE, before: Optional[str] = filters.BEFORE,
-    min_attempts: Optional[str] = filters.MIN_ATTEMPTS,
+    by: filters.Filters = filters.options(),
     yes: bool = filters.YES, dry_run: bool = filters.DRY_RUN,
-    as_json: bool = typer.Option(False, "--json", help="Print each job as JSON (one per line); with a filter one {\"id\", \"action\"} per job."),
+    as_json: bool = filters.JSON_EACH,
 ):
     """Park jobs that have not started as buried; `jobctl retry` brings them back.
 
@@ -530,10 +502,7 @@ def bury(
 
     Example: jobctl bury --type import --payload tenant=b --reason "tenant b is migrating"
     """
-    sel = filters.selection(queue=queue, type=type, status=status, error=error, payload=payload, worker=worker,
-                            key=key, since=since, before=before, min_attempts=min_attempts,
-                            allowed=_acts_on("bury"))
-    filters.ids_or_filter(job_ids, sel, "bury")
+    sel = by.for_action("bury", job_ids)
     if not sel.empty:
         return filters.act(ctx, "bury", sel, dry_run=dry_run, yes=yes, as_json=as_json, reason=reason)
     if dry_run:
@@ -580,13 +549,10 @@ def edit(
 
 
 @app.command("retry-buried")
+@filters.with_filters
 def retry_buried(
     ctx: typer.Context,
-    queue: Optional[List[str]] = filters.QUEUE, type: Optional[List[str]] = filters.TYPE,
-    error: Optional[List[str]] = filters.ERROR,
-    payload: Optional[List[str]] = filters.PAYLOAD, worker: Optional[List[str]] = filters.WORKER,
-    key: Optional[List[str]] = filters.KEY, since: Optional[str] = filters.SINCE, before: Optional[str] = filters.BEFORE,
-    min_attempts: Optional[str] = filters.MIN_ATTEMPTS,
+    by: filters.Filters = filters.options(status=False),
     reset_attempts: bool = typer.Option(False, "--reset-attempts", help="Start counting runs from zero again."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only count them."),
     as_json: bool = typer.Option(False, "--json", help="Print {\"count\", \"ids\", \"dry_run\"} as JSON."),
@@ -597,8 +563,7 @@ def retry_buried(
     """
     from jobctl.cli.progress import progress_bar
 
-    sel = filters.selection(queue=queue, type=type, status=["buried"], error=error, payload=payload, worker=worker,
-                            key=key, since=since, before=before, min_attempts=min_attempts)
+    sel = by.selection(status=["buried"])
     ids: list[int] = []
     with state(ctx).open_queue() as q, progress_bar("retrying", unit="jobs") as on_progress:
         for job_id, outcome, _ in q.act("retry", q.matching_ids(sel), sel, dry_run=dry_run, on_progress=on_progress,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -16,13 +16,10 @@ COUNT_WITHIN_S = 0.25  # ... and for at most this long (the first page comes fir
 
 
 @app.command("list")
+@filters.with_filters
 def list_jobs(
     ctx: typer.Context,
-    queue: Optional[List[str]] = filters.QUEUE, type: Optional[List[str]] = filters.TYPE,
-    status: Optional[List[str]] = filters.STATUS, error: Optional[List[str]] = filters.ERROR,
-    payload: Optional[List[str]] = filters.PAYLOAD, worker: Optional[List[str]] = filters.WORKER,
-    key: Optional[List[str]] = filters.KEY, since: Optional[str] = filters.SINCE, before: Optional[str] = filters.BEFORE,
-    min_attempts: Optional[str] = filters.MIN_ATTEMPTS,
+    by: filters.Filters = filters.options(),
     stuck: bool = typer.Option(False, "--stuck", help="Only running jobs whose lease expired or that ran past their timeout."),
     held: bool = typer.Option(False, "--held", help="Only ready jobs held back by a paused queue or type, or by a rate or concurrency limit of the config (as --status held)."),
     older_than: Optional[str] = typer.Option(None, "--older-than", metavar="DUR", help="Only jobs created longer ago than this (e.g. 1h)."),
@@ -42,8 +39,7 @@ def list_jobs(
     Example: jobctl list --type send-email --status buried --error timeout --since 1h
     """
     st = state(ctx)
-    sel = filters.selection(queue=queue, type=type, status=status, error=error, payload=payload, worker=worker,
-                            key=key, since=since, before=before, min_attempts=min_attempts)
+    sel = by.selection()
     options = dict(stuck=stuck, older_than=older_than, held=held, selection=sel)
     damaged: list = []  # rows that cannot be decoded: the others are still listed, these named on stderr
     with st.open_queue() as q:

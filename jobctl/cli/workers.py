@@ -87,13 +87,18 @@ def _order(ctx: typer.Context, request: str, worker: Optional[List[str]], host: 
         emit(f"{safe(r['worker'])} ({safe(r['host'])}, pid {r['pid']}): {told}")
 
 
+# The options of drain and stop, which name the workers told the same way.
+WORKERS = typer.Argument(None, metavar="[WORKER...]", autocompletion=complete_worker, help="Worker ids, as `jobctl workers` shows them (or --host, or --all).")
+HOST = typer.Option(None, "--host", metavar="HOST", help="Every worker on this host.")
+ALL = typer.Option(False, "--all", help="Every worker of this database.")
+ORDER_JSON = typer.Option(False, "--json", help="One object per worker told: {worker, host, pid, request}.")
+
+
 @workers_app.command()
 def drain(
     ctx: typer.Context,
-    worker: Optional[List[str]] = typer.Argument(None, metavar="[WORKER...]", autocompletion=complete_worker, help="Worker ids, as `jobctl workers` shows them (or --host, or --all)."),
-    host: Optional[str] = typer.Option(None, "--host", metavar="HOST", help="Every worker on this host."),
-    all_: bool = typer.Option(False, "--all", help="Every worker of this database."),
-    as_json: bool = typer.Option(False, "--json", help="One object per worker told: {worker, host, pid, request}."),
+    worker: Optional[List[str]] = WORKERS, host: Optional[str] = HOST, all_: bool = ALL,
+    as_json: bool = ORDER_JSON,
 ):
     """Tell workers to claim nothing more, finish the jobs they run and exit, as after SIGTERM.
 
@@ -109,11 +114,9 @@ def drain(
 @workers_app.command()
 def stop(
     ctx: typer.Context,
-    worker: Optional[List[str]] = typer.Argument(None, metavar="[WORKER...]", autocompletion=complete_worker, help="Worker ids, as `jobctl workers` shows them (or --host, or --all)."),
-    host: Optional[str] = typer.Option(None, "--host", metavar="HOST", help="Every worker on this host."),
-    all_: bool = typer.Option(False, "--all", help="Every worker of this database."),
+    worker: Optional[List[str]] = WORKERS, host: Optional[str] = HOST, all_: bool = ALL,
     now: bool = typer.Option(False, "--now", help="Stop the running jobs at once and release them (the run does not count), as a second SIGTERM."),
-    as_json: bool = typer.Option(False, "--json", help="One object per worker told: {worker, host, pid, request}."),
+    as_json: bool = ORDER_JSON,
 ):
     """Stop workers: with --now at once, as a second SIGTERM; without it, as `workers drain`.
 

@@ -9,7 +9,7 @@ buried group) is a count and the action to run once the person said yes.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from jobctl.errors import JobctlError
 from jobctl.top.filters import Filter
@@ -47,15 +47,23 @@ def _refused(e: JobctlError) -> Outcome:
     return Outcome(False, e.message)
 
 
+def _act(selected: bool, unselected: str, call: Callable[[], Any], done: Callable[[Any], str],
+         refused: str = "") -> Outcome:
+    """The action of one selected thing: `unselected` when nothing is selected, else call() and what
+    it did in done's words, or its refusal (the JobctlError's message, after `refused`)."""
+    if not selected:
+        return Outcome(False, unselected)
+    try:
+        result = call()
+    except JobctlError as e:
+        return Outcome(False, refused + e.message)
+    return Outcome(True, done(result))
+
+
 def _job_action(q, t: Target, name: str, call: Callable) -> Outcome:
     """One job's action (the command line's `jobctl NAME ID`): its new state, or its refusal."""
-    if t.job_id is None:
-        return Outcome(False, f"select a job to {name}")
-    try:
-        job = call()
-    except JobctlError as e:
-        return _refused(e)
-    return Outcome(True, f"{name}: job {job.id} is now {job.status}")
+    return _act(t.job_id is not None, f"select a job to {name}", call,
+                lambda job: f"{name}: job {job.id} is now {job.status}")
 
 
 def retry(q, t: Target) -> Outcome:
@@ -88,16 +96,14 @@ def pause_or_resume(q, t: Target) -> Outcome:
 
 def drain(q, t: Target) -> Outcome:
     """`jobctl workers drain WORKER`: it claims nothing more, finishes its jobs, then exits."""
-    if t.worker is None:
-        return Outcome(False, "select a worker to drain (w lists them)")
-    from jobctl.untrusted import safe
+    def told(rows) -> str:
+        from jobctl.untrusted import safe
 
-    try:
-        rows = q.order_workers("drain", workers=[t.worker])
-    except JobctlError as e:
-        return _refused(e)
-    told = "; ".join(f"{safe(r['worker'])} ({safe(r['host'])}, pid {r['pid']})" for r in rows)
-    return Outcome(True, f"draining {told}: claims nothing more, finishes its jobs, then exits")
+        names = "; ".join(f"{safe(r['worker'])} ({safe(r['host'])}, pid {r['pid']})" for r in rows)
+        return f"draining {names}: claims nothing more, finishes its jobs, then exits"
+
+    return _act(t.worker is not None, "select a worker to drain (w lists them)",
+                lambda: q.order_workers("drain", workers=[t.worker]), told)
 
 
 def bury(q, t: Target) -> Outcome:
@@ -107,13 +113,10 @@ def bury(q, t: Target) -> Outcome:
 
 def edit(q, t: Target) -> Outcome:
     """`jobctl edit ID --payload JSON`: the payload as edited in $EDITOR (checked as enqueue checks it)."""
-    if t.job_id is None or t.payload_text is None:
-        return Outcome(False, "select a job to edit")
-    try:
-        job = q.edit(t.job_id, payload_text=t.payload_text)
-    except JobctlError as e:
-        return Outcome(False, f"edit refused, nothing changed: {e.message}")
-    return Outcome(True, f"edit: job {job.id} edited (its history says what changed)")
+    return _act(t.job_id is not None and t.payload_text is not None, "select a job to edit",
+                lambda: q.edit(t.job_id, payload_text=t.payload_text),
+                lambda job: f"edit: job {job.id} edited (its history says what changed)",
+                refused="edit refused, nothing changed: ")
 
 
 def editable(q, job_id: int):

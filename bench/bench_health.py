@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -31,8 +29,15 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-QUEUES = ["default", "billing", "email", "reports", "media"]
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(ROOT))  # this checkout's jobctl builds the file
+
+from bench_stats import build_once  # noqa: E402
+from postgres import copy_jobs  # noqa: E402
+
 TYPES = [f"type-{i:02d}" for i in range(20)]
+# bench_stats' file over 20 types, jobs finished 5 to 12 s after their creation, one completed run in twenty failed
+DATASET = {"types": tuple(TYPES), "spread_ms": 7000, "failed_one_in": 20}
 PG_URL = os.environ.get("JOBCTL_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 LAUNCHER = """\
@@ -45,83 +50,11 @@ sys.exit(main())
 """
 
 
-def build(path: Path, n: int) -> None:
-    sys.path.insert(0, str(ROOT))
-    from jobctl.engines.sqlite import SQLiteEngine
-
-    for suffix in ("", "-wal", "-shm"):
-        try:
-            os.unlink(f"{path}{suffix}")
-        except FileNotFoundError:
-            pass
-    SQLiteEngine.open(path, create=True).close()
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA synchronous = OFF")
-    now = int(time.time() * 1000)
-    rnd = random.Random(1)
-    n_pending = n // 10
-    n_done = n - n_pending
-
-    def rows():
-        for i in range(n):
-            q = QUEUES[i % len(QUEUES)]
-            t = TYPES[(i // 5) % len(TYPES)]
-            created = now - rnd.randrange(7 * 86400_000)
-            if i < n_done:
-                status = "completed" if i % 1000 else ("buried" if i % 2000 else "cancelled")
-                yield (q, t, "{}", "h", 10, status, 1, 3, "exponential", 600_000, created, 0,
-                       created, created + 5000 + i % 7000, created + 5000 + i % 7000, None)
-            else:
-                k = i - n_done
-                run_at = now + 3600_000 if k % 10 == 0 else created
-                waiting = 1 if k % 50 == 1 else 0
-                status = "running" if k % 5000 == 2 else "pending"
-                yield (q, t, "{}", "h", 10 * (k % 3), status, 0, 3, "exponential", 600_000, run_at, waiting,
-                       created, created, None, "w:1" if status == "running" else None)
-
-    conn.execute("BEGIN")
-    conn.executemany(
-        "INSERT INTO jobs (queue, type, payload, payload_hash, priority, status, attempts, max_attempts, backoff,"
-        " timeout_ms, run_at, waiting_on, created_at, updated_at, finished_at, worker) "
-        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows())
-    conn.execute("UPDATE jobs SET claimed_at = created_at, lease_expires_at = created_at + 600000, token = 'x' "
-                 "WHERE status = 'running'")
-    conn.execute(
-        "INSERT INTO runs (job_id, queue, type, worker, ready_at, started_at, ended_at, outcome) "
-        "SELECT id, queue, type, 'w:1', created_at, created_at + 1000, finished_at, "
-        "CASE WHEN status = 'completed' AND id % 20 <> 7 THEN 'completed' ELSE 'failed' END FROM jobs "
-        "WHERE status IN ('completed', 'buried')")
-    # (the job_counts triggers counted every row as it went in)
-    conn.execute("COMMIT")
-    conn.execute("ANALYZE")
-    conn.close()
-
-
 def copy_to_postgres(path: Path, url: str, launcher: Path) -> None:
-    import psycopg2
-    import psycopg2.extras
-
+    """The same jobs into a new schema on PostgreSQL, created by this checkout's jobctl."""
     subprocess.run([sys.executable, str(launcher), str(ROOT), "--db", url, "init"], check=True,
                    stdout=subprocess.DEVNULL)
-    src = sqlite3.connect(path)
-    conn = psycopg2.connect(url)
-    try:
-        with conn, conn.cursor() as cur:
-            for table in ("jobs", "runs"):
-                cur.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
-                            "AND table_name = %s", (table,))
-                theirs = {r[0] for r in cur.fetchall()}
-                columns = [r[1] for r in src.execute(f"PRAGMA table_info({table})") if r[1] in theirs]
-                psycopg2.extras.execute_values(
-                    cur, f"INSERT INTO {table} ({', '.join(columns)}) OVERRIDING SYSTEM VALUE VALUES %s",
-                    src.execute(f"SELECT {', '.join(columns)} FROM {table}"), page_size=5000)
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute("VACUUM ANALYZE jobs")
-            cur.execute("VACUUM ANALYZE runs")
-    finally:
-        conn.close()
-        src.close()
+    copy_jobs(path, url)
 
 
 def main() -> None:
@@ -137,10 +70,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=9)
     args = ap.parse_args()
     path = Path(args.path)
-    if args.rebuild or not path.exists():
-        t = time.perf_counter()
-        build(path, args.jobs)
-        print(f"built {args.jobs:,} jobs in {time.perf_counter() - t:.1f}s ({path.stat().st_size / 1e6:.0f} MB)")
+    build_once(path, args.jobs, args.rebuild, **DATASET)
     tmp = Path(tempfile.mkdtemp(prefix="jobctl-health-bench-"))
     launcher = tmp / "launch.py"
     launcher.write_text(LAUNCHER)

@@ -22,7 +22,11 @@ from pathlib import Path
 QUEUES = ["default", "billing", "email", "reports", "media"]
 
 
-def build(path: Path, n: int) -> None:
+def build(path: Path, n: int, *, types: tuple[str, ...] = ("t",), spread_ms: int = 0,
+          failed_one_in: int | None = None) -> None:
+    """The file: 90% finished jobs, 10% pending, over QUEUES and `types` (five jobs in a row of each
+    type); a finished job ran 5 s (plus up to spread_ms, by id); its run failed when it was buried,
+    and also for one completed job in `failed_one_in` (by id) when given."""
     from jobctl.engines.sqlite import SQLiteEngine
 
     for suffix in ("", "-wal", "-shm"):
@@ -42,17 +46,19 @@ def build(path: Path, n: int) -> None:
     def rows():
         for i in range(n):
             q = QUEUES[i % len(QUEUES)]
+            t = types[(i // 5) % len(types)]
             created = now - rnd.randrange(7 * 86400_000)
             if i < n_done:
                 status = "completed" if i % 1000 else ("buried" if i % 2000 else "cancelled")
-                yield (q, "t", "{}", "h", 10, status, 1, 3, "exponential", 600_000, created, 0,
-                       created, created + 5000, created + 5000, None)
+                ended = created + 5000 + (i % spread_ms if spread_ms else 0)
+                yield (q, t, "{}", "h", 10, status, 1, 3, "exponential", 600_000, created, 0,
+                       created, ended, ended, None)
             else:
                 k = i - n_done
                 run_at = now + 3600_000 if k % 10 == 0 else created
                 waiting = 1 if k % 50 == 1 else 0
                 status = "running" if k % 5000 == 2 else "pending"
-                yield (q, "t", "{}", "h", 10 * (k % 3), status, 0, 3, "exponential", 600_000, run_at, waiting,
+                yield (q, t, "{}", "h", 10 * (k % 3), status, 0, 3, "exponential", 600_000, run_at, waiting,
                        created, created, None, "w:1" if status == "running" else None)
 
     conn.executemany(
@@ -61,14 +67,24 @@ def build(path: Path, n: int) -> None:
         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows())
     conn.execute("UPDATE jobs SET claimed_at = created_at, lease_expires_at = created_at + 600000, token = 'x' "
                  "WHERE status = 'running'")
+    also_failed = f" AND id % {int(failed_one_in)} <> 7" if failed_one_in else ""
     conn.execute(
         "INSERT INTO runs (job_id, queue, type, worker, ready_at, started_at, ended_at, outcome) "
         "SELECT id, queue, type, 'w:1', created_at, created_at + 1000, finished_at, "
-        "CASE status WHEN 'completed' THEN 'completed' ELSE 'failed' END FROM jobs WHERE status IN "
-        "('completed', 'buried')")
+        f"CASE WHEN status = 'completed'{also_failed} THEN 'completed' ELSE 'failed' END FROM jobs "
+        "WHERE status IN ('completed', 'buried')")
+    # (the job_counts triggers counted every row as it went in)
     conn.execute("COMMIT")
     conn.execute("ANALYZE")
     conn.close()
+
+
+def build_once(path: Path, n: int, rebuild: bool = False, **variant) -> None:
+    """build(), unless the file is there already (and not rebuild): a large file is built once."""
+    if rebuild or not path.exists():
+        t = time.perf_counter()
+        build(path, n, **variant)
+        print(f"built {n:,} jobs in {time.perf_counter() - t:.1f}s ({path.stat().st_size / 1e6:.0f} MB)")
 
 
 def main() -> None:
@@ -80,10 +96,7 @@ def main() -> None:
     ap.add_argument("--queue", "-q", action="append", help="also time `stats -q QUEUE` (repeatable)")
     args = ap.parse_args()
     path = Path(args.path)
-    if args.rebuild or not path.exists():
-        t = time.perf_counter()
-        build(path, args.jobs)
-        print(f"built {args.jobs} jobs in {time.perf_counter() - t:.1f}s ({path.stat().st_size / 1e6:.0f} MB)")
+    build_once(path, args.jobs, args.rebuild)
 
     from jobctl.engines.sqlite import SQLiteEngine
     from jobctl.stats import collect

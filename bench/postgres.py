@@ -248,12 +248,11 @@ def lines(path: Path) -> list[str]:
 
 # -- stats ------------------------------------------------------------------------------------------
 
-def copy_to_postgres(sqlite_path: Path, url: str) -> None:
-    """The same jobs and runs, row for row, into a new jobctl schema on PostgreSQL (untimed)."""
+def copy_jobs(sqlite_path: Path, url: str) -> None:
+    """The same jobs and runs, row for row, into a jobctl schema just created on PostgreSQL (untimed)."""
     import psycopg2
     import psycopg2.extras
 
-    jobctl(url, "init")
     src = sqlite3.connect(sqlite_path)
     conn = psycopg2.connect(url)
     try:
@@ -284,7 +283,8 @@ def bench_stats(base: str, n: int, calls: int, tmp: Path) -> dict:
     times: dict[str, list[float]] = {"postgres": [], "sqlite": []}
     with fresh_schema(base) as url:
         t = time.perf_counter()
-        copy_to_postgres(path, url)
+        jobctl(url, "init")
+        copy_jobs(path, url)
         print(f"[stats] copied {n:,} jobs to PostgreSQL in {time.perf_counter() - t:.1f}s", file=sys.stderr, flush=True)
         dbs = {"postgres": url, "sqlite": str(path)}
         answers = {e: json.loads(jobctl(db, "stats", "--json").stdout) for e, db in dbs.items()}

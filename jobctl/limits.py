@@ -132,17 +132,19 @@ def window_opens_at(recent_starts: list[int], n: int, window_ms: int) -> int:
 
 
 def describe_hold(type: str, group: str | None, cost_units: int, limits: Limits, admission: Admission,
-                  opens_at: dict[str, int], now: int) -> str | None:
-    """Why a ready job is held back, in a person's words; None when it is admitted."""
+                  opens_at: dict[str, int], now: int, *, short: bool = False) -> str | None:
+    """Why a ready job is held back, in a person's words (`show`); None when it is admitted.
+    short: in a few words, for a column of `list` (`rate limit 10/1m: next in 12s`)."""
     from jobctl.durations import format_duration
 
     reasons = []
     group, cost_units = limits.resolve(type, group, cost_units)
     if type in admission.shut_types:
         n, window = limits.rates[type]
-        wait = max(opens_at.get(type, now) - now, 0) / 1000
-        reasons.append(f"type {type} reached its rate limit {n}/{format_duration(window / 1000)}; "
-                       f"next start possible in {format_duration(wait)}")
+        rate = f"{n}/{format_duration(window / 1000)}"
+        wait = format_duration(max(opens_at.get(type, now) - now, 0) / 1000)
+        reasons.append(f"rate limit {rate}: next in {wait}" if short else
+                       f"type {type} reached its rate limit {rate}; next start possible in {wait}")
     key = key_of(group, type)
     room = admission.room.get(key)
     if room is not None and cost_units > room:
@@ -150,8 +152,11 @@ def describe_hold(type: str, group: str | None, cost_units: int, limits: Limits,
         held = (limit or 0) - room
         what = f"group {key[1]}" if key[0] == "group" else f"type {key[1]}"
         if limit is not None and cost_units > limit:  # no amount of waiting lets it in
-            reasons.append(f"this job needs {cost_units} units, more than the limit of {what} ({limit}): "
+            reasons.append(f"needs {cost_units} units, over the limit of {what} ({limit})" if short else
+                           f"this job needs {cost_units} units, more than the limit of {what} ({limit}): "
                            "it can never start under this limit (raise it, or cancel the job)")
+        elif short:
+            reasons.append(f"{what} full: {held}/{limit} units" + (f", needs {cost_units}" if cost_units > 1 else ""))
         else:
             need = f" (this job needs {cost_units})" if cost_units > 1 else ""
             reasons.append(f"{what} is full: {held} of {limit} units running{need}")

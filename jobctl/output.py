@@ -132,13 +132,16 @@ def ago(ms: int | None, now: int) -> str:
     return f"{format_duration(abs(delta))} ago" if delta >= 0 else f"in {format_duration(-delta)}"
 
 
-def status_text(job: Job, now: int) -> Text:
+def status_text(job: Job, now: int, held: bool = False) -> Text:
+    """The state, and for a pending job why it is not ready (blocked, scheduled) or, held, not claimed."""
     label = job.status
     if job.status == "pending":
         if job.waiting_on:
             label = "pending (blocked)"
         elif job.run_at > now:
             label = "pending (scheduled)"
+        elif held:
+            label = "pending (held)"
     return Text(label, style=STATUS_STYLE.get(job.status, ""))
 
 
@@ -159,11 +162,13 @@ def when_text(job: Job, now: int) -> str:
     return "-"
 
 
-def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width: int | None = None) -> Table:
+def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width: int | None = None,
+               held: dict[int, str] | None = None) -> Table:
     """The `list` table, with what each state needs: WHEN (a pending job's start, how long a
     running one has run), WORKER (of running jobs; the column only
     when one is listed), and in the last column a running job's progress (else its payload), a
-    buried or retried job's error. The columns before the last keep their whole text (a status
+    buried or retried job's error, and for a ready job that something holds back (held: {id: why},
+    Queue.held_reasons) why, its state "pending (held)". The columns before the last keep their whole text (a status
     cut to "pend…" would mislead, and break a grep); with a `width`, the last column is cut to what
     they leave (print_view fits it), and while it would get less than a third of the screen (at
     least PAYLOAD_MIN, at most PAYLOAD_WANT) whole columns are left out (LIST_DROP_ORDER) rather
@@ -171,17 +176,20 @@ def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width:
     rows = []
     for j in jobs:
         detail = j.error if j.status in ("buried",) or (j.status == "pending" and j.error) else None
-        held = j.status in ("running", "cancel_requested")
-        if detail:
+        running = j.status in ("running", "cancel_requested")
+        why = (held or {}).get(j.id)
+        if why:  # before a retried job's error: what keeps it from running now
+            last = text(why, "yellow")
+        elif detail:
             last = text(mask_text(detail, patterns, reveal), "red")
-        elif held and j.progress:
+        elif running and j.progress:
             last = text("progress: " + mask_text(_progress(j.progress), patterns, reveal) + _changed(j.progress_at, now),
                         "cyan")
         else:
             last = text(masked_text(j.payload, patterns, reveal, limit=200))
         rows.append((
-            str(j.id), status_text(j, now), text(j.queue), text(j.type), str(j.priority),
-            f"{j.attempts}/{j.max_attempts}", when_text(j, now), text(j.worker) if held and j.worker else "-",
+            str(j.id), status_text(j, now, held=why is not None), text(j.queue), text(j.type), str(j.priority),
+            f"{j.attempts}/{j.max_attempts}", when_text(j, now), text(j.worker) if running and j.worker else "-",
             ago(j.updated_at, now), last,
         ))
     shown = list(LIST_COLUMNS)

@@ -834,15 +834,30 @@ class Queue:
                                for t, (n, window) in limits.rates.items()}
         return figures
 
-    def held_because(self, job: Job, figures: dict | None = None) -> str | None:
-        """Why a ready job is held back by a limit, or None."""
+    def held_because(self, job: Job, figures: dict | None = None, *, short: bool = False) -> str | None:
+        """Why a ready job is held back by a limit, or None (short: in a few words, limits.describe_hold)."""
         from jobctl import limits as policy
 
         figures = figures if figures is not None else self.limit_figures()
         if figures is None:
             return None
         return policy.describe_hold(job.type, job.concurrency_group, job.cost_units, self.limits,
-                                    figures["admission"], figures["opens_at"], figures["now"])
+                                    figures["admission"], figures["opens_at"], figures["now"], short=short)
+
+    def held_reasons(self, jobs: list[Job], now: int) -> dict[int, str]:
+        """Why the ready jobs among `jobs` that something holds back are held, in a few words (`show`'s
+        reasons: a pause of the job's queue or type, else a limit): {id: reason}, of the held ones only."""
+        ready = [j for j in jobs if j.status == "pending" and not j.waiting_on and j.run_at <= now]
+        if not ready:
+            return {}
+        from jobctl.stats import held_reason
+
+        pauses = self.pauses()
+        figures = self.limit_figures(held_ready=False)  # (what admits a claim; not the counts of held jobs)
+        reasons = {j.id: held_reason(j, now, pauses=pauses,
+                                     held=self.held_because(j, figures, short=True) if figures is not None else None)
+                   for j in ready}
+        return {i: why for i, why in reasons.items() if why}
 
     def next_admission_in(self, types: list[str] | None = None) -> float | None:
         """Seconds until the earliest rate window of a shut type (of `types`) opens; None when no

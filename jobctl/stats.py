@@ -393,15 +393,7 @@ def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]
         if job.run_at > now:
             reasons.append(f"scheduled: not before {to_rfc3339(job.run_at)} "
                            f"(in {format_duration((job.run_at - now) / 1000)})")
-        mine = [(t, u) for q, t, u in pauses if q == job.queue and t in (None, job.type)]
-        for type_, until in mine:
-            if type_ is None:
-                reasons.append(f"queue {job.queue} is paused{_until(until, now)}: `jobctl resume {job.queue}`")
-            else:
-                reasons.append(f"type {job.type} is paused in queue {job.queue}{_until(until, now)}: "
-                               f"`jobctl resume {job.queue} --type {job.type}`")
-        if job.queue in paused and not any(t is None for t, _ in mine):
-            reasons.append(f"queue {job.queue} is paused: `jobctl resume {job.queue}`")
+        reasons += _paused(job, now, pauses, paused)
         if held and not reasons:
             reasons.append(f"held back by a limit: {held}")
         if not reasons:
@@ -425,6 +417,34 @@ def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]
             reasons.append(f"running for {format_duration((now - job.claimed_at) / 1000)}, past its timeout of "
                            f"{format_duration(job.timeout)}")
     return "; ".join(reasons) or None
+
+
+def _paused(job: Job, now: int, pauses: Sequence[tuple[str, str | None, int | None]],
+            paused: set[str] | frozenset = frozenset(), *, short: bool = False) -> list[str]:
+    """The pauses that hold a pending job back (of its queue, or of its type in it), and how to end
+    them; short: in a few words (`queue billing paused (1h59m left)`)."""
+    reasons = []
+    mine = [(t, u) for q, t, u in pauses if q == job.queue and t in (None, job.type)]
+    for type_, until in mine:
+        what = f"queue {job.queue}" if type_ is None else f"type {job.type}"
+        if short:
+            left = f" ({format_duration(max(until - now, 0) / 1000)} left)" if until is not None else ""
+            reasons.append(f"{what} paused{left}")  # (a type's pause in the job's own queue)
+        elif type_ is None:
+            reasons.append(f"{what} is paused{_until(until, now)}: `jobctl resume {job.queue}`")
+        else:
+            reasons.append(f"{what} is paused in queue {job.queue}{_until(until, now)}: "
+                           f"`jobctl resume {job.queue} --type {job.type}`")
+    if job.queue in paused and not any(t is None for t, _ in mine):
+        reasons.append(f"queue {job.queue} {'paused' if short else f'is paused: `jobctl resume {job.queue}`'}")
+    return reasons
+
+
+def held_reason(job: Job, now: int, *, pauses: Sequence[tuple[str, str | None, int | None]] = (),
+                held: str | None = None) -> str | None:
+    """Why a ready job is held back, in a few words, for `list`: explain's pauses of its queue or
+    type, else the limit that holds it (held: Queue.held_because(short=True)); None when nothing does."""
+    return "; ".join(_paused(job, now, pauses, short=True)) or held
 
 
 def limits_of_queues(figures: dict, queues: list[str], types_config: dict) -> dict:

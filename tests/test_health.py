@@ -193,6 +193,52 @@ def test_a_paused_queue_does_not_cross_max_ready_age_on_the_command_line(tmp_pat
     assert 'jobctl_held_jobs{queue="billing"} 1' in r.stdout
 
 
+# -- list: why a held job is held ------------------------------------------------------------------
+
+HELD = ('[types.api]\ncommand = "true"\nrate_limit = [1, "1h"]\n'
+        '[types.thumb]\ncommand = "true"\nconcurrency_group = "gpu"\nconcurrency_limit = 1\n'
+        '[types.other]\ncommand = "true"\n')
+
+
+def held_fixture(db, tmp_path):
+    """Jobs 1 (api) and 3 (thumb) run; 2 held by api's rate, 4 by the full group gpu, 5 by its paused
+    queue billing, 6 by the pause of its type in queue reports; 7 waits for a worker. The config's path."""
+    config = tmp_path / "held.toml"
+    config.write_text(HELD)
+    config.chmod(0o600)
+    for args in (["api"], ["api"], ["thumb"], ["thumb"], ["other", "-q", "billing"], ["other", "-q", "reports"],
+                 ["other"]):
+        assert run_inproc("--config", config, "enqueue", *args, db=db).exit_code == 0
+    for args in (["claim", "--type", "api"], ["claim", "--type", "thumb"], ["pause", "billing"],
+                 ["pause", "reports", "--type", "other", "--for", "2h"]):
+        r = run_inproc("--config", config, *args, db=db)
+        assert r.exit_code == 0, r.output
+    return config
+
+
+def test_list_says_why_each_held_job_is_held(any_db, tmp_path):
+    """`list` shows a held job as "pending (held)" and why in its last column, in a few words (`show`
+    says it in full); `--json` prints the job objects as ever."""
+    config = held_fixture(any_db, tmp_path)
+    cli = lambda *a, **kw: run_inproc("--config", config, *a, db=any_db, **kw)  # noqa: E731
+    r = cli("list")
+    assert r.exit_code == 0, r.output
+    rows = {line.split()[0]: line for line in r.stdout.splitlines()[1:]}
+    why = {"2": "rate limit 1/1h: next in ", "4": "group gpu full: 1/1 units",
+           "5": "queue billing paused", "6": "type other paused ("}
+    for job_id, reason in why.items():
+        assert " pending (held) " in rows[job_id] and reason in rows[job_id], r.stdout
+    assert " pending " in rows["7"] and "held" not in rows["7"] and rows["7"].endswith("{}"), r.stdout
+    assert " running " in rows["1"] and " running " in rows["3"], r.stdout
+    r = cli("list", "--status", "held")
+    assert [line.split()[0] for line in r.stdout.splitlines()[1:]] == ["6", "5", "4", "2"], r.stdout
+    assert r.stdout.count("pending (held)") == 4, r.stdout
+    assert "type api reached its rate limit 1/1h" in cli("show", "2").stdout  # the whole sentence
+    listed = [json.loads(line) for line in cli("list", "--status", "held", "--json").stdout.splitlines()]
+    shown = json.loads(cli("show", "2", "--json").stdout)
+    assert [j["id"] for j in listed] == [6, 5, 4, 2] and set(listed[-1]) == set(shown) - {"events"}
+
+
 # -- enqueue: warnings and the cost refusal -------------------------------------------------------
 
 LIMITED = '[types.send]\ncommand = "true"\nconcurrency_group = "g"\nconcurrency_limit = 2\n[types.other]\ncommand = "true"\n'

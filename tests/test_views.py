@@ -152,6 +152,24 @@ def test_list_keeps_long_names_whole_when_columns_are_left_out(db):
     assert all(len(line) <= 80 for line in lines), lines
 
 
+@pytest.mark.parametrize("columns", [200, 80])
+def test_list_on_a_screen_says_why_held_jobs_are_held(db, tmp_path, columns):
+    """At 80 columns the reason keeps its third of the screen: minor columns go, as for an error."""
+    from test_health import held_fixture
+
+    config = held_fixture(db, tmp_path)
+    lines = on_terminal(db, columns, "--config", config, "list")
+    assert all(len(line) <= columns for line in lines), lines
+    rows = {line.split()[0]: line for line in lines[1:] if line.strip()}
+    assert "pending (held)" in rows["2"] and "rate limit 1/1h" in rows["2"], lines
+    assert "group gpu full: 1/1 units" in rows["4"] and "queue billing paused" in rows["5"], lines
+    assert "type other paused (" in rows["6"] and "(held)" not in rows["7"], lines
+    if columns == 80:
+        assert "PRI" not in lines[0] and "UPDATED" not in lines[0], lines
+    else:
+        assert "rate limit 1/1h: next in " in rows["2"] and "QUEUE" in lines[0], lines
+
+
 def test_list_in_a_pipe_prints_whole_lines(cli, db):
     list_fixture(db)
     r = cli("list")

@@ -49,6 +49,7 @@ def list_jobs(
         total = (q.count_jobs(**options, at_most=COUNT_AT_MOST, within_s=COUNT_WITHIN_S) if limit and len(jobs) >= limit
                  else len(jobs))
         now = q.now()
+        held_why = {} if as_json else q.held_reasons(jobs, now)  # (why each held job is held, as `show` says it)
     import sys
 
     from jobctl.untrusted import safe
@@ -74,7 +75,7 @@ def list_jobs(
         return
     # On a screen the payload column takes what is left of its width; in a pipe nothing is cut.
     width = out.width if out.is_terminal else None
-    output.print_view(output.jobs_table(jobs, now, st.settings.secret_keys, reveal, width=width), out)
+    output.print_view(output.jobs_table(jobs, now, st.settings.secret_keys, reveal, width=width, held=held_why), out)
 
 
 @app.command()

@@ -103,12 +103,17 @@ def parse_payload_filter(text: str) -> tuple[list, object]:
             raise InvalidInput(f"invalid --payload path {path_text!r}: keys are separated by single dots, "
                                "without quotes or backslashes (user.id, items.0)")
         path.append(int(part) if part.isdigit() and len(part) < 10 else part)
-    try:
-        from jobctl.payloads import parse_json
+    from jobctl.payloads import compact, parse_json
 
+    try:
         value = parse_json(value_text, what="--payload value")
+        compact(value, what="--payload value")  # (1e400: a number no payload can hold)
     except InvalidInput:
         value = value_text
+    try:
+        compact(value, what="--payload value")
+    except InvalidInput as e:  # a lone surrogate (bytes that are not UTF-8): no payload holds it
+        raise InvalidInput(f"{e.message}; give VALUE as UTF-8 text or JSON") from None
     return path, value
 
 
@@ -236,7 +241,7 @@ def where_sql(sel: Selection, now: int, dialect: Dialect, admission=None) -> tup
         params.append(before)
     if sel.min_attempts is not None:
         clauses.append("attempts >= ?")
-        params.append(sel.min_attempts)
+        params.append(min(sel.min_attempts, 2**31))  # (more runs than any job has: a 64-bit column takes it)
     return clauses, params
 
 

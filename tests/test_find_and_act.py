@@ -241,3 +241,19 @@ def test_an_edited_unique_job_is_the_twin_of_its_new_payload(any_db):
         assert q.enqueue("t", {"n": 1}, unique=True).id != first  # no longer
         q.edit(first, queue="other")
         assert q.enqueue("t", {"n": 2}, unique=True, queue="other").id == first
+
+
+def test_payload_and_attempt_values_no_column_can_hold_are_answered_not_crashed(any_db):
+    """Values a database cannot bind or parse (a number past 64 bits, 1e400, a lone surrogate, a
+    NUL on PostgreSQL) are an ordinary answer or a usage error, never an internal error (exit 1)."""
+    cli = cli_on(any_db)
+    with Queue.open(any_db, create=True) as q:
+        big = q.enqueue("t", {"n": 99999999999999999999999}).id
+        q.enqueue("t", {"n": 1, "s": "x"})
+    assert ids_of(cli("list", "--json", "--payload", "n=99999999999999999999999")) == [big]
+    assert ids_of(cli("list", "--json", "--payload", "n=9223372036854775808")) == []
+    assert ids_of(cli("list", "--json", "--min-attempts", "99999999999999999999999")) == []
+    for value in ("n=1e400", "n=-1e400", "n=[1e400]", 's="\\u0000"'):  # (1e400: no JSON value: taken as text)
+        assert ids_of(cli("list", "--json", "--payload", value)) == []
+    assert ids_of(cli("list", "--json", "--payload", 's="\\ud800"')) == []  # (no JSON value: taken as text)
+    refused_line(cli("list", "--payload", "s=x\udcff"), "--payload")  # (argv bytes that are not UTF-8)

@@ -1261,6 +1261,8 @@ class SQLEngine:
         if isinstance(value, str):
             return "(json_type(payload, ?) = 'text' AND json_extract(payload, ?) = ?)", [where, where, value]
         if isinstance(value, (int, float)):
+            if isinstance(value, int) and not -2**63 <= value < 2**63:
+                value = float(value)  # (SQLite reads an integer past 64 bits as a real, and binds none)
             return "(json_type(payload, ?) IN ('integer', 'real') AND json_extract(payload, ?) = ?)", [where, where, value]
         kind = "object" if isinstance(value, dict) else "array"
         return (f"(json_type(payload, ?) = '{kind}' AND json_extract(payload, ?) = json(?))",

@@ -257,3 +257,21 @@ def test_payload_and_attempt_values_no_column_can_hold_are_answered_not_crashed(
         assert ids_of(cli("list", "--json", "--payload", value)) == []
     assert ids_of(cli("list", "--json", "--payload", 's="\\ud800"')) == []  # (no JSON value: taken as text)
     refused_line(cli("list", "--payload", "s=x\udcff"), "--payload")  # (argv bytes that are not UTF-8)
+
+
+def test_a_dry_run_reads_and_never_waits_for_the_write_lock(tmp_path):
+    """`--dry-run` changes nothing, so it takes no write lock either: while another process holds
+    SQLite's write lock (a worker's claim, another action), a dry run still answers, at once."""
+    import sqlite3
+
+    db = tmp_path / "q" / "jobs.db"
+    buried_fixture(db)
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # the write lock, held
+    try:
+        r = run_inproc("--busy-timeout", "200ms", "retry", "--error", "timeout", "--dry-run", "--json", db=db)
+        assert r.exit_code == 0, r.output
+        assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == [1, 2]
+    finally:
+        other.execute("ROLLBACK")
+        other.close()

@@ -1330,6 +1330,14 @@ class SQLEngine:
             if on_progress is not None:
                 on_progress(done, total)
 
+    @contextmanager
+    def _read_at_now(self) -> Iterator[tuple]:
+        """A read transaction, yielding (connection, now) as _write does: a dry run decides as the
+        real one would, and neither takes nor waits for the write lock."""
+        now = self.now()
+        with self._read() as c:
+            yield c, now
+
     def _update_chunk(self, chunk: list[int], selection, decide: Decide, actor: str, admission, dry_run: bool,
                       budget_ms: float, write_ms: list[float]) -> tuple[int, list[tuple[int, str, str | None]]]:
         """One transaction of update_selection: (how many of `chunk` it took, their outcomes).
@@ -1337,7 +1345,7 @@ class SQLEngine:
         import time as clock
 
         results: list[tuple[int, str, str | None]] = []
-        with self._write(rollback=dry_run) as (c, now):
+        with (self._read_at_now() if dry_run else self._write()) as (c, now):
             started = clock.monotonic()
             clauses, params = self._selection_where(selection, now, admission)
             # The ids lead: the filters as one expression that no index can serve (COALESCE), or a

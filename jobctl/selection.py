@@ -181,8 +181,8 @@ STATUS_SQL = {
 
 def where_sql(sel: Selection, now: int, dialect: Dialect, admission=None) -> tuple[list[str], list]:
     """The clauses (to AND) and their parameters that select `sel`'s jobs at `now`. The error
-    filter is case-insensitive (lower() on both sides: the same on SQLite and PostgreSQL, for ASCII
-    and, on PostgreSQL, for every letter)."""
+    filter is case-insensitive (the database's lower() on both sides: for ASCII letters on SQLite,
+    for every letter on PostgreSQL)."""
     clauses: list[str] = []
     params: list = []
 
@@ -213,8 +213,10 @@ def where_sql(sel: Selection, now: int, dialect: Dialect, admission=None) -> tup
             params.extend([now, *held_params])
         clauses.append(ors[0] if len(ors) == 1 else "(" + " OR ".join(ors) + ")")
     if sel.errors:
-        clauses.append("(" + " OR ".join(["lower(error) LIKE ? ESCAPE '!'"] * len(sel.errors)) + ")")
-        params.extend("%" + _like_escape(e.lower()) + "%" for e in sel.errors)
+        # (the database folds both sides: SQLite's lower() folds ASCII only, so a Python lower() of
+        # the text would miss an error holding a capital beyond ASCII, such as "Échec")
+        clauses.append("(" + " OR ".join(["lower(error) LIKE lower(?) ESCAPE '!'"] * len(sel.errors)) + ")")
+        params.extend("%" + _like_escape(e) + "%" for e in sel.errors)
     if sel.payload:
         # The same path repeated ORs (user.id=1 or user.id=2); different paths AND.
         by_path: dict[str, list[tuple[list, object]]] = {}

@@ -275,3 +275,15 @@ def test_a_dry_run_reads_and_never_waits_for_the_write_lock(tmp_path):
     finally:
         other.execute("ROLLBACK")
         other.close()
+
+
+def test_an_error_with_letters_beyond_ascii_is_found_by_its_own_text(any_db):
+    """--error folds case on both sides the database's way: a text with a non-ASCII capital
+    (SQLite's lower() folds ASCII only) is still found by itself, in any ASCII case."""
+    with Queue.open(any_db, create=True) as q:
+        q.enqueue("t", {})
+        job = q.claim(worker="w-1")
+        q.fail(job.id, token=job.token, error="Échec de connexion", bury=True)
+    cli = cli_on(any_db)
+    assert ids_of(cli("list", "--json", "--error", "Échec")) == [job.id]
+    assert ids_of(cli("list", "--json", "--error", "Échec DE CONNEXION")) == [job.id]

@@ -103,12 +103,17 @@ def parse_payload_filter(text: str) -> tuple[list, object]:
             raise InvalidInput(f"invalid --payload path {path_text!r}: keys are separated by single dots, "
                                "without quotes or backslashes (user.id, items.0)")
         path.append(int(part) if part.isdigit() and len(part) < 10 else part)
-    try:
-        from jobctl.payloads import parse_json
+    from jobctl.payloads import compact, parse_json
 
+    try:
         value = parse_json(value_text, what="--payload value")
+        compact(value, what="--payload value")  # (1e400: a number no payload can hold)
     except InvalidInput:
         value = value_text
+    try:
+        compact(value, what="--payload value")
+    except InvalidInput as e:  # a lone surrogate (bytes that are not UTF-8): no payload holds it
+        raise InvalidInput(f"{e.message}; give VALUE as UTF-8 text or JSON") from None
     return path, value
 
 
@@ -176,8 +181,8 @@ STATUS_SQL = {
 
 def where_sql(sel: Selection, now: int, dialect: Dialect, admission=None) -> tuple[list[str], list]:
     """The clauses (to AND) and their parameters that select `sel`'s jobs at `now`. The error
-    filter is case-insensitive (lower() on both sides: the same on SQLite and PostgreSQL, for ASCII
-    and, on PostgreSQL, for every letter)."""
+    filter is case-insensitive (the database's lower() on both sides: for ASCII letters on SQLite,
+    for every letter on PostgreSQL)."""
     clauses: list[str] = []
     params: list = []
 
@@ -208,8 +213,10 @@ def where_sql(sel: Selection, now: int, dialect: Dialect, admission=None) -> tup
             params.extend([now, *held_params])
         clauses.append(ors[0] if len(ors) == 1 else "(" + " OR ".join(ors) + ")")
     if sel.errors:
-        clauses.append("(" + " OR ".join(["lower(error) LIKE ? ESCAPE '!'"] * len(sel.errors)) + ")")
-        params.extend("%" + _like_escape(e.lower()) + "%" for e in sel.errors)
+        # (the database folds both sides: SQLite's lower() folds ASCII only, so a Python lower() of
+        # the text would miss an error holding a capital beyond ASCII, such as "Échec")
+        clauses.append("(" + " OR ".join(["lower(error) LIKE lower(?) ESCAPE '!'"] * len(sel.errors)) + ")")
+        params.extend("%" + _like_escape(e) + "%" for e in sel.errors)
     if sel.payload:
         # The same path repeated ORs (user.id=1 or user.id=2); different paths AND.
         by_path: dict[str, list[tuple[list, object]]] = {}
@@ -236,7 +243,7 @@ def where_sql(sel: Selection, now: int, dialect: Dialect, admission=None) -> tup
         params.append(before)
     if sel.min_attempts is not None:
         clauses.append("attempts >= ?")
-        params.append(sel.min_attempts)
+        params.append(min(sel.min_attempts, 2**31))  # (more runs than any job has: a 64-bit column takes it)
     return clauses, params
 
 

@@ -61,3 +61,20 @@ def test_a_path_with_a_lone_surrogate_is_printed_escaped_not_a_crash(tmp_path):
     assert r.exit_code == 8, r.output
     line = r.one_error_line()
     assert b"\x1b" not in r.stderr and "\\udcff\\x1b" in line
+
+
+def test_a_value_that_is_not_utf8_is_a_usage_error_and_changes_nothing(any_db):
+    """Bytes that are not UTF-8 in an argument (a filter, a reason, a worker id) reach the database
+    as text it cannot take: exit 2 in one line, not an internal error, and nothing changed."""
+    from jobctl.queue import Queue
+
+    with Queue.open(any_db, create=True) as q:
+        job_id = q.enqueue("t", {}).id
+    bad = os.fsdecode(b"x\xff")
+    for args in (["list", "--key", bad], ["list", "--worker", bad], ["list", "--error", bad],
+                 ["bury", "--type", "t", "--reason", bad], ["cancel", str(job_id), "--reason", bad],
+                 ["workers", "drain", bad]):
+        line = refused_line(run_cli("--db", any_db, *args, binary=True), "not UTF-8")
+        assert "\\udcff" in line or "x" in line, line
+    with Queue.open(any_db) as q:
+        assert q.get(job_id).status == "pending"

@@ -241,3 +241,49 @@ def test_an_edited_unique_job_is_the_twin_of_its_new_payload(any_db):
         assert q.enqueue("t", {"n": 1}, unique=True).id != first  # no longer
         q.edit(first, queue="other")
         assert q.enqueue("t", {"n": 2}, unique=True, queue="other").id == first
+
+
+def test_payload_and_attempt_values_no_column_can_hold_are_answered_not_crashed(any_db):
+    """Values a database cannot bind or parse (a number past 64 bits, 1e400, a lone surrogate, a
+    NUL on PostgreSQL) are an ordinary answer or a usage error, never an internal error (exit 1)."""
+    cli = cli_on(any_db)
+    with Queue.open(any_db, create=True) as q:
+        big = q.enqueue("t", {"n": 99999999999999999999999}).id
+        q.enqueue("t", {"n": 1, "s": "x"})
+    assert ids_of(cli("list", "--json", "--payload", "n=99999999999999999999999")) == [big]
+    assert ids_of(cli("list", "--json", "--payload", "n=9223372036854775808")) == []
+    assert ids_of(cli("list", "--json", "--min-attempts", "99999999999999999999999")) == []
+    for value in ("n=1e400", "n=-1e400", "n=[1e400]", 's="\\u0000"'):  # (1e400: no JSON value: taken as text)
+        assert ids_of(cli("list", "--json", "--payload", value)) == []
+    assert ids_of(cli("list", "--json", "--payload", 's="\\ud800"')) == []  # (no JSON value: taken as text)
+    refused_line(cli("list", "--payload", "s=x\udcff"), "--payload")  # (argv bytes that are not UTF-8)
+
+
+def test_a_dry_run_reads_and_never_waits_for_the_write_lock(tmp_path):
+    """`--dry-run` changes nothing, so it takes no write lock either: while another process holds
+    SQLite's write lock (a worker's claim, another action), a dry run still answers, at once."""
+    import sqlite3
+
+    db = tmp_path / "q" / "jobs.db"
+    buried_fixture(db)
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # the write lock, held
+    try:
+        r = run_inproc("--busy-timeout", "200ms", "retry", "--error", "timeout", "--dry-run", "--json", db=db)
+        assert r.exit_code == 0, r.output
+        assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == [1, 2]
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+
+def test_an_error_with_letters_beyond_ascii_is_found_by_its_own_text(any_db):
+    """--error folds case on both sides the database's way: a text with a non-ASCII capital
+    (SQLite's lower() folds ASCII only) is still found by itself, in any ASCII case."""
+    with Queue.open(any_db, create=True) as q:
+        q.enqueue("t", {})
+        job = q.claim(worker="w-1")
+        q.fail(job.id, token=job.token, error="Échec de connexion", bury=True)
+    cli = cli_on(any_db)
+    assert ids_of(cli("list", "--json", "--error", "Échec")) == [job.id]
+    assert ids_of(cli("list", "--json", "--error", "Échec DE CONNEXION")) == [job.id]

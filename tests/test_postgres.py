@@ -795,6 +795,9 @@ def test_display_hides_the_whole_password_and_keeps_the_rest():
     assert display("postgresql://u:pw@h/db?application_name=a@b") == "postgresql://u:***@h/db?application_name=a@b"
     assert display("postgresql://h:5432/db?application_name=a@b") == "postgresql://h:5432/db?application_name=a@b"
     assert display("postgresql://h/db?password=secret&x=1") == "postgresql://h/db?password=***&x=1"
+    # the passphrase of the client's TLS key is a password too (the top header, the worker's first line)
+    assert display("postgresql://h/db?sslkey=/k&sslpassword=secret") == "postgresql://h/db?sslkey=/k&sslpassword=***"
+    assert display("postgresql://h/db?SSLPassword=secret&x=1") == "postgresql://h/db?SSLPassword=***&x=1"
     assert display("/var/lib/jobctl/a:b@c.db") == "/var/lib/jobctl/a:b@c.db"
 
 

@@ -498,3 +498,18 @@ def test_in_a_real_terminal(tmp_path):
         subprocess.run([*tmux, "kill-server"], capture_output=True)
     with Queue.open(db) as q:
         assert q.get(j).status == "pending"
+
+
+def test_a_running_jobs_progress_is_masked_as_list_masks_it(db):
+    """A progress message is job data: its secrets are masked in the running tab, as `jobctl list`
+    and `show` mask them."""
+    from jobctl.top.widgets import tab_row
+
+    with Queue.open(db, create=True) as q:
+        q.enqueue("t", {})
+        job = q.claim(worker="w-1")
+        q.progress(job.id, token=job.token, message="login password=hunter2 ok", percent=5)
+        job = q.get(job.id)
+    _, cells = tab_row("running", job, job.claimed_at, False, Settings().secret_keys)
+    shown = cells[-1].plain
+    assert "hunter2" not in shown and "5% login password=***" in shown, shown

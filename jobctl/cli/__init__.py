@@ -209,6 +209,14 @@ def _common_error(e: BaseException, debug: bool) -> int | None:
         except OSError:
             pass
         return 0
+    if isinstance(e, UnicodeEncodeError) and e.reason == "surrogates not allowed" and not debug:
+        # Bytes that are not UTF-8 in an argument (the shell passes them as they are): a database
+        # takes only text; the statement was refused before it ran.
+        from jobctl.untrusted import safe
+
+        bad = e.object[e.start:e.end] if isinstance(e.object, str) else ""
+        return _fail(f"invalid input: a value given is not UTF-8 text (it holds {safe(bad)}); nothing changed; "
+                     "give it as UTF-8", 2)
     if isinstance(e, Exception) and not debug:  # the one place an unexpected error becomes one line
         return _fail(f"unexpected internal error: {type(e).__name__}: {e}; rerun with JOBCTL_DEBUG=1 for details", 1)
     return None

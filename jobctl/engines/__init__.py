@@ -107,12 +107,12 @@ def url_schema(db: str) -> str | None:
 
 
 def display(db: str) -> str:
-    """A database string fit to print: any password in a URL (user:PASSWORD@, or a password=
-    parameter) is replaced by ***."""
+    """A database string fit to print: any password in a URL (user:PASSWORD@, a password=
+    parameter, or sslpassword=, the passphrase of the client's key) is replaced by ***."""
     span = password_span(db)
     if span is not None:
         db = db[:span[0]] + "***" + db[span[1]:]
-    return re.sub(r"([?&]password=)[^&]*", r"\1***", db, flags=re.I)
+    return re.sub(r"([?&](?:ssl)?password=)[^&]*", r"\1***", db, flags=re.I)
 
 
 def open(db: str | os.PathLike, *, create: bool = False, read_only: bool = False, settings=None,

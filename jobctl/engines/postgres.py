@@ -722,8 +722,13 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
 
         from jobctl.engines.sql import payload_hint
 
+        from jobctl.payloads import holds_nul
+
+        text = payload_json(value)
+        if holds_nul(text) or any(isinstance(p, str) and "\x00" in p for p in path):
+            return "1 = 0", []  # (no payload here holds a NUL, and jsonb cannot even read one)
         steps = "".join(" -> ?::int" if isinstance(p, int) else " -> ?::text" for p in path)
-        sql, params = f"(payload::jsonb{steps}) = ?::jsonb", [*path, payload_json(value)]
+        sql, params = f"(payload::jsonb{steps}) = ?::jsonb", [*path, text]
         hint = payload_hint(value)
         if hint is None:
             return sql, params

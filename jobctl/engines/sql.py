@@ -1261,6 +1261,8 @@ class SQLEngine:
         if isinstance(value, str):
             return "(json_type(payload, ?) = 'text' AND json_extract(payload, ?) = ?)", [where, where, value]
         if isinstance(value, (int, float)):
+            if isinstance(value, int) and not -2**63 <= value < 2**63:
+                value = float(value)  # (SQLite reads an integer past 64 bits as a real, and binds none)
             return "(json_type(payload, ?) IN ('integer', 'real') AND json_extract(payload, ?) = ?)", [where, where, value]
         kind = "object" if isinstance(value, dict) else "array"
         return (f"(json_type(payload, ?) = '{kind}' AND json_extract(payload, ?) = json(?))",
@@ -1328,6 +1330,14 @@ class SQLEngine:
             if on_progress is not None:
                 on_progress(done, total)
 
+    @contextmanager
+    def _read_at_now(self) -> Iterator[tuple]:
+        """A read transaction, yielding (connection, now) as _write does: a dry run decides as the
+        real one would, and neither takes nor waits for the write lock."""
+        now = self.now()
+        with self._read() as c:
+            yield c, now
+
     def _update_chunk(self, chunk: list[int], selection, decide: Decide, actor: str, admission, dry_run: bool,
                       budget_ms: float, write_ms: list[float]) -> tuple[int, list[tuple[int, str, str | None]]]:
         """One transaction of update_selection: (how many of `chunk` it took, their outcomes).
@@ -1335,7 +1345,7 @@ class SQLEngine:
         import time as clock
 
         results: list[tuple[int, str, str | None]] = []
-        with self._write(rollback=dry_run) as (c, now):
+        with (self._read_at_now() if dry_run else self._write()) as (c, now):
             started = clock.monotonic()
             clauses, params = self._selection_where(selection, now, admission)
             # The ids lead: the filters as one expression that no index can serve (COALESCE), or a

@@ -140,14 +140,17 @@ def tab_label(tab: str, snap, filtered: bool) -> str:
     return f"{tab} {n:,}{'+' if more else ''}" if n else tab
 
 
-def progress_text(job) -> str:
+def progress_text(job, patterns=()) -> str:
+    """A running job's progress, its secrets masked (as `jobctl list` shows it)."""
     import json
+
+    from jobctl.untrusted import mask_text
 
     if not job.progress:
         return ""
     p = json.loads(job.progress)
     pct = p.get("percent")
-    return safe((f"{pct}% " if pct is not None else "") + (p.get("message") or ""))
+    return safe((f"{pct}% " if pct is not None else "") + mask_text(p.get("message") or "", patterns))
 
 
 def tab_row(tab: str, row, now: int, wide: bool, patterns=()) -> tuple[str, list]:
@@ -156,7 +159,7 @@ def tab_row(tab: str, row, now: int, wide: bool, patterns=()) -> tuple[str, list
         return Text(str(value), justify="right")
     if tab == "running":
         progress = Text("cancel asked ", style="yellow") if row.status == "cancel_requested" else Text("")
-        progress.append(progress_text(row))
+        progress.append(progress_text(row, patterns))
         return str(row.id), [num(str(row.id)), text(row.type), *([text(row.queue)] if wide else []),
                              text(row.worker or "-"), num(since(row.claimed_at, now)), progress]
     if tab == "buried":

@@ -316,10 +316,10 @@ def cli_process(db):
 
 
 def run_on_pty(argv, *, columns=100, rows=60, stdout=None, stderr=None, until: bytes = b"", times: int = 1,
-               timeout=60):
+               timeout=60, answer: bytes | None = None):
     """Run `argv` as at a terminal `columns` wide: stdin, and stdout and stderr unless given (an open
     file, or subprocess.PIPE), on a pseudo-terminal. With `until`, send SIGINT once that has been
-    drawn `times` times (stats --watch), then read what follows. Returns (exit code, what the
+    drawn `times` times (stats --watch), or type `answer` then, then read what follows. Returns (exit code, what the
     terminal showed, the Popen for a piped stream)."""
     import fcntl
     import pty
@@ -344,7 +344,10 @@ def run_on_pty(argv, *, columns=100, rows=60, stdout=None, stderr=None, until: b
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if until and not interrupted and seen.count(until) >= times:
-                proc.send_signal(signal.SIGINT)
+                if answer is None:
+                    proc.send_signal(signal.SIGINT)
+                else:
+                    os.write(master, answer)
                 interrupted = True
             if not select.select([master], [], [], 0.2)[0]:
                 if proc.poll() is not None and (interrupted or not until):

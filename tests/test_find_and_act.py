@@ -134,6 +134,10 @@ def test_on_a_terminal_it_asks_before_acting_on_several_jobs(db):
     assert "Retry 3 jobs? [y/N]" in shown, shown
     with Queue.open(db) as q:
         assert len(q.list_jobs(statuses=["buried"])) == 3
+    code, shown, _ = run_on_pty(argv, until=b"[y/N] ", answer=b"n\r", timeout=30)  # declined: not a failure
+    assert code == 0 and shown.endswith("[y/N] n\r\n0\r\nnot confirmed: nothing changed\r\n"), shown
+    with Queue.open(db) as q:
+        assert len(q.list_jobs(statuses=["buried"])) == 3
     code, shown, _ = run_on_pty([*argv, "--yes"], timeout=30)
     assert code == 0 and "[y/N]" not in shown and "retried 3 jobs" in shown, shown
     r = run_cli("--db", db, "retry", "--status", "buried")  # no terminal: it acts (nothing left to retry)
@@ -287,3 +291,20 @@ def test_an_error_with_letters_beyond_ascii_is_found_by_its_own_text(any_db):
     cli = cli_on(any_db)
     assert ids_of(cli("list", "--json", "--error", "Échec")) == [job.id]
     assert ids_of(cli("list", "--json", "--error", "Échec DE CONNEXION")) == [job.id]
+
+
+def test_a_bad_time_is_refused_before_asking(db):
+    """reschedule's --in and --at are read before the question, so nobody answers y to a refusal."""
+    buried_fixture(db)
+    with Queue.open(db) as q:
+        q.enqueue("report", {})
+    argv = [*JOBCTL, "--db", str(db), "reschedule", "--status", "pending", "--in", "garbage"]
+    code, shown, _ = run_on_pty(argv, until=b"[y/N] ", timeout=30)
+    assert code == 2 and "[y/N]" not in shown and "invalid --in 'garbage'" in shown, shown
+
+
+def test_purge_help_names_only_the_states_it_takes():
+    shown = " ".join(run_cli("purge", "--help").stdout.split())
+    assert "completed, cancelled or buried" in shown and "held" not in shown, shown
+    retry = " ".join(run_cli("retry", "--help").stdout.split())
+    assert "scheduled, blocked, held" in retry, retry

@@ -99,6 +99,8 @@ def test_drain_and_stop_from_another_process(tmp_path, any_db):
     assert states == {"wa": "stopped", "wb": "stopped"}
     r = cli("workers", "drain", "nobody")
     assert r.exit_code == 3 and "no running worker nobody" in r.one_error_line()
+    r = cli("workers", "stop")  # the message names the command given, not the order it sends
+    assert r.exit_code == 2 and "name the workers to stop:" in r.one_error_line(), r.output
 
 
 def test_a_worker_whose_row_was_deleted_registers_again(tmp_path, any_db):

@@ -85,7 +85,7 @@ def purge(
     completed_older_than: Optional[str] = typer.Option(None, "--completed-older-than", metavar="DUR", help="Delete jobs completed longer ago than this (e.g. 7d)."),
     cancelled_older_than: Optional[str] = typer.Option(None, "--cancelled-older-than", metavar="DUR", help="Delete jobs cancelled longer ago than this."),
     buried_older_than: Optional[str] = typer.Option(None, "--buried-older-than", metavar="DUR", help="Delete jobs buried longer ago than this."),
-    by: filters.Filters = filters.options(),
+    by: filters.Filters = filters.options(states="completed, cancelled or buried"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only count them."),
     as_json: bool = typer.Option(False, "--json", help="Print the counts, by status, as JSON."),
 ):

@@ -68,14 +68,19 @@ _FILTERS = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, def
 class _Place:
     """Where a command's signature takes the filter options (see `options`)."""
 
-    def __init__(self, status: bool) -> None:
+    def __init__(self, status: bool, states: Optional[str]) -> None:
         self.params = [p for p in _FILTERS if status or p.name != "status"]
+        if states:
+            option = typer.Option(None, "--status", "-s", metavar="STATE", autocompletion=complete_selection_status,
+                                  help=f"Only jobs in this state (repeatable): {states}.")
+            self.params = [p.replace(default=option) if p.name == "status" else p for p in self.params]
 
 
-def options(*, status: bool = True) -> Any:
+def options(*, status: bool = True, states: Optional[str] = None) -> Any:
     """The default of the one parameter that stands for all the filter options in a command decorated
-    with `with_filters`; status=False leaves --status out (a command that chooses the state itself)."""
-    return _Place(status)
+    with `with_filters`; status=False leaves --status out (a command that chooses the state itself);
+    states: the states --status takes, in words, where a command takes fewer than every one."""
+    return _Place(status, states)
 
 
 class Filters:
@@ -151,9 +156,11 @@ def act(ctx, action: str, sel, *, dry_run: bool, yes: bool, as_json: bool, **inp
             sys.stderr.write(f"{action.capitalize()} {len(ids):,} jobs? [y/N] ")
             sys.stderr.flush()
             answer = sys.stdin.readline().strip().lower()
-            if answer not in ("y", "yes"):
-                sys.stderr.write("nothing changed\n")
-                raise typer.Exit(1)
+            if answer not in ("y", "yes"):  # declined: nothing changed, and that is not a failure
+                if not as_json:  # (with --json: no job line, since no job changed)
+                    emit("0")
+                sys.stderr.write("not confirmed: nothing changed\n")
+                return
         counts: dict[str, int] = {}
         from jobctl.cli.progress import progress_bar
 

@@ -451,12 +451,23 @@ def reschedule(
         raise InvalidInput("give exactly one of --now, --in DUR or --at TIME")
     sel = by.for_action("reschedule", job_ids)
     if not sel.empty:
+        _check_when(delay, at)  # before asking: a bad time is refused before the question, not after
         return filters.act(ctx, "reschedule", sel, dry_run=dry_run, yes=yes, as_json=as_json, now=now, delay=delay,
                            at=at)
     if dry_run:
         raise InvalidInput("--dry-run works with a filter")
     _each(ctx, job_ids or [], lambda q, i: q.reschedule(i, now=now, delay=delay, at=at), as_json,
           line=lambda job: f"{job.id} {to_rfc3339(job.run_at)}")
+
+
+def _check_when(delay: Optional[str], at: Optional[str]) -> None:
+    """reschedule's --in or --at, checked (exit 2 on bad input) as the change itself will read it."""
+    from jobctl.durations import parse_duration, parse_time
+
+    if delay is not None:
+        parse_duration(delay, what="--in")
+    if at is not None:
+        parse_time(at)
 
 
 @app.command()

@@ -65,10 +65,10 @@ def _table(entries: list[dict], now: int) -> None:
 
 
 def _order(ctx: typer.Context, request: str, worker: Optional[List[str]], host: Optional[str], all_: bool,
-           as_json: bool) -> None:
+           as_json: bool, *, command: str) -> None:
     chosen = [bool(worker), host is not None, all_]
     if sum(chosen) != 1:
-        raise InvalidInput(f"name the workers to {request}: WORKER..., --host HOST or --all (one of them)")
+        raise InvalidInput(f"name the workers to {command}: WORKER..., --host HOST or --all (one of them)")
     st = state(ctx)
     with st.open_queue() as q:
         rows = q.order_workers(request, workers=list(worker) if worker else None, host=host)
@@ -108,7 +108,7 @@ def drain(
 
     Example: jobctl workers drain --host web-3
     """
-    _order(ctx, "drain", worker, host, all_, as_json)
+    _order(ctx, "drain", worker, host, all_, as_json, command="drain")
 
 
 @workers_app.command()
@@ -125,4 +125,4 @@ def stop(
 
     Example: jobctl workers stop host-2:4242 --now
     """
-    _order(ctx, "stop" if now else "drain", worker, host, all_, as_json)
+    _order(ctx, "stop" if now else "drain", worker, host, all_, as_json, command="stop")

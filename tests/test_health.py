@@ -173,6 +173,12 @@ def test_stats_by_type_and_check_on_the_command_line(tmp_path):
     config.chmod(0o600)
     r = cli("--config", config, "stats", "--check", "--max-buried", "0", "--type", "sned")
     assert r.exit_code == 2 and "no type named sned" in r.stderr, r.output
+    # without [types], a type no job has passes, and the check says what it saw (a typo or a quiet type)
+    r = cli("stats", "--check", "--max-buried", "0", "--type", "sned")
+    assert r.exit_code == 0 and "warning: no job of type sned is waiting, running, buried or ran" in r.stderr, r.output
+    r = cli("stats", "--check", "--max-buried", "0", "--type", "sned", "--quiet")
+    assert (r.exit_code, r.stdout, r.stderr) == (0, "", ""), r.output
+    assert "warning" not in cli("stats", "--check", "--max-ready-age", "1h", "--type", "send").stderr
 
 
 def test_a_paused_queue_does_not_cross_max_ready_age_on_the_command_line(tmp_path):

@@ -120,6 +120,11 @@ def stats(
         if unknown:  # a typo must not make a check that always holds
             raise InvalidInput(f"no type named {', '.join(unknown)} in the config or among the jobs; "
                                f"known types: {', '.join(sorted(set(st.settings.types) | set(figures['types'])))}")
+        unseen = [t for t in types or () if not st.settings.types and t not in figures["types"]]
+        if unseen and not quiet:  # no [types] to tell a typo from a quiet type: say what the check sees
+            sys.stderr.write(f"jobctl: warning: no job of type {', '.join(unseen)} is waiting, running, buried or "
+                             "ran in the last hour, so its thresholds hold; declare [types] in the config to "
+                             "make an unknown type an error\n")
         ok, line = run_check(figures, max_ready_age=age_s, max_buried=max_buried, max_stuck=max_stuck,
                              max_failure_rate=rate, max_p95=p95_s, types=types, min_workers=min_workers)
         if not (ok and quiet):

@@ -66,11 +66,13 @@ def _enqueue_many(st, path: str, *, chain: bool, defaults: dict, as_json: bool, 
     defaults = {k: v for k, v in defaults.items() if v is not None}
     later = {k: v for k, v in defaults.items() if k != "after"} if chain else defaults
     unknown: dict[str, str | None] = {}  # types the config does not declare: {type: its first line}
+    templates: dict = {}  # what the checks made of each line's type and options (prepare_batch_line)
     with JobSpool() as spool:
         try:
             with progress_bar("checking") as on_progress:
                 for n, text in batch_lines(path, st.settings.max_payload_bytes, on_progress):
-                    job = jobspec.prepare_batch_line(settings, text, n, later if len(spool) else defaults)
+                    job = jobspec.prepare_batch_line(settings, text, n, later if len(spool) else defaults,
+                                                     templates)
                     if job is None:
                         continue
                     if chain and len(spool):

@@ -159,6 +159,12 @@ def main() -> None:
                   "ref: executemany into jobctl's table, minimal: into a table of only the columns:")
             for name, values in rates.items():
                 wall, cpu = (statistics.median(v[i] for v in values) for i in (0, 1))
+                if name.startswith("postgres"):  # SQLite's references say nothing of it: against the first --src
+                    first = [statistics.median(v[i] for v in rates[f"postgres {srcs[0]}"]) for i in (0, 1)]
+                    print(f"  {name}: {wall:,.0f} jobs/s ({wall / first[0]:.2f}× postgres {srcs[0]}), {cpu:,.0f} jobs "
+                          f"per CPU second of the client ({cpu / first[1]:.2f}×); rounds: "
+                          + ", ".join(f"{v[0]:,.0f}" for v in values))
+                    continue
                 print(f"  {name}: {wall:,.0f} jobs/s ({wall / ref[0]:.2f}× ref, {wall / floor[0]:.2f}× minimal), "
                       f"{cpu:,.0f} jobs per CPU second ({cpu / ref[1]:.2f}× ref, {cpu / floor[1]:.2f}× minimal); "
                       "rounds: " + ", ".join(f"{v[0]:,.0f}" for v in values))

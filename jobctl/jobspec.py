@@ -208,7 +208,7 @@ def prepare_batch_line(settings: Settings, text: str, lineno: int, defaults: dic
                 job = NewJob(*_FIELDS_OF(job))  # (the template is never handed out)
         else:
             # The rest of prepare() for a type and options it accepted before: payload, key, after.
-            compact = payloads.compact(payload, max_bytes=settings.max_payload_bytes, depth_checked=True)
+            compact, payload_hash = payloads.stored_forms(payload, settings.max_payload_bytes)
             idem, after_ids = None, []
             if opts:
                 idem = opts.get("key")
@@ -219,7 +219,7 @@ def prepare_batch_line(settings: Settings, text: str, lineno: int, defaults: dic
                     after = [after]
                 after_ids = [validate_job_id(a) for a in after]
             t = template
-            job = NewJob(t.queue, type_, compact, payloads.canonical_hash(payload, compact), t.priority,
+            job = NewJob(t.queue, type_, compact, payload_hash, t.priority,
                          t.max_attempts, t.backoff, t.timeout_ms, t.delay_ms, t.not_before, idem, t.unique,
                          after_ids, None, t.cost_units, t.concurrency_group, t.on_buried, t.on_completed,
                          t.on_cancelled)

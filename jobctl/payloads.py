@@ -88,10 +88,11 @@ def parse_json(text: str | bytes, *, what: str = "payload", wrapper_levels: int 
             raise ValueError
     except (ValueError, StopIteration, RecursionError, InvalidInput):
         value = _parse_slowly(text, what)
-    # A value can be no deeper than the brackets that open its containers (those inside strings
-    # only add to the count): where there are too few to pass the limit, no walk is needed.
+    # A value is no deeper than the brackets that open its containers (those inside strings only
+    # add to the count), nor than half its text (each container opens and closes): where either is
+    # too few to pass the limit, no walk is needed (nearly every text).
     most = MAX_DEPTH + wrapper_levels
-    if (text.count("{") + text.count("[") > most) and not _depth_ok(value, most):
+    if len(text) > 2 * most + 1 and text.count("{") + text.count("[") > most and not _depth_ok(value, most):
         raise InvalidInput(f"invalid {what}: nested deeper than {MAX_DEPTH} levels")
     return value
 
@@ -116,6 +117,17 @@ def compact(value: object, *, what: str = "payload", max_bytes: int | None = Non
     (and depth, unless the caller says parse_json already checked it)."""
     if not depth_checked and not _depth_ok(value):
         raise InvalidInput(f"invalid {what}: nested deeper than {MAX_DEPTH} levels")
+    return _compact(value, what, max_bytes)
+
+
+def stored_forms(value: object, max_bytes: int) -> tuple[str, str]:
+    """compact(value, max_bytes=max_bytes, depth_checked=True) and canonical_hash(value, that text)
+    in one call, for a value that parse_json made (a batch line's payload): the same checks."""
+    text = _compact(value, "payload", max_bytes)
+    return text, sha256((text if "," not in text else _canonical(value)).encode("utf-8")).hexdigest()
+
+
+def _compact(value: object, what: str, max_bytes: int | None) -> str:
     try:
         text = "".join(_COMPACT_C(value, 0)) if _COMPACT_C is not None else _COMPACT.encode(value)
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
@@ -152,11 +164,12 @@ def canonical_hash(value: object, compact_text: str | None = None) -> str:
     """Payloads are "the same" when their canonical forms (keys sorted, compact) are equal.
     compact_text: compact(value), when the caller has it: without a comma no object in it has two
     keys to sort, so it is the canonical form already (most small payloads) and is not made again."""
-    if compact_text is not None and "," not in compact_text:
-        canon = compact_text
-    else:
-        canon = "".join(_CANONICAL_C(value, 0)) if _CANONICAL_C is not None else _CANONICAL.encode(value)
+    canon = compact_text if compact_text is not None and "," not in compact_text else _canonical(value)
     return sha256(canon.encode("utf-8")).hexdigest()
+
+
+def _canonical(value: object) -> str:
+    return "".join(_CANONICAL_C(value, 0)) if _CANONICAL_C is not None else _CANONICAL.encode(value)
 
 
 def stored_damage(text, stored_hash, *, check_hash: bool = True) -> str | None:

@@ -509,3 +509,14 @@ def test_the_same_payload_in_another_key_order_is_the_unique_twin(cli, db):
     assert r.exit_code == 0, r.output
     got = [json.loads(x) for x in r.stdout.splitlines()]
     assert [(j["id"], j["created"]) for j in got] == [(1, True), (1, False), (2, True)]
+
+
+@pytest.mark.parametrize("wrapper", [0, 1])
+def test_parse_json_depth_limit_exactly_at_the_shortest_texts(wrapper):
+    most = payloads.MAX_DEPTH + wrapper
+    for deep in (nested, nested_objects):
+        assert payloads.parse_json(deep(most), wrapper_levels=wrapper) is not None
+        with pytest.raises(InvalidInput, match="nested deeper than 256 levels"):
+            payloads.parse_json(deep(most + 1), wrapper_levels=wrapper)
+        with pytest.raises(InvalidInput, match="nested deeper than 256 levels"):  # with room around it
+            payloads.parse_json(" " * 600 + deep(most + 1) + "\n", wrapper_levels=wrapper)

@@ -164,6 +164,17 @@ def prepare_batch_line(settings: Settings, text: str, lineno: int, defaults: dic
         # The line's object wraps the payload: only the payload's own depth counts, and as the
         # payload is one level down, the whole line's depth limit (one more) checks it.
         obj = payloads.parse_json(text, what="JSON", wrapper_levels=1)
+        if templates and not defaults and type(obj) is dict and (len(obj) == 1 or len(obj) == 2 and "payload" in obj):
+            # Most lines: a type seen before, maybe a payload, nothing else (the steps below, in short).
+            type_ = obj.get("type")
+            template = templates.get(type_) if type(type_) is str else None
+            if template is not None:
+                compact, payload_hash = payloads.stored_forms(obj["payload"] if len(obj) == 2 else {},
+                                                              settings.max_payload_bytes)
+                t = template
+                return NewJob(t.queue, t.type, compact, payload_hash, t.priority, t.max_attempts, t.backoff,
+                              t.timeout_ms, t.delay_ms, t.not_before, None, t.unique, [], f"line {lineno}",
+                              t.cost_units, t.concurrency_group, t.on_buried, t.on_completed, t.on_cancelled)
         if not isinstance(obj, dict):
             raise InvalidInput("each line must be a JSON object with at least a \"type\"")
         if not BATCH_KEYS.issuperset(obj):

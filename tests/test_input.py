@@ -520,3 +520,16 @@ def test_parse_json_depth_limit_exactly_at_the_shortest_texts(wrapper):
             payloads.parse_json(deep(most + 1), wrapper_levels=wrapper)
         with pytest.raises(InvalidInput, match="nested deeper than 256 levels"):  # with room around it
             payloads.parse_json(" " * 600 + deep(most + 1) + "\n", wrapper_levels=wrapper)
+
+
+@pytest.mark.parametrize("line, error", [
+    ('{"type": ["t"], "payload": {}}', "line 2: invalid type name"),
+    ('{"type": {"t": 1}}', "line 2: invalid type name"),
+    ('{"type": null, "payload": {}}', 'line 2: missing "type"|line 2: invalid type name'),
+    ('{"payload": {}, "queue": "q"}', 'line 2: missing "type"'),
+    ('{"type": "t", "payload": {}, "x": 1}', "line 2: unknown key"),
+    ('["t", {}]', "line 2: each line must be a JSON object"),
+])
+def test_a_line_like_the_ones_before_it_is_still_checked_whole(line, error):
+    with pytest.raises(InvalidInput, match=error):
+        batch_lines(['{"type": "t", "payload": {}}', line])

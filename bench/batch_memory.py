@@ -10,6 +10,10 @@
 
 --src DIR (repeatable) runs jobctl from another source tree (its `jobctl` package first on
 PYTHONPATH), e.g. a `git archive` of an earlier commit, side by side with this one: "." is this tree.
+
+--postgres URL: the speed of each --src on that PostgreSQL server too, in a schema named --pg-schema
+(created empty for each run, dropped after it), in the same alternating rounds. The references are
+SQLite's only; the CPU seconds are the child's, the client's: the server's own work is in the wall rate.
 """
 
 from __future__ import annotations
@@ -85,6 +89,38 @@ def speed(src: str, tmp: Path, n: int, impl: str, source: Path) -> tuple[float, 
     return n / elapsed, n / cpu
 
 
+def pg_url(base: str, schema: str) -> str:
+    return f"{base}{'&' if '?' in base else '?'}options=-csearch_path%3D{schema}"
+
+
+def pg_admin(base: str, sql: str, fetch: bool = False):
+    import psycopg2
+
+    conn = psycopg2.connect(base)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            return cur.fetchone()[0] if fetch else None
+    finally:
+        conn.close()
+
+
+def speed_pg(src: str, base: str, schema: str, n: int, source: Path) -> tuple[float, float]:
+    """As speed(), on PostgreSQL, in a fresh schema of the name `schema`."""
+    pg_admin(base, f"DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")
+    try:
+        url = pg_url(base, schema)
+        subprocess.run([*jobctl(src), "--db", url, "init"], check=True, stdout=subprocess.DEVNULL)
+        with open(source, "rb") as stdin:
+            elapsed, _rss, code, err, cpu = run_child([*jobctl(src), "--db", url, "enqueue", "--batch", "-"], None, stdin)
+        if code != 0 or pg_admin(base, f"SELECT count(*) FROM {schema}.jobs", fetch=True) != n:
+            raise SystemExit(f"jobctl on PostgreSQL failed: {err.decode(errors='replace')[-500:]}")
+    finally:
+        pg_admin(base, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    return n / elapsed, n / cpu
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=1_000_000)
@@ -92,6 +128,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--src", action="append", metavar="DIR", help="a jobctl source tree to run (default: this one)")
     ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--postgres", metavar="URL", help="also measure the speed on this PostgreSQL server")
+    ap.add_argument("--pg-schema", default="batch_memory_bench", help="the schema of those runs (dropped after each)")
     args = ap.parse_args()
     srcs = args.src or ["."]
     ensure_bytecode()
@@ -110,15 +148,23 @@ def main() -> None:
             source.write_bytes(ndjson(args.speed_jobs))
             rates: dict[str, list[tuple[float, float]]] = {}
             order = [(src, "jobctl") for src in srcs] + [(".", "ref"), (".", "minimal")]
+            order += [(src, "postgres") for src in srcs] if args.postgres else []
             for r in range(args.rounds):
                 for src, impl in (order if r % 2 == 0 else order[::-1]):
-                    rates.setdefault(f"{impl} {src}" if impl == "jobctl" else impl, []).append(
-                        speed(src, tmp, args.speed_jobs, impl, source))
+                    rates.setdefault(f"{impl} {src}" if impl in ("jobctl", "postgres") else impl, []).append(
+                        speed_pg(src, args.postgres, args.pg_schema, args.speed_jobs, source) if impl == "postgres"
+                        else speed(src, tmp, args.speed_jobs, impl, source))
             ref, floor = ([statistics.median(v[i] for v in rates[name]) for i in (0, 1)] for name in ("ref", "minimal"))
             print(f"enqueue --batch of {args.speed_jobs:,} jobs (a file on stdin), median of {args.rounds} round(s); "
                   "ref: executemany into jobctl's table, minimal: into a table of only the columns:")
             for name, values in rates.items():
                 wall, cpu = (statistics.median(v[i] for v in values) for i in (0, 1))
+                if name.startswith("postgres"):  # SQLite's references say nothing of it: against the first --src
+                    first = [statistics.median(v[i] for v in rates[f"postgres {srcs[0]}"]) for i in (0, 1)]
+                    print(f"  {name}: {wall:,.0f} jobs/s ({wall / first[0]:.2f}× postgres {srcs[0]}), {cpu:,.0f} jobs "
+                          f"per CPU second of the client ({cpu / first[1]:.2f}×); rounds: "
+                          + ", ".join(f"{v[0]:,.0f}" for v in values))
+                    continue
                 print(f"  {name}: {wall:,.0f} jobs/s ({wall / ref[0]:.2f}× ref, {wall / floor[0]:.2f}× minimal), "
                       f"{cpu:,.0f} jobs per CPU second ({cpu / ref[1]:.2f}× ref, {cpu / floor[1]:.2f}× minimal); "
                       "rounds: " + ", ".join(f"{v[0]:,.0f}" for v in values))

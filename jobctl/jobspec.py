@@ -6,6 +6,7 @@ the queue runs the same checks for its own callers. Pure: no engine, no I/O.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Callable, Iterable
 
 from jobctl import payloads
@@ -13,6 +14,8 @@ from jobctl.config import Settings, parse_backoff, parse_cost
 from jobctl.durations import parse_duration, parse_priority, parse_time, validate_name
 from jobctl.engines.base import NewJob
 from jobctl.errors import InvalidInput
+
+_FIELDS_OF = attrgetter(*NewJob.__slots__)  # a job's fields, in the order of NewJob's parameters
 
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_ID = 2**63 - 1
@@ -109,7 +112,7 @@ def prepare(settings: Settings, type: str, payload=None, *, payload_text: str | 
             raise InvalidInput(f"invalid --{name.replace('_', '-')} {value!r}: a job of type {type} cannot react "
                                "to itself; name another type")
     return NewJob(
-        queue=queue, type=type, payload=compact, payload_hash=payloads.canonical_hash(payload),
+        queue=queue, type=type, payload=compact, payload_hash=payloads.canonical_hash(payload, compact),
         priority=priority, max_attempts=max_attempts, backoff=backoff, timeout_ms=int(timeout_s * 1000),
         delay_ms=delay_ms, not_before=not_before, idempotency_key=key, unique=unique, after=after_ids,
         cost_units=cost_units, concurrency_group=group, on_buried=reactions["on_buried"],
@@ -143,34 +146,94 @@ def refuse_over_limit(settings: Settings, type: str, tc, cost_units: int, group:
                            "(--cost, or the batch key cost), or raise the limit in the config")
 
 
-def prepare_batch_line(settings: Settings, text: str, lineno: int, defaults: dict | None = None) -> NewJob | None:
+_PLAIN = frozenset((str, int, bool))  # option values a template is kept for (hashable; 1, 1.0 and True apart)
+_TEMPLATES_MOST = 1024  # distinct (type, options) of one batch kept; past that, prepare() each line
+
+
+def prepare_batch_line(settings: Settings, text: str, lineno: int, defaults: dict | None = None,
+                       templates: dict | None = None) -> NewJob | None:
     """One NDJSON line of `enqueue --batch` (None for a blank line); errors name the line.
     defaults: {batch key: value} for a line that does not give that key (or gives null): the
-    options given with --batch/--chain, in the forms of prepare()."""
-    if not text.strip():
+    options given with --batch/--chain, in the forms of prepare().
+    templates: a dict the caller keeps for one batch: what prepare() made of a line's type and
+    options (all but its payload, key and after), so that a later line with the same ones checks
+    only those three, in prepare()'s order, instead of resolving every option again."""
+    if not text or text.isspace():
         return None
     try:
-        # The line's object wraps the payload: only the payload's own depth counts (prepare checks it).
+        # The line's object wraps the payload: only the payload's own depth counts, and as the
+        # payload is one level down, the whole line's depth limit (one more) checks it.
         obj = payloads.parse_json(text, what="JSON", wrapper_levels=1)
+        if templates and not defaults and type(obj) is dict and (len(obj) == 1 or len(obj) == 2 and "payload" in obj):
+            # Most lines: a type seen before, maybe a payload, nothing else (the steps below, in short).
+            type_ = obj.get("type")
+            template = templates.get(type_) if type(type_) is str else None
+            if template is not None:
+                compact, payload_hash = payloads.stored_forms(obj["payload"] if len(obj) == 2 else {},
+                                                              settings.max_payload_bytes)
+                t = template
+                return NewJob(t.queue, t.type, compact, payload_hash, t.priority, t.max_attempts, t.backoff,
+                              t.timeout_ms, t.delay_ms, t.not_before, None, t.unique, [], f"line {lineno}",
+                              t.cost_units, t.concurrency_group, t.on_buried, t.on_completed, t.on_cancelled)
         if not isinstance(obj, dict):
             raise InvalidInput("each line must be a JSON object with at least a \"type\"")
-        unknown = set(obj) - BATCH_KEYS
-        if unknown:
-            shown = sorted(repr(k if len(k) <= 40 else k[:40] + "…") for k in unknown)
+        if not BATCH_KEYS.issuperset(obj):
+            shown = sorted(repr(k if len(k) <= 40 else k[:40] + "…") for k in set(obj) - BATCH_KEYS)
             raise InvalidInput(f"unknown key(s) {', '.join(shown[:5])}{' …' if len(shown) > 5 else ''} "
                                f"(known: {', '.join(sorted(BATCH_KEYS))})")
         if "type" not in obj:
             raise InvalidInput("missing \"type\"")
-        opts = {k: v for k, v in obj.items() if v is not None and k in BATCH_OPTIONS}  # null: not given
-        if not isinstance(opts.get("after", []), list):
-            raise InvalidInput("\"after\" must be a list of job ids")
-        for k, v in (defaults or {}).items():
-            # A line that gives "delay" or "at" gives its start time: neither default applies.
-            if v is not None and k not in opts and not (k in ("delay", "at") and ("delay" in opts or "at" in opts)):
-                opts[k] = v
-        if "payload" in obj and obj["payload"] is None:
-            opts["payload_text"] = "null"  # an explicit null is a payload, not "use the default {}"
-        job = prepare(settings, obj["type"], obj.get("payload", {}), **opts)
+        if len(obj) == 1 or len(obj) == 2 and "payload" in obj:
+            opts = {}
+        else:
+            opts = {k: v for k, v in obj.items() if v is not None and k in BATCH_OPTIONS}  # null: not given
+            if not isinstance(opts.get("after", []), list):
+                raise InvalidInput("\"after\" must be a list of job ids")
+        if defaults:
+            for k, v in defaults.items():
+                # A line that gives "delay" or "at" gives its start time: neither default applies.
+                if v is not None and k not in opts and not (k in ("delay", "at") and ("delay" in opts or "at" in opts)):
+                    opts[k] = v
+        type_ = obj["type"]
+        payload = obj["payload"] if "payload" in obj else {}  # an explicit null is a payload: JSON null
+        key: object = None  # the line's type and options but key and after: the template's key
+        if templates is not None and type(type_) is str:
+            if not opts:
+                key = type_
+            else:
+                key = (type_,)
+                for k in sorted(opts):
+                    v = opts[k]
+                    if k == "key" or k == "after":
+                        continue
+                    if type(v) not in _PLAIN:
+                        key = None
+                        break
+                    key += (k, type(v), v)
+        template = templates.get(key) if templates is not None and key is not None else None
+        if template is None:
+            job = (prepare(settings, type_, payload, **opts) if payload is not None
+                   else prepare(settings, type_, payload_text="null", **opts))
+            if templates is not None and key is not None and len(templates) < _TEMPLATES_MOST:
+                templates[key] = job
+                job = NewJob(*_FIELDS_OF(job))  # (the template is never handed out)
+        else:
+            # The rest of prepare() for a type and options it accepted before: payload, key, after.
+            compact, payload_hash = payloads.stored_forms(payload, settings.max_payload_bytes)
+            idem, after_ids = None, []
+            if opts:
+                idem = opts.get("key")
+                if idem is not None and (not isinstance(idem, str) or not idem or len(idem) > 255):
+                    raise InvalidInput("invalid idempotency key: must be a string of 1 to 255 characters")
+                after = opts.get("after", ())
+                if isinstance(after, (str, int)):
+                    after = [after]
+                after_ids = [validate_job_id(a) for a in after]
+            t = template
+            job = NewJob(t.queue, type_, compact, payload_hash, t.priority,
+                         t.max_attempts, t.backoff, t.timeout_ms, t.delay_ms, t.not_before, idem, t.unique,
+                         after_ids, None, t.cost_units, t.concurrency_group, t.on_buried, t.on_completed,
+                         t.on_cancelled)
         job.source = f"line {lineno}"
         return job
     except InvalidInput as e:
@@ -181,8 +244,9 @@ def prepare_batch(settings: Settings, lines: list[str], *, on_progress: Callable
                   step: int = 1000, defaults: dict | None = None) -> list[NewJob]:
     """Validate every line (blank ones skipped); on_progress(lines done, total) every `step` lines."""
     jobs = []
+    templates: dict = {}
     for n, line in enumerate(lines, 1):
-        job = prepare_batch_line(settings, line, n, defaults)
+        job = prepare_batch_line(settings, line, n, defaults, templates)
         if job is not None:
             jobs.append(job)
         if on_progress is not None and (n % step == 0 or n == len(lines)):

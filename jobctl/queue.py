@@ -429,7 +429,7 @@ class Queue:
             text = payloads.compact(payload, max_bytes=self.settings.max_payload_bytes)
             if not self.stores(text):
                 raise InvalidInput(f"invalid payload: {payloads.NUL_REFUSED}; nothing changed")
-            changes["payload"], changes["payload_hash"] = text, payloads.canonical_hash(payload)
+            changes["payload"], changes["payload_hash"] = text, payloads.canonical_hash(payload, text)
         if queue is not None:
             changes["queue"] = validate_name(queue, "queue")
         if priority is not None:

@@ -10,6 +10,7 @@ while a slow or endless producer writes its lines.
 from __future__ import annotations
 
 import marshal
+from itertools import starmap
 from operator import attrgetter
 from typing import BinaryIO, Iterator
 
@@ -78,8 +79,7 @@ class JobSpool:
     def __iter__(self) -> Iterator[NewJob]:
         self._flush()
         for blob in self._blobs_in_order():
-            for row in marshal.loads(blob):
-                yield NewJob(*row)
+            yield from starmap(NewJob, marshal.loads(blob))
 
     def _blobs_in_order(self) -> Iterator[bytes]:
         if self._file is None:

@@ -219,3 +219,17 @@ def test_still_queued_names_scattered_and_many_ids():
     assert _still_queued([4, 9, 4]) == "jobs 4 9 were enqueued and keep their places: `jobctl wait 4 9`"
     many = _still_queued(list(range(2, 200, 2)))
     assert many.startswith("99 jobs were enqueued (2, 4, … 198)") and "jobctl list" in many
+
+
+def test_a_bulk_insert_starts_each_job_at_its_delay_or_its_time_whichever_is_later(any_db):
+    """The bulk insert computes run_at in its statement: now + delay, or the time given if later
+    (a time in the past is now), to the millisecond."""
+    cli = cli_on(any_db)
+    ids = enqueue_many(cli, "--batch", ndjson({"type": "t"}, {"type": "t", "delay": "90s"},
+                                              {"type": "t", "at": "2001-01-01T00:00:00Z"},
+                                              {"type": "t", "at": "2031-01-01T00:00:00.5Z"}, {"type": "t", "delay": 0}))
+    from jobctl.durations import parse_time
+
+    jobs = [show(cli, i) for i in ids]
+    assert [parse_time(j["run_at"]) - parse_time(j["created_at"]) for j in jobs[:3] + jobs[4:]] == [0, 90_000, 0, 0]
+    assert jobs[3]["run_at"] == "2031-01-01T00:00:00.500Z"

@@ -1,6 +1,7 @@
 """Issue 2, test 9: bad input. Invalid or deep JSON, NaN/Infinity, lone surrogates, oversized
 payloads, bad names, out-of-range numbers, bad durations: exit 2, one line, nothing changed."""
 
+import hashlib
 import json
 import resource
 import sqlite3
@@ -410,3 +411,125 @@ def test_prepare_batch_line_counts_the_payload_depth_only():
         jobspec.prepare_batch_line(s, '{"type": "t", "payload": ' + nested(257) + "}", 1)
     with pytest.raises(InvalidInput, match="line 1"):  # the other keys may not be deep either
         jobspec.prepare_batch_line(s, '{"type": "t", "after": ' + nested(200) + "}", 1)
+
+
+# -- a batch's later lines: their type and options are resolved once, every rule still holds -------
+
+def nested_objects(levels: int) -> str:
+    return '{"a":' * (levels - 1) + "{}" + "}" * (levels - 1)
+
+
+def batch_lines(lines: list[str]) -> list:
+    """prepare_batch, which keeps what the first line of a type made for the lines after it."""
+    return jobspec.prepare_batch(Settings(), lines)
+
+
+@pytest.mark.parametrize("deep", [nested, nested_objects])
+def test_a_later_batch_line_is_held_to_the_depth_limit_exactly(deep):
+    first = '{"type": "t", "payload": {"n": 1}}'
+    ok = batch_lines([first, '{"type": "t", "payload": ' + deep(256) + "}"])
+    assert ok[1].payload == deep(256).replace(" ", "")
+    with pytest.raises(InvalidInput, match=r"^line 2: invalid JSON: nested deeper than 256 levels; nothing"):
+        batch_lines([first, '{"type": "t", "payload": ' + deep(257) + "}"])
+    with pytest.raises(InvalidInput, match=r"^line 3: "):  # another key of the line may not be deep either
+        batch_lines([first, first, '{"type": "t", "after": ' + nested(257) + "}"])
+
+
+def test_brackets_in_strings_make_no_depth():
+    text = "[" * 300 + "{" * 300
+    jobs = batch_lines(['{"type": "t", "payload": {"n": 1}}', json.dumps({"type": "t", "payload": {"s": text}})])
+    assert json.loads(jobs[1].payload) == {"s": text}
+    assert payloads.parse_json(json.dumps([text])) == [text]
+
+
+@pytest.mark.parametrize("payload", [
+    '{"b": 1, "a": {"d": [1, 2], "c": "x"}}', '{"a":{"c":"x","d":[1,2]},"b":1}', ' { "a" : { "d" : [ 1 , 2 ] ,'
+    ' "c" : "x" } , "b" : 1 } '])
+def test_a_batch_line_hash_is_the_canonical_form_of_its_payload(payload):
+    """The same payload in any key order or spacing has one hash (idempotency keys, --unique), on
+    the first line of a type as on the later ones; its stored form keeps the line's key order."""
+    lines = ['{"type": "t", "payload": ' + payload + "}"] * 2
+    canonical = '{"a":{"c":"x","d":[1,2]},"b":1}'
+    for job in batch_lines(lines) + [jobspec.prepare(Settings(), "t", payload_text=payload)]:
+        assert job.payload_hash == hashlib.sha256(canonical.encode()).hexdigest()
+        assert job.payload == json.dumps(json.loads(payload), separators=(",", ":"))
+
+
+@pytest.mark.parametrize("payload", ['{"i": 1}', '[{"b": {"a": "é"}}]', '"x"', "null", "{}", "[]", "7"])
+def test_a_payload_without_a_comma_is_hashed_as_its_canonical_form(payload):
+    value = json.loads(payload)
+    expected = hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"),
+                                         ensure_ascii=False).encode()).hexdigest()
+    assert payloads.canonical_hash(value) == expected
+    assert payloads.canonical_hash(value, payloads.compact(value)) == expected
+    assert batch_lines(['{"type": "t"}', '{"type": "t", "payload": ' + payload + "}"])[1].payload_hash == expected
+
+
+@pytest.mark.parametrize("line, error", [
+    ('{"type": "t", "payload": {"x": 1e400}}', "line 2: invalid payload: Out of range float"),
+    ('{"type": "t", "payload": {"x": NaN}}', "line 2: invalid JSON: NaN is not allowed"),
+    ('{"type": "t", "payload": "\\ud800"}', "line 2: invalid payload: .*surrogate"),
+    ('{"type": "t", "payload": "' + "x" * 2000 + '"}', "line 2: payload too large: 2002 bytes"),
+    ('{"type": "t", "key": ""}', "line 2: invalid idempotency key"),
+    ('{"type": "t", "key": 5}', "line 2: invalid idempotency key"),
+    ('{"type": "t", "after": [0]}', "line 2: invalid job id 0"),
+    ('{"type": "t", "after": 3}', 'line 2: "after" must be a list'),
+    ('{"type": "t", "key": "", "after": [0], "payload": {"x": 1e400}}', "line 2: invalid payload"),  # prepare's order
+    ('{"type": "t", "key": "", "after": [0]}', "line 2: invalid idempotency key"),
+    ('{"type": "t", "priority": true}', "line 2: invalid priority"),  # True is not the 1 of line 1
+    ('{"type": "t" ', "line 2: invalid JSON: not JSON"),
+    (' {"type": "t", "payload": 1} x', "line 2: invalid JSON: not JSON \\(Extra data"),
+])
+def test_a_later_batch_line_is_checked_as_the_first(line, error):
+    settings = Settings(max_payload_bytes=1000)
+    # The first line has the same type and options (but key and after, which each line has its own).
+    first = ('{"type": "t", "priority": 1}' if "priority" in line else
+             '{"type": "t", "key": "ok", "after": [1]}' if "key" in line or "after" in line else '{"type": "t"}')
+    with pytest.raises(InvalidInput, match=error):
+        jobspec.prepare_batch(settings, [first, line])
+    with pytest.raises(InvalidInput, match=error.replace("line 2", "line 1")):  # the same without a template
+        jobspec.prepare_batch(settings, [line])
+
+
+def test_a_later_batch_line_gets_the_options_of_its_own_line():
+    jobs = batch_lines(['{"type": "t"}', '{"type": "t", "payload": null}', '{"type": "t", "queue": "q", "key": "k"}',
+                        '{"type": "u", "after": [4, 5]}', '{"type": "t", "queue": "q", "after": [6]}', " "])
+    assert [(j.type, j.queue, j.payload, j.idempotency_key, j.after, j.source) for j in jobs] == [
+        ("t", "default", "{}", None, [], "line 1"), ("t", "default", "null", None, [], "line 2"),
+        ("t", "q", "{}", "k", [], "line 3"), ("u", "default", "{}", None, [4, 5], "line 4"),
+        ("t", "q", "{}", None, [6], "line 5")]
+    assert jobs[0].after is not jobs[1].after
+
+
+def test_the_same_payload_in_another_key_order_is_the_unique_twin(cli, db):
+    lines = '{"type": "t", "payload": {"a": 1, "b": [1, 2]}, "unique": true}\n' \
+            '{"type": "t", "payload": {"b": [1,2], "a": 1}, "unique": true}\n' \
+            '{"type": "t", "payload": {"a": 1, "b": [2, 1]}, "unique": true}\n'
+    r = cli("enqueue", "--batch", "-", "--json", input=lines)
+    assert r.exit_code == 0, r.output
+    got = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [(j["id"], j["created"]) for j in got] == [(1, True), (1, False), (2, True)]
+
+
+@pytest.mark.parametrize("wrapper", [0, 1])
+def test_parse_json_depth_limit_exactly_at_the_shortest_texts(wrapper):
+    most = payloads.MAX_DEPTH + wrapper
+    for deep in (nested, nested_objects):
+        assert payloads.parse_json(deep(most), wrapper_levels=wrapper) is not None
+        with pytest.raises(InvalidInput, match="nested deeper than 256 levels"):
+            payloads.parse_json(deep(most + 1), wrapper_levels=wrapper)
+        with pytest.raises(InvalidInput, match="nested deeper than 256 levels"):  # with room around it
+            payloads.parse_json(" " * 600 + deep(most + 1) + "\n", wrapper_levels=wrapper)
+
+
+@pytest.mark.parametrize("line, error", [
+    ('{"type": ["t"], "payload": {}}', "line 2: invalid type name"),
+    ('{"type": {"t": 1}}', "line 2: invalid type name"),
+    ('{"type": null, "payload": {}}', 'line 2: missing "type"|line 2: invalid type name'),
+    ('{"payload": {}, "queue": "q"}', 'line 2: missing "type"'),
+    ('{"type": "t", "payload": {}, "x": 1}', "line 2: unknown key"),
+    ('["t", {}]', "line 2: each line must be a JSON object"),
+])
+def test_a_line_like_the_ones_before_it_is_still_checked_whole(line, error):
+    with pytest.raises(InvalidInput, match=error):
+        batch_lines(['{"type": "t", "payload": {}}', line])

@@ -1155,7 +1155,7 @@ class SQLEngine:
         r = change.reaction
         reaction = NewJob(**{k: getattr(r, k) for k in NewJob.__slots__})  # the template may be shared
         reaction.payload = payloads.compact(body, depth_checked=True)
-        reaction.payload_hash = payloads.canonical_hash(body)
+        reaction.payload_hash = payloads.canonical_hash(body, reaction.payload)
         reaction.after, reaction.idempotency_key, reaction.unique = [], None, False
         reaction_id, _ = self._insert_one(c, reaction, now, actor,
                                           f"enqueued: reaction to job {row['id']} ({change.to_status})")

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from functools import partial
 from itertools import chain
+from operator import attrgetter
 from pathlib import Path
 from urllib.parse import quote
 
@@ -40,6 +41,10 @@ WAL_WARN_BYTES = 64 * 1024 * 1024  # doctor: a WAL this big means something hold
 # row triggers' set-up, so one a row was most of `enqueue --batch`'s time (docs/performance.md);
 # past ~100 rows a page the longer statement costs more than it saves.
 INSERT_PAGE = 64
+# A bulk row's parameters (SQLiteEngine._insert_page), read in C rather than one by one in Python.
+_BULK_ROW = attrgetter("queue", "type", "payload", "payload_hash", "priority", "max_attempts", "backoff", "timeout_ms",
+                       "delay_ms", "not_before", "cost_units", "concurrency_group", "on_buried", "on_completed",
+                       "on_cancelled")
 FILE_HISTORY_EVERY = 300  # rows of history_log (about 100 jobs a worker ran) filed into events and runs at once
 _EVENT_AHEAD = "INSERT INTO history_log (job_id, at, from_status, to_status, actor, message, details) VALUES "
 _EVENT_AHEAD_SQL = {False: _EVENT_AHEAD + "(?,?,?,?,?,?,?)", True: _EVENT_AHEAD + "(?,?,?,?,?,?,NULL)"}  # by "no details"
@@ -661,9 +666,13 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         # job_counts: one row per queue and state, kept exact by triggers (schema.py)
         return [(r[0], r[1], r[2]) for r in c.execute("SELECT queue, state, n FROM job_counts")]
 
-    def _insert_page(self, rows: int) -> str:
-        """The INSERT of `rows` jobs at once, as _INSERT inserts one."""
-        head, one = self._INSERT.split(" VALUES ")
+    def _insert_page(self, rows: int, now: int) -> str:
+        """The INSERT of `rows` jobs at once, as _INSERT inserts one, each with the parameters
+        _BULK_ROW reads: the transaction's `now` is written in (an integer of this process), and
+        each row's run_at computed from it as NewJob.run_at does."""
+        head, _one = self._INSERT.split(" VALUES ")
+        now = int(now)
+        one = (f"(?,?,?,?,?,'pending',?,?,?,MAX({now} + ?, COALESCE(?, 0)),0,NULL,NULL,{now},{now},?,?,?,?,?)")
         return f"{head} VALUES {','.join([one] * rows)}"
 
     def _insert_many(self, c, jobs: list[NewJob], now: int, actor: str,
@@ -676,15 +685,13 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         # error the caller's transaction rolls back, this row with it.
         c.execute("INSERT INTO job_counts_deferred (since) VALUES (?)", (first,))
         for start in range(0, len(jobs), step):  # chunks of one transaction: still all or nothing
-            values = [(j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff,
-                       j.timeout_ms, j.run_at(now), 0, None, None, now, now, j.cost_units, j.concurrency_group,
-                       j.on_buried, j.on_completed, j.on_cancelled) for j in jobs[start:start + step]]
+            values = list(map(_BULK_ROW, jobs[start:start + step]))
             pages = range(0, len(values) - len(values) % INSERT_PAGE, INSERT_PAGE)
-            c.executemany(self._insert_page(INSERT_PAGE),
+            c.executemany(self._insert_page(INSERT_PAGE, now),
                           (tuple(chain.from_iterable(values[i:i + INSERT_PAGE])) for i in pages))
             if len(values) % INSERT_PAGE:
                 rest = values[len(pages) * INSERT_PAGE:]
-                c.execute(self._insert_page(len(rest)), tuple(chain.from_iterable(rest)))
+                c.execute(self._insert_page(len(rest), now), tuple(chain.from_iterable(rest)))
             if on_progress is not None:
                 on_progress(min(start + step, len(jobs)), len(jobs))
         c.execute("DELETE FROM job_counts_deferred")

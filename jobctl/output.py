@@ -198,6 +198,9 @@ def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width:
     if width is not None:  # decided before the table is built: rich cannot take a column out again
         widths = {name: _widest(name, [r[i] for r in rows]) for i, name in enumerate(LIST_COLUMNS)}
         want = max(PAYLOAD_MIN, min(PAYLOAD_WANT, width // 3))
+        reasons = [cell_len(why) for why in (held or {}).values()]
+        if reasons:  # why a job is held is short and cut says nothing ("next in 5…"): whole where it can be
+            want = max(want, min(PAYLOAD_WANT, max(reasons)))
         for name in LIST_DROP_ORDER:
             if width - sum(widths[n] + COLUMN_GAP for n in shown) >= want:
                 break

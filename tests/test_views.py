@@ -158,8 +158,12 @@ def test_list_on_a_screen_says_why_held_jobs_are_held(db, tmp_path, columns):
     from test_health import held_fixture
 
     config = held_fixture(db, tmp_path)
+    for argv in (["list"], ["list", "--status", "held"]):  # (fewer rows: other columns fit beside it)
+        lines = on_terminal(db, columns, "--config", config, *argv)
+        assert all(len(line) <= columns for line in lines), lines
+        rows = {line.split()[0]: line for line in lines[1:] if line.strip()}
+        assert re.search(r"rate limit 1/1h: next in (1h|\d+m\d+s)$", rows["2"]), lines  # whole: when it opens
     lines = on_terminal(db, columns, "--config", config, "list")
-    assert all(len(line) <= columns for line in lines), lines
     rows = {line.split()[0]: line for line in lines[1:] if line.strip()}
     assert "pending (held)" in rows["2"] and "rate limit 1/1h" in rows["2"], lines
     assert "group gpu full: 1/1 units" in rows["4"] and "queue billing paused" in rows["5"], lines

@@ -470,15 +470,22 @@ def reschedule(
 
     if sum((now, delay is not None, at is not None)) != 1:
         raise InvalidInput("give exactly one of --now, --in DUR or --at TIME")
-    sel = by.for_action("reschedule", job_ids)
+    _check_when(delay, at)  # before a filter's question: a bad time is refused before anyone answers
+    _ids_or_filter(ctx, "reschedule", by, job_ids, yes=yes, dry_run=dry_run, as_json=as_json,
+                   each=lambda q, i: q.reschedule(i, now=now, delay=delay, at=at),
+                   line=lambda job: f"{job.id} {to_rfc3339(job.run_at)}", now=now, delay=delay, at=at)
+
+
+def _ids_or_filter(ctx, action: str, by: filters.Filters, job_ids, *, yes: bool, dry_run: bool, as_json: bool,
+                   each, line=None, **inputs) -> None:
+    """retry, bury and reschedule: `each` on the job ids given, or the action on every job the
+    filter matches (filters.act: asks on a terminal, short transactions); not both."""
+    sel = by.for_action(action, job_ids)
     if not sel.empty:
-        _check_when(delay, at)  # before asking: a bad time is refused before the question, not after
-        return filters.act(ctx, "reschedule", sel, dry_run=dry_run, yes=yes, as_json=as_json, now=now, delay=delay,
-                           at=at)
+        return filters.act(ctx, action, sel, dry_run=dry_run, yes=yes, as_json=as_json, **inputs)
     if dry_run:
         raise InvalidInput("--dry-run works with a filter")
-    _each(ctx, job_ids or [], lambda q, i: q.reschedule(i, now=now, delay=delay, at=at), as_json,
-          line=lambda job: f"{job.id} {to_rfc3339(job.run_at)}")
+    _each(ctx, job_ids or [], each, as_json, line=line)
 
 
 def _check_when(delay: Optional[str], at: Optional[str]) -> None:
@@ -508,12 +515,8 @@ def retry(
 
     Example: jobctl retry --type send-email --error timeout --since 1h --dry-run
     """
-    sel = by.for_action("retry", job_ids)
-    if not sel.empty:
-        return filters.act(ctx, "retry", sel, dry_run=dry_run, yes=yes, as_json=as_json, reset_attempts=reset_attempts)
-    if dry_run:
-        raise InvalidInput("--dry-run works with a filter")
-    _each(ctx, job_ids or [], lambda q, i: q.retry(i, reset_attempts=reset_attempts), as_json)
+    _ids_or_filter(ctx, "retry", by, job_ids, yes=yes, dry_run=dry_run, as_json=as_json,
+                   each=lambda q, i: q.retry(i, reset_attempts=reset_attempts), reset_attempts=reset_attempts)
 
 
 @app.command()
@@ -534,12 +537,8 @@ def bury(
 
     Example: jobctl bury --type import --payload tenant=b --reason "tenant b is migrating"
     """
-    sel = by.for_action("bury", job_ids)
-    if not sel.empty:
-        return filters.act(ctx, "bury", sel, dry_run=dry_run, yes=yes, as_json=as_json, reason=reason)
-    if dry_run:
-        raise InvalidInput("--dry-run works with a filter")
-    _each(ctx, job_ids or [], lambda q, i: q.bury(i, reason=reason), as_json)
+    _ids_or_filter(ctx, "bury", by, job_ids, yes=yes, dry_run=dry_run, as_json=as_json,
+                   each=lambda q, i: q.bury(i, reason=reason), reason=reason)
 
 
 @app.command()

@@ -42,6 +42,7 @@ def delete_rows(db) -> None:
         conn.close()
 
 
+@pytest.mark.alone  # lost within 8 s of the kill
 def test_a_killed_worker_turns_lost_and_its_job_is_recovered(tmp_path, any_db):
     cli = on_db(run_inproc, any_db)
     # The first run hangs (its worker is killed), the second completes.
@@ -73,6 +74,7 @@ def test_a_killed_worker_turns_lost_and_its_job_is_recovered(tmp_path, any_db):
     assert "wb" not in entries(cli)  # stopped: only with --all
 
 
+@pytest.mark.alone  # each worker hears its order within 2 s
 def test_drain_and_stop_from_another_process(tmp_path, any_db):
     cli = on_db(run_inproc, any_db)
     config(tmp_path, "sleep 1.5")
@@ -135,6 +137,7 @@ def test_states_from_the_renewal_period():
     assert registry.state_of({**row, "state": "stopped"}, 99_000) == "stopped"
 
 
+@pytest.mark.alone  # listed within 0.1 s
 @pytest.mark.parametrize("n", [100])
 def test_a_hundred_workers_list_quickly(tmp_path, n):
     from jobctl.queue import Queue

@@ -1,3 +1,4 @@
+import contextlib
 import os
 import sqlite3
 import subprocess
@@ -14,7 +15,17 @@ JOBCTL = [sys.executable, "-m", "jobctl"]
 def pytest_configure(config):
     """With PYTHONDONTWRITEBYTECODE set, every `python -m jobctl` the tests start would compile
     jobctl from source again (~60 ms of each process here): the children share compiled files
-    in a private folder for the session instead, and still write nothing into the source tree."""
+    in a private folder for the session instead, and still write nothing into the source tree.
+
+    Under pytest-xdist (`-n 2`, the default addopts), the controlling process makes the folder of
+    the locks through which the test processes share the machine (see _machine_share) and names
+    it in JOBCTL_TEST_LOCKS, which the test processes it starts inherit."""
+    if (not hasattr(config, "workerinput") and (getattr(config.option, "numprocesses", None) or 0)
+            and not os.environ.get(LOCKS_ENV)):
+        import tempfile
+
+        config._jobctl_locks = tempfile.mkdtemp(prefix="jobctl-tests-locks-")
+        os.environ[LOCKS_ENV] = config._jobctl_locks
     if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
         import tempfile
 
@@ -24,6 +35,12 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    locks = getattr(config, "_jobctl_locks", None)
+    if locks:
+        import shutil
+
+        shutil.rmtree(locks, ignore_errors=True)
+        os.environ.pop(LOCKS_ENV, None)
     folder = getattr(config, "_jobctl_pycache", None)
     if folder:
         import shutil
@@ -31,6 +48,69 @@ def pytest_unconfigure(config):
         shutil.rmtree(folder, ignore_errors=True)
         os.environ.pop("PYTHONPYCACHEPREFIX", None)
         os.environ["PYTHONDONTWRITEBYTECODE"] = config._jobctl_dont_write
+
+
+# -- sharing the machine between the test processes ---------------------------------------------
+# The suite runs on 2 processes (pytest-xdist). Most tests wait on processes, I/O or sleeps and run
+# side by side; a test that measures time, throughput or memory against a bound, or a torture test
+# that loads the machine by itself, must have it alone: a test marked `alone` (tests/test_bench.py
+# and tests/test_batch_stream.py whole), `slow` or `reliability` (all of tests/reliability/).
+
+LOCKS_ENV = "JOBCTL_TEST_LOCKS"
+ALONE_MARKERS = ("alone", "slow", "reliability")
+_lock_files: dict[str, int] = {}
+
+
+def needs_the_machine_alone(item) -> bool:
+    return any(item.get_closest_marker(m) for m in ALONE_MARKERS)
+
+
+def _lock_fd(folder: str, name: str) -> int:
+    if name not in _lock_files:
+        _lock_files[name] = os.open(os.path.join(folder, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    return _lock_files[name]
+
+
+@pytest.hookimpl(trylast=True)  # after tests/reliability/conftest.py has marked its tests
+def pytest_collection_modifyitems(config, items):
+    """Under xdist, the tests that must be alone come first (in their order), so that both
+    processes take them one after the other at the start, with no ordinary test to wait for
+    between them; then the ordinary tests run side by side."""
+    if os.environ.get(LOCKS_ENV):
+        items.sort(key=lambda item: not needs_the_machine_alone(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """_machine_share around the whole of each test: its setup (a module's fixtures included, such
+    as a private PostgreSQL cluster), its run and its teardown."""
+    with _machine_share(alone=needs_the_machine_alone(item)):
+        return (yield)
+
+
+@contextlib.contextmanager
+def _machine_share(alone: bool):
+    """A share of the machine for one test, through two flock(2) locks in the folder that
+    JOBCTL_TEST_LOCKS names: "machine", held shared by an ordinary test and exclusively by one
+    that must be alone, taken while holding "turnstile", so that a test waiting to be alone is not
+    starved by a stream of shared holders (the next test of the other process waits at the
+    turnstile). Without JOBCTL_TEST_LOCKS (a run without xdist, or `-n 0`) it does nothing."""
+    folder = os.environ.get(LOCKS_ENV)
+    if not folder:
+        yield
+        return
+    import fcntl
+
+    turnstile, machine = _lock_fd(folder, "turnstile"), _lock_fd(folder, "machine")
+    fcntl.flock(turnstile, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    finally:
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+    try:
+        yield
+    finally:
+        fcntl.flock(machine, fcntl.LOCK_UN)
 
 
 @pytest.fixture(autouse=True)

@@ -18,6 +18,8 @@ from conftest import JOBCTL, count_rows, run_inproc
 from jobctl.engines.base import Inserted, NewJob
 from jobctl.spool import JobSpool
 
+pytestmark = pytest.mark.alone  # they measure time, throughput and memory: no other test meanwhile
+
 
 def ndjson(n: int, **extra) -> str:
     return "".join(json.dumps({"type": "t", "payload": {"i": i}, **extra}) + "\n" for i in range(n))

@@ -9,6 +9,8 @@ import pytest
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.alone  # they measure time, throughput and memory: no other test meanwhile
+
 RUN = [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--rounds", "1", "--enqueue-calls", "2",
        "--batch-jobs", "300", "--claim-jobs", "60", "--work-jobs", "5", "--latency-sizes", "200,400",
        "--latency-claims", "20", "--stats-jobs", "2000"]

@@ -355,6 +355,7 @@ _FOUR_SETTINGS = settings(r=dict(rate_limit=(15, 0.5)), g1=dict(concurrency_grou
                           g2=dict(concurrency_group="gpu", concurrency_limit=5, cost_units=2))
 
 
+@pytest.mark.alone  # counts the starts 4 processes make in 2.5 s
 def test_limits_are_exact_under_four_processes(any_db):
     from concurrent.futures import ProcessPoolExecutor
     import multiprocessing

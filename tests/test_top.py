@@ -407,7 +407,8 @@ def test_a_lost_server_connection_is_said_and_the_view_goes_on(pg_url):
     so or reconnects at once, and the next key still acts; never a traceback."""
     from conftest import pg_named, pg_sql as sql
 
-    url = pg_named(pg_url, "jobctl-top-test")
+    app_name = f"jobctl-top-test-{os.getpid()}"  # only this process's connections (tests run side by side)
+    url = pg_named(pg_url, app_name)
     q, clock = build_known(url)
     q.close()
 
@@ -417,7 +418,7 @@ def test_a_lost_server_connection_is_said_and_the_view_goes_on(pg_url):
             await settle(app, pilot)
             base = url.split("?")[0]
             assert sql(base, "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                             "WHERE application_name = 'jobctl-top-test') t")[0][0] >= 1
+                             "WHERE application_name = %s) t", (app_name,))[0][0] >= 1
             await press(app, pilot, "2", "r")
             deadline = time.monotonic() + 10
             while "retry: job 8" not in app.status_text:  # (after "database unavailable", if it said so)

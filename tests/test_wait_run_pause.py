@@ -64,6 +64,7 @@ def finish_later(db, job_id, *, delay=0.5, result='{"ok": 1}', bury=False):
 # -- wait ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.alone  # returns within 5 s
 def test_wait_returns_when_another_process_completes_the_job(cli, db):
     job_id = int(cli("enqueue", "t").stdout)
     other = cli("enqueue", "t", "--queue", "other").stdout.strip()
@@ -81,6 +82,7 @@ def test_wait_returns_when_another_process_completes_the_job(cli, db):
     assert (r.exit_code, r.stdout) == (0, f"{job_id} completed\n")
 
 
+@pytest.mark.alone  # a bound on CPU time
 def test_wait_does_not_busy_poll(db, cli):
     job_id = int(cli("enqueue", "t").stdout)
     p = subprocess.Popen([*JOBCTL, "--db", str(db), "wait", str(job_id), "--timeout", "3s"],
@@ -113,8 +115,12 @@ def test_an_engine_that_declares_no_wake_ups_is_polled(db):
             other.complete(claimed.id, token=claimed.token)
             other.close()
 
-        threading.Timer(0.3, complete).start()
-        jobs, stuck = wait_finished(q, [job.id], timeout=10)
+        timer = threading.Timer(0.3, complete)
+        timer.start()
+        try:
+            jobs, stuck = wait_finished(q, [job.id], timeout=10)
+        finally:
+            timer.join()  # not left running past the test
         assert [j.status for j in jobs] == ["completed"] and stuck == {}
     finally:
         q.close()
@@ -266,6 +272,7 @@ def test_run_payload_file_and_bad_input(handlers, db, tmp_path):
     assert not db.exists()
 
 
+@pytest.mark.alone  # ends within 10 s
 def test_run_timeout_kills_the_group_with_its_grandchild_and_exits_124(handlers, db, tmp_path):
     started = time.monotonic()
     r = run_cli("--config", handlers, "run", "stubborn", db=db)

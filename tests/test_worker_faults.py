@@ -13,6 +13,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from conftest import JOBCTL, finish, run_cli, start_worker, wait_for
 
 PY = sys.executable
@@ -271,6 +273,7 @@ def test_sigterm_to_the_worker_alone_lets_a_short_handler_finish(tmp_path, cli, 
     assert job["status"] == "completed" and job["attempts"] == 1, job
 
 
+@pytest.mark.alone  # stops within 10 s
 def test_sigterm_to_the_worker_alone_stops_a_long_handler_after_the_grace_and_releases_it(tmp_path, cli, db):
     handler = script(tmp_path, "stubborn.py", """
         import os, signal, sys, time

@@ -44,6 +44,7 @@ def _enqueue(tmp_path, cfg, n: int, *payload: str):
                        check=True, capture_output=True, timeout=30)
 
 
+@pytest.mark.alone  # all gone within 2 s of the kill
 def test_no_handler_of_a_killed_worker_is_left_running(tmp_path):
     """Two handlers, each with a child in its group and one that left it with setsid: all gone
     within a second or two of the worker's SIGKILL."""
@@ -89,6 +90,7 @@ def test_a_worker_that_exits_normally_ends_its_keeper(tmp_path):
     assert keeper_of(w.pid) is None
 
 
+@pytest.mark.alone  # the keeper reads within 0.3 s, kills within 2 s
 def test_the_keeper_kills_the_groups_it_was_told_of_when_its_worker_ends(tmp_path):
     """The keeper alone, with a stand-in worker: a handler told to it is killed (its whole
     group) once the worker exits; a process never told of, and a pid reused since, are not."""

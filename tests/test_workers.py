@@ -9,6 +9,8 @@ import signal
 import sqlite3
 import time
 
+import pytest
+
 
 from conftest import finish, on_db, run_inproc, start_worker, wait_for
 from jobctl import workers as registry
@@ -41,6 +43,7 @@ def delete_rows(db) -> None:
         conn.close()
 
 
+@pytest.mark.alone  # lost within 8 s of the kill
 def test_a_killed_worker_turns_lost_and_its_job_is_recovered(tmp_path, any_db):
     cli = on_db(run_inproc, any_db)
     # The first run hangs (its worker is killed), the second completes.
@@ -72,6 +75,7 @@ def test_a_killed_worker_turns_lost_and_its_job_is_recovered(tmp_path, any_db):
     assert "wb" not in entries(cli)  # stopped: only with --all
 
 
+@pytest.mark.alone  # each worker hears its order within 2 s
 def test_drain_and_stop_from_another_process(tmp_path, any_db):
     cli = on_db(run_inproc, any_db)
     config(tmp_path, "sleep 1.5")

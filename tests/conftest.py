@@ -54,7 +54,9 @@ def pytest_unconfigure(config):
 # The suite runs on 2 processes (pytest-xdist). Most tests wait on processes, I/O or sleeps and run
 # side by side; a test that measures time, throughput or memory against a bound, or a torture test
 # that loads the machine by itself, must have it alone: a test marked `alone` (tests/test_bench.py
-# and tests/test_batch_stream.py whole), `slow` or `reliability` (all of tests/reliability/).
+# and tests/test_batch_stream.py whole), `slow` or `reliability` (all of tests/reliability/), unless
+# it is also marked `shared`: a long test that checks only outcomes, with no time bound that a busy
+# machine could cross (hostile input, damaged rows, races counted job by job).
 
 LOCKS_ENV = "JOBCTL_TEST_LOCKS"
 ALONE_MARKERS = ("alone", "slow", "reliability")
@@ -62,7 +64,9 @@ _lock_files: dict[str, int] = {}
 
 
 def needs_the_machine_alone(item) -> bool:
-    return any(item.get_closest_marker(m) for m in ALONE_MARKERS)
+    if item.get_closest_marker("alone"):
+        return True
+    return any(item.get_closest_marker(m) for m in ALONE_MARKERS) and not item.get_closest_marker("shared")
 
 
 def _lock_fd(folder: str, name: str) -> int:

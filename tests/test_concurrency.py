@@ -84,6 +84,7 @@ def fill(db, n):
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_eight_processes_complete_every_job_exactly_once(any_db):
     db = any_db
     ids = fill(db, 5000)
@@ -110,6 +111,7 @@ def test_eight_processes_complete_every_job_exactly_once(any_db):
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_the_harness_catches_a_naive_claim(tmp_path):
     """Without this, the test above could pass by never looking. A naive claim doubles jobs."""
     for attempt in range(6):
@@ -148,6 +150,7 @@ ENQUEUER = textwrap.dedent(
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_eight_processes_enqueueing_the_same_keys_get_one_job_per_key(any_db):
     """An idempotency key, and a `unique` job that is pending, stand for one job however many
     processes enqueue them at the same moment: each gets that job's id, none an error."""

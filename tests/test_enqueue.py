@@ -84,6 +84,7 @@ def test_key_still_returns_the_job_after_it_finished(cli):
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_eight_processes_racing_on_one_key_create_one_job(cli, db):
     ok(cli("init"))
     procs = [
@@ -99,6 +100,7 @@ def test_eight_processes_racing_on_one_key_create_one_job(cli, db):
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_eight_processes_racing_to_create_the_file(tmp_path):
     """No process finds a half-created database: every one enqueues into the same file."""
     db = tmp_path / "new" / "jobs.db"
@@ -289,6 +291,7 @@ def test_batch_input_not_utf8(cli, db, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_100k_lines_from_stdin_in_one_transaction(cli, db):
     ok(cli("init"))
     n = 100_000
@@ -322,6 +325,7 @@ def test_100k_lines_from_stdin_in_one_transaction(cli, db):
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_100k_lines_with_a_bad_line_near_the_end_insert_nothing(cli, db):
     ok(cli("enqueue", "t"))
     lines = [f'{{"type": "t", "payload": {{"i": {i}}}}}' for i in range(100_000)]

@@ -88,6 +88,7 @@ CREATORS = {"init": ("init",), "enqueue": ("enqueue", "t", "{}"), "work": ("work
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 @pytest.mark.parametrize("command", list(CREATORS))
 def test_creating_a_database_on_a_full_disk_leaves_nothing_and_works_once_there_is_room(tmp_path, small_disk, command):
     (tmp_path / "jobctl.toml").write_text(CONFIG)
@@ -147,6 +148,7 @@ def big_database(db, jobs: int = 150) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_backup_to_a_full_disk_names_that_disk_and_leaves_nothing(small_disk, db):
     big_database(db)
     before = db.read_bytes()
@@ -222,6 +224,7 @@ def wal_size(db) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_a_worker_that_stops_truncates_the_write_ahead_log(tmp_path, disk_8m):
     """Another process keeps the database open (a `stats --watch`, say), so SQLite's own checkpoint
     at the last close does not happen: the worker's exit folds the log in and truncates it, and on

@@ -449,6 +449,7 @@ def _workers_block(first_line: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 @pytest.mark.skipif(shutil.which("jq") is None, reason="the shell worker reads the job with jq, which is not installed")
 def test_the_shell_worker_runs_jobs_and_stops_when_idle(tmp_path):
     """The shell worker of workers.md completes the jobs its program takes, fails the others
@@ -509,6 +510,7 @@ def test_several_workers_script_stops_every_worker_on_sigterm(tmp_path):
 # -- the README's try-it command -----------------------------------------------------------------
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_the_try_it_command_works_on_a_fresh_checkout(tmp_path):
     """The README's first command, run as written in a copy of the repository's files: a fresh
     venv, pip install, one job run by a worker, the list. (It needs what pip needs: an index.)"""

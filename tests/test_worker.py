@@ -410,6 +410,7 @@ def test_killed_worker_job_is_recovered_by_another_worker(tmp_path, cli, db):
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_four_workers_run_every_job_exactly_once(tmp_path, cli, db):
     write_config(tmp_path, """
         [types.append]

@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-
 from conftest import finish, on_db, run_inproc, start_worker, wait_for
 from jobctl import workers as registry
 

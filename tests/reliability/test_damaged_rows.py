@@ -20,6 +20,9 @@ from jobctl.queue import Queue
 
 from .util import jobctl, jobs, rows, run_inproc
 
+# Outcomes only, with no time bound: these run beside the other tests (see tests/conftest.py).
+pytestmark = pytest.mark.shared
+
 
 def raw(db, sql: str, params=()) -> None:
     """Write to the file as another program would: no jobctl, no triggers of ours in the way."""

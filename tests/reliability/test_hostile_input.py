@@ -20,6 +20,9 @@ from jobctl.queue import Queue
 
 from .util import connect_ro, jobctl, rows, run_inproc, schema
 
+# Outcomes only, with no time bound: these run beside the other tests (see tests/conftest.py).
+pytestmark = pytest.mark.shared
+
 HOSTILE = [
     "[bold]", "[/bold]", "[link=file:///etc/passwd]click[/link]", "[red on white]", "[/]", ":smile:",
     "\x1b[31m", "\x1b[2J", "\x1b]8;;http://evil.example/\x07here\x1b]8;;\x07", "\x1b]0;title\x07", "\x07", "\r",

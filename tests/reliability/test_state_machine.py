@@ -21,6 +21,9 @@ from jobctl.queue import Queue
 from .util import connect_ro
 from conftest import Clock, file_history
 
+# Outcomes only, with no time bound: these run beside the other tests (see tests/conftest.py).
+pytestmark = pytest.mark.shared
+
 T0 = 1_800_000_000.0  # an arbitrary fixed start: runs are reproducible
 
 

@@ -80,9 +80,10 @@ class HeldBack:
     so callers may skip the test. `where` is the whole condition of a held job (ready, and held
     back), `waiting` that of a ready job that waits only for a worker."""
 
-    __slots__ = ("sql", "params", "now", "pauses", "admission", "none")
+    __slots__ = ("sql", "params", "now", "pauses", "admission", "none", "_parts_of")
 
-    def __init__(self, terms: list[str], params: list, now: int, pauses: list, admission):
+    def __init__(self, terms: list[str], params: list, now: int, pauses: list, admission,
+                 parts_of: Callable[..., list[tuple[str, list, str]]]):
         self.none = not terms
         # (a boolean on every engine: 0 is not one on PostgreSQL)
         self.sql = "(" + " OR ".join(terms) + ")" if terms else "1 = 0"
@@ -90,6 +91,13 @@ class HeldBack:
         self.now = now
         self.pauses = pauses  # [(queue, type or None, until or None)] in force at `now`
         self.admission = admission  # limits.Admission at `now`
+        self._parts_of = parts_of  # the engine's _held_parts(now, admission, ...)
+
+    def of_types(self, types: Iterable[str]) -> list[tuple[str, list, str]]:
+        """`sql` for the ready jobs of `types` (a query that says READY itself), each type tested
+        against its own limits only, in disjoint parts that each name their types:
+        [(SQL, parameters, the index that finds its jobs)]; none when no job of them can be held."""
+        return [] if self.none else self._parts_of(types)
 
     def where(self) -> tuple[str, list]:
         """SQL (and parameters) true for a held job: ready at `now`, and held back."""
@@ -649,13 +657,14 @@ class SQLEngine:
         admission = (self._admission(c, limits, None, now, self._held_rows(c)) if limits
                      else Admission(set(), {}))
         terms, params = self._held_terms(now, admission, paused=bool(pauses))
-        return HeldBack(terms, params, now, pauses, admission)
+        return HeldBack(terms, params, now, pauses, admission, partial(self._held_parts, now, admission, pauses))
 
     def _held_terms(self, now: int, admission, *, paused: bool = True) -> tuple[list[str], list]:
         """The terms (to OR) of "held back" for a ready job, and their parameters: a pause in force
         at `now` (PAUSED; `paused` False when the caller knows none is), a type its rate limit shut,
         a concurrency limit (its group's, else its type's) without room for the job's cost. The one
-        SQL of a held job, for held_back (stats) and held_where (filters)."""
+        SQL of a held job, for held_back (stats) and held_where (filters); _held_parts says the
+        same for the jobs of given types, in parts that each type's own limits decide."""
         terms: list[str] = []
         params: list = []
         if paused:
@@ -667,9 +676,9 @@ class SQLEngine:
             terms.append(f"type IN ({','.join('?' * len(admission.shut_types))})")
             params += sorted(admission.shut_types)
         # The concurrency limits, as _over_key says them, arranged so that a row is tested against
-        # its own type's limit only (one CASE on the type, not a test per limit: stats evaluates this
-        # for every ready job): a job that set no group counts against its type's limit or its type's
-        # group's; one that set a group, against that group's.
+        # its own type's limit only (one CASE on the type, not a test per limit): a job that set no
+        # group counts against its type's limit or its type's group's; one that set a group,
+        # against that group's.
         cases, case_params, own, own_params = [], [], [], []
         limits_ = admission.limits
         for (kind, name), room in sorted(admission.room.items()):
@@ -688,6 +697,66 @@ class SQLEngine:
             terms.append(f"(concurrency_group IS NOT NULL AND ({' OR '.join(own)}))")
             params += own_params
         return terms, params
+
+    def _held_parts(self, now: int, admission, pauses: list, types: Iterable[str]) -> list[tuple[str, list, str]]:
+        """_held_terms for the ready jobs of `types` (for a query that says READY itself), in
+        disjoint parts, each of which says which of these types it is about: [(SQL, parameters,
+        the index that finds its jobs)]; none when nothing can hold a job of these types. `pauses`
+        are those in force at `now` (_pauses). A type that a pause in force may hold is tested with
+        every term (_held_terms); every other type against its own rate and limit only: a shut
+        type's jobs are all held (no test at all); a job that set no group counts against its
+        type's limit or its type's group's, where a limit with room left holds only jobs that cost
+        2 units or more (few: the index of costly ready jobs finds them); a job that set a group
+        counts against that group's (any group may be full: seeks of every type's jobs in them).
+        Types that the same test holds share one part."""
+        by_type = "jobs_ready_by_type"
+        types = list(types)
+
+        def among(some: list[str]) -> tuple[str, list]:
+            return f"type IN ({','.join('?' * len(some))})", list(some)
+
+        parts: list[tuple[str, list, str]] = []
+        everywhere = any(t is None for _q, t, _u in pauses)  # a queue's pause: a type of any may be held
+        paused = {t for _q, t, _u in pauses if t is not None}
+        tested = [t for t in types if everywhere or t in paused]
+        if tested:  # (every term: the pauses are tested per row)
+            terms, params = self._held_terms(now, admission)
+            sql, ps = among(tested)
+            parts.append((f"{sql} AND (" + " OR ".join(terms) + ")", [*ps, *params], by_type))
+        rest = [t for t in types if not (everywhere or t in paused)]
+        if admission is None or not rest:
+            return parts
+        shut = [t for t in rest if t in admission.shut_types]
+        if shut:
+            parts.append((*among(shut), by_type))
+        rest = [t for t in rest if t not in admission.shut_types]
+        if not rest or not admission.room:
+            return parts
+        limits_ = admission.limits
+        overs: dict[tuple[str, tuple, str], list[str]] = {}  # {(over, its parameters, index): types}
+        for t in rest:
+            room = admission.room.get(limits_.key(t, None))
+            if room is None:
+                continue
+            over, over_params = self._over_sql(room, limits_, t)
+            index = by_type
+            if room >= 1 and limits_.type_costs.get(t, 1) <= room:  # over is "cost_units > room"
+                over, index = f"cost_units > 1 AND {over}", "jobs_ready_costly"
+            overs.setdefault((over, tuple(over_params), index), []).append(t)
+        for (over, same_params, index), some in overs.items():
+            sql, ps = among(some)
+            parts.append((f"{sql} AND concurrency_group IS NULL AND {over}", [*ps, *same_params], index))
+        groups = sorted(name for kind, name in admission.room if kind == "group")
+        if groups:
+            own, own_params = [], []
+            for g in groups:
+                over, over_params = self._over_sql(admission.room[("group", g)], limits_)
+                own.append(f"(concurrency_group = ? AND {over})")
+                own_params += [g, *over_params]
+            sql, ps = among(rest)
+            parts.append((f"{sql} AND concurrency_group IN ({','.join('?' * len(groups))}) AND ({' OR '.join(own)})",
+                          [*ps, *groups, *own_params], by_type))
+        return parts
 
     def held_filter(self, limits=None) -> tuple[str, list]:
         """held_back(...).where() read in a short transaction of its own: SQL (and parameters) true
@@ -718,10 +787,15 @@ class SQLEngine:
                 f"({','.join('?' * len(members))}))) AND {over})", [name, *members, *over_params])
 
     @staticmethod
-    def _over_sql(room: int, limits) -> tuple[str, list]:
-        """SQL true for a job whose cost (its own, else its type's in `limits`) exceeds `room`."""
+    def _over_sql(room: int, limits, type_: str | None = None) -> tuple[str, list]:
+        """SQL true for a job whose cost (its own, else its type's in `limits`) exceeds `room`;
+        with `type_`, for a job of that type (its type's cost is then known here)."""
         if room < 1:  # no room: every cost is over it (a cost of its own is at least 1)
             return "(cost_units > ? OR cost_units = 0)", [room]
+        if type_ is not None:
+            if limits.type_costs.get(type_, 1) > room:
+                return "(cost_units > ? OR cost_units = 0)", [room]
+            return "cost_units > ?", [room]
         costly = [t for t, cost in limits.type_costs.items() if cost > room]
         if not costly:
             return "cost_units > ?", [room]
@@ -1658,16 +1732,28 @@ class SQLEngine:
                 ready_by_type = {r[0]: int(r[1]) for r in c.execute(
                     f"SELECT type, count(*) FROM jobs{self._indexed('jobs_ready_by_type')} "
                     f"WHERE {READY} AND run_at <= ?{only} GROUP BY type", (now, *only_args))}
-                waiting_sql, waiting_params = hold.waiting()
+                ready_sql = f"FROM jobs{{}} WHERE {READY} AND run_at <= ?"
                 for t in type_ages or ():  # (a walk of the type's ready jobs, for a check of its ready age)
+                    parts = hold.of_types([t])
+                    held_sql = " OR ".join(f"({sql})" for sql, _, _ in parts) or "1 = 0"
                     oldest_by_type[t] = c.execute(
-                        f"SELECT min(run_at) FROM jobs{self._indexed('jobs_ready_by_type')} "
-                        f"WHERE type = ? AND {waiting_sql}{only}", (t, *waiting_params, *only_args)).fetchone()[0]
-                if not hold.none:  # the held ones by queue and type (that index covers all `held` reads)
-                    held_sql, held_params = hold.where()
-                    held_by = {(r[0], r[1]): (int(r[2]), r[3]) for r in c.execute(
-                        f"SELECT queue, type, count(*), min(run_at) FROM jobs{self._indexed('jobs_ready_by_type')} "
-                        f"WHERE {held_sql}{only} GROUP BY type, queue", (*held_params, *only_args))}
+                        f"SELECT min(run_at) {ready_sql.format(self._indexed('jobs_ready_by_type'))} "
+                        f"AND type = ? AND NOT ({held_sql}){only}",
+                        (now, t, *(p for _, params, _ in parts for p in params), *only_args)).fetchone()[0]
+                # The held ones by queue and type: each part of the held test of the types with ready
+                # jobs (each type against its own limits only) counted alone, in one statement,
+                # where the index finds its jobs: walks of the types a shut or full limit holds, seeks
+                # for the others (+run_at: by type and group, never a skip-scan of every type's jobs
+                # for the range of run_at, which SQLite's planner may prefer).
+                held_sql = f"FROM jobs{{}} WHERE {READY} AND +run_at <= ?"
+                selects = [(f"SELECT queue, type, count(*), min(run_at) {held_sql.format(self._indexed(index))} "
+                            f"AND {sql}{only} GROUP BY type, queue", [now, *params, *only_args])
+                           for sql, params, index in hold.of_types(ready_by_type)]
+                if selects:
+                    for r in c.execute(" UNION ALL ".join(sql for sql, _ in selects),
+                                       [p for _, params in selects for p in params]):
+                        n, first = held_by.get((r[0], r[1]), (0, r[3]))
+                        held_by[(r[0], r[1])] = (n + int(r[2]), min(first, r[3]))
             held_n: dict[str, int] = {}
             oldest_held: dict[str, int] = {}
             for (queue, _type), (n, first) in held_by.items():

@@ -133,17 +133,38 @@ def test_the_held_count_by_type_agrees_with_the_held_filter(make_any, case):
         held = sorted(r[0] for r in c.execute(f"SELECT id FROM jobs WHERE {where}", params))
         hold = q.engine.held_back(c, q.now(), q.limits)
         found: list[int] = []
-        for sql, part_params, _index in hold.of_types(sorted(types)):
+        for sql, part_params, _index, _kind in hold.of_types(sorted(types)):
             found += [r[0] for r in c.execute(f"SELECT id FROM jobs WHERE {READY} AND +run_at <= ? AND {sql}",
                                               [hold.now, *part_params])]
-        by_type = {r[0]: r[1] for r in c.execute(f"SELECT id, type FROM jobs WHERE {where}", params)}
+        rows = c.execute(f"SELECT type, queue FROM jobs WHERE {where}", params).fetchall()
     assert held, case  # (each case holds some jobs, and leaves others ready)
     assert sorted(found) == held, case  # the parts are disjoint, and find every held job
     assert len(ready_ids(q)) > len(held)
     s = q.stats()[0]
     assert s["totals"]["held"] == len(held)
     assert {t: e["held"] for t, e in s["types"].items() if e["held"]} == {
-        t: list(by_type.values()).count(t) for t in set(by_type.values())}
+        t: [r[0] for r in rows].count(t) for t in {r[0] for r in rows}}
+    assert {name: e["held"] for name, e in s["queues"].items() if e["held"]} == {
+        name: [r[1] for r in rows].count(name) for name in {r[1] for r in rows}}
+
+
+@pytest.mark.parametrize("queues", [3, 12])
+def test_held_jobs_by_queue_with_few_queues_and_many(make_any, queues):
+    """stats counts the held jobs of a few queues in one row per type, of more by queue and type."""
+    clock = Clock(T0)
+    q = make_any(settings(api=dict(rate_limit=(1, 3600.0)), other={}), clock)
+    for i in range(queues):
+        for _ in range(i % 3 + 1):
+            q.enqueue("api", queue=f"q{i}")
+            clock.t += 1
+        q.enqueue("other", queue=f"q{i}")
+    assert q.claim(worker="w", types=["api"]).queue == "q0"
+    clock.t += 60
+    s = q.stats()[0]
+    assert {name: e["held"] for name, e in s["queues"].items()} == {
+        f"q{i}": i % 3 + 1 - (i == 0) for i in range(queues)}
+    assert s["queues"]["q1"]["oldest_held_age"] == clock.t - (T0 + 1)  # (its first job, enqueued after q0's two)
+    assert s["types"]["api"]["held"] == sum(i % 3 + 1 for i in range(queues)) - 1
 
 
 def test_an_ended_pause_and_a_limit_with_room_hold_nothing(make_any):

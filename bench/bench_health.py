@@ -3,7 +3,7 @@ the code of another checkout, side by side on the same database (ratios only).
 
     python bench/bench_health.py --base /tmp/base            # SQLite, 1,000,000 jobs, 20 types
     python bench/bench_health.py --base /tmp/base --postgres  # the same jobs on PostgreSQL too
-    python bench/bench_health.py --base /tmp/base --config bench-limits.toml
+    python bench/bench_health.py --base /tmp/base --config bench/bench_health_limits.toml
     python bench/bench_health.py --base /tmp/base --postgres --pg-schema health_bench --only postgres
 
 --base is a folder holding the `jobctl` package of the code to compare with (e.g. `git archive
@@ -174,7 +174,7 @@ def main() -> None:
         dbs = {args.only: dbs[args.only]}
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
     env.pop("JOBCTL_CONFIG", None)
-    config = ["--config", args.config] if args.config else []
+    config = ["--config", str(Path(args.config).resolve())] if args.config else []
     sides = {"base": str(Path(args.base).resolve()), "new": str(ROOT)}
     try:
         for engine, db in dbs.items():

@@ -3,13 +3,14 @@ the code of another checkout, side by side on the same database (ratios only).
 
     python bench/bench_health.py --base /tmp/base            # SQLite, 1,000,000 jobs, 20 types
     python bench/bench_health.py --base /tmp/base --postgres  # the same jobs on PostgreSQL too
-    python bench/bench_health.py --base /tmp/base --config bench-limits.toml
+    python bench/bench_health.py --base /tmp/base --config bench/bench_health_limits.toml
     python bench/bench_health.py --base /tmp/base --postgres --pg-schema health_bench --only postgres
 
 --base is a folder holding the `jobctl` package of the code to compare with (e.g. `git archive
 8ed1467 jobctl | tar -x -C /tmp/base`). Both sides run as whole processes through the same small
 launcher, which puts the chosen folder first and leaves out the editable install's finder, so each
-side really runs its own code; the calls alternate, medians are compared.
+side really runs its own code; the calls alternate, medians are compared: wall time, and CPU time
+(user + system of the process: on PostgreSQL the server's work is not in it).
 
 The file: 900,000 finished jobs (completed, a few buried and cancelled), 100,000 pending (10%
 scheduled, 2% blocked), a few running, spread over 20 types and 5 queues; one run per finished
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -102,24 +104,29 @@ def main() -> None:
         dbs = {args.only: dbs[args.only]}
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
     env.pop("JOBCTL_CONFIG", None)
-    config = ["--config", args.config] if args.config else []
+    config = ["--config", str(Path(args.config).resolve())] if args.config else []
     sides = {"base": str(Path(args.base).resolve()), "new": str(ROOT)}
     try:
         for engine, db in dbs.items():
             for what in (["stats"], ["stats", "--json"]):
                 times: dict[str, list[float]] = {"base": [], "new": []}
+                cpu: dict[str, list[float]] = {"base": [], "new": []}
                 for i in range(args.calls + 1):
                     order = ["base", "new"] if i % 2 == 0 else ["new", "base"]
                     for side in order:
                         t = time.perf_counter()
+                        before = resource.getrusage(resource.RUSAGE_CHILDREN)
                         subprocess.run([sys.executable, str(launcher), sides[side], *config, "--db", db, *what],
                                        check=True, stdout=subprocess.DEVNULL, env=env, cwd=tmp)
+                        after = resource.getrusage(resource.RUSAGE_CHILDREN)
                         if i:  # the first round warms the caches of both
                             times[side].append((time.perf_counter() - t) * 1000)
-                b, n = statistics.median(times["base"]), statistics.median(times["new"])
-                print(f"{engine:8} jobctl {' '.join(what):13} base {b:6.0f} ms  new {n:6.0f} ms  "
-                      f"ratio {n / b:.2f}  (base {min(times['base']):.0f}-{max(times['base']):.0f}, "
-                      f"new {min(times['new']):.0f}-{max(times['new']):.0f})", flush=True)
+                            cpu[side].append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000)
+                for name, got in (("wall", times), ("CPU ", cpu)):  # CPU: user + system of the process alone
+                    b, n = statistics.median(got["base"]), statistics.median(got["new"])
+                    print(f"{engine:8} jobctl {' '.join(what):13} {name} base {b:6.0f} ms  new {n:6.0f} ms  "
+                          f"ratio {n / b:.2f}  (base {min(got['base']):.0f}-{max(got['base']):.0f}, "
+                          f"new {min(got['new']):.0f}-{max(got['new']):.0f})", flush=True)
     finally:
         if args.postgres:
             if schema is not None:

@@ -690,7 +690,8 @@ class Queue:
             figures["workers"] = self.worker_summary()
         except PermissionDenied:  # a monitoring role not yet granted the workers' table: stats go on without it
             figures["workers"] = None
-        limit_figures = self.limit_figures()
+        limit_figures = (self._opens_at(snap["limit_figures"]) if snap.get("limit_figures") is not None
+                         else self.limit_figures())  # (read with the snapshot, when it has them)
         if limit_figures is not None:
             from jobctl.limits import summary
 
@@ -824,14 +825,17 @@ class Queue:
     def limit_figures(self, *, held_ready: bool = True) -> dict | None:
         """Admission-control figures for views (None without limits): Engine.limit_figures plus the
         admission they lead to and when each shut type's rate window opens."""
-        from jobctl import limits as policy
-
         limits = self.limits
         if not limits:
             return None
-        figures = self.engine.limit_figures(limits, held_ready=held_ready)
+        return self._opens_at(self.engine.limit_figures(limits, held_ready=held_ready))
+
+    def _opens_at(self, figures: dict) -> dict:
+        """Engine.limit_figures plus when each rate window opens."""
+        from jobctl import limits as policy
+
         figures["opens_at"] = {t: policy.window_opens_at(figures["starts"][t], n, window)
-                               for t, (n, window) in limits.rates.items()}
+                               for t, (n, window) in self.limits.rates.items()}
         return figures
 
     def held_because(self, job: Job, figures: dict | None = None, *, short: bool = False) -> str | None:

@@ -79,6 +79,94 @@ def test_held_jobs_under_each_kind_of_limit_and_pause(make_any, case):
         assert q.claim(worker="w2") is None
 
 
+# Each case: the config's types; the jobs to enqueue, in order: (type, queue, options); what to do
+# then (claims of these types, in order, and pauses); held jobs are those of "held" among them.
+PARTS = {
+    "rate limit": (dict(api=dict(rate_limit=(1, 3600.0)), other={}),
+                   [("api", "a", {}), ("api", "b", {}), ("other", "a", {})], ["api"], {}),
+    "type limit full": (dict(api=dict(concurrency_limit=1), other={}),
+                        [("api", "a", {}), ("api", "b", {}), ("api", "a", {"group": "elsewhere"})], ["api"], {}),
+    "type limit, a job's cost over the room": (
+        dict(api=dict(concurrency_limit=3), other={}),
+        [("api", "a", {"cost": "2"}), ("api", "a", {"cost": "2"}), ("api", "b", {}), ("api", "a", {"cost": "3"})],
+        ["api"], {}),
+    "type limit, the type's cost over the room": (
+        dict(api=dict(concurrency_limit=3, cost_units=2), other={}),
+        [("api", "a", {}), ("api", "a", {}), ("api", "b", {"cost": "1"})], ["api"], {}),
+    "group full, by type and by job": (
+        dict(api=dict(concurrency_group="g", concurrency_limit=1), api2=dict(concurrency_group="g"), other={}),
+        [("api", "a", {}), ("api2", "a", {}), ("other", "b", {"group": "g"}), ("other", "b", {}),
+         ("api2", "b", {"group": "elsewhere"})], ["api"], {}),
+    "group with room, a job's cost over it": (
+        dict(api=dict(concurrency_group="g", concurrency_limit=3, cost_units=2), other={},
+             big=dict(concurrency_limit=4, cost_units=5)),
+        [("api", "a", {}), ("api", "a", {}), ("other", "b", {"group": "g", "cost": "2"}),
+         ("other", "b", {"group": "g"}), ("big", "a", {"cost": "1"})], ["api"], {}),
+    "paused queue, limits besides": (
+        dict(api=dict(rate_limit=(1, 3600.0)), api2=dict(concurrency_limit=1), other={}),
+        [("api", "a", {}), ("api", "b", {}), ("api2", "a", {}), ("other", "a", {}), ("other", "b", {})],
+        ["api"], {"a": None}),
+    "paused type, limits besides": (
+        dict(api=dict(rate_limit=(1, 3600.0)), other={}),
+        [("api", "a", {}), ("api", "a", {}), ("other", "a", {}), ("other", "b", {})], ["api"], {"b": "other"}),
+}
+
+
+@pytest.mark.parametrize("case", list(PARTS))
+def test_the_held_count_by_type_agrees_with_the_held_filter(make_any, case):
+    """stats counts held jobs per type, each against its own limits only, in parts (held_back's
+    of_types); the filters test every term on every job (held_where): both find the same jobs."""
+    from jobctl.engines.sql import READY
+
+    types, jobs, claims, pauses = PARTS[case]
+    clock = Clock(T0)
+    q = make_any(settings(**types), clock)
+    for type_, queue, options in jobs:
+        q.enqueue(type_, queue=queue, **options)
+    for type_ in claims:
+        assert q.claim(worker="w", types=[type_]) is not None
+    for queue, type_ in pauses.items():
+        q.pause(queue, type=type_)
+    clock.t = T0 + 60
+    where, params = q.engine.held_filter(q.limits)
+    with q.engine._read() as c:
+        held = sorted(r[0] for r in c.execute(f"SELECT id FROM jobs WHERE {where}", params))
+        hold = q.engine.held_back(c, q.now(), q.limits)
+        found: list[int] = []
+        for sql, part_params, _index, _kind in hold.of_types(sorted(types)):
+            found += [r[0] for r in c.execute(f"SELECT id FROM jobs WHERE {READY} AND +run_at <= ? AND {sql}",
+                                              [hold.now, *part_params])]
+        rows = c.execute(f"SELECT type, queue FROM jobs WHERE {where}", params).fetchall()
+    assert held, case  # (each case holds some jobs, and leaves others ready)
+    assert sorted(found) == held, case  # the parts are disjoint, and find every held job
+    assert len(ready_ids(q)) > len(held)
+    s = q.stats()[0]
+    assert s["totals"]["held"] == len(held)
+    assert {t: e["held"] for t, e in s["types"].items() if e["held"]} == {
+        t: [r[0] for r in rows].count(t) for t in {r[0] for r in rows}}
+    assert {name: e["held"] for name, e in s["queues"].items() if e["held"]} == {
+        name: [r[1] for r in rows].count(name) for name in {r[1] for r in rows}}
+
+
+@pytest.mark.parametrize("queues", [3, 12])
+def test_held_jobs_by_queue_with_few_queues_and_many(make_any, queues):
+    """stats counts the held jobs of a few queues in one row per type, of more by queue and type."""
+    clock = Clock(T0)
+    q = make_any(settings(api=dict(rate_limit=(1, 3600.0)), other={}), clock)
+    for i in range(queues):
+        for _ in range(i % 3 + 1):
+            q.enqueue("api", queue=f"q{i}")
+            clock.t += 1
+        q.enqueue("other", queue=f"q{i}")
+    assert q.claim(worker="w", types=["api"]).queue == "q0"
+    clock.t += 60
+    s = q.stats()[0]
+    assert {name: e["held"] for name, e in s["queues"].items()} == {
+        f"q{i}": i % 3 + 1 - (i == 0) for i in range(queues)}
+    assert s["queues"]["q1"]["oldest_held_age"] == clock.t - (T0 + 1)  # (its first job, enqueued after q0's two)
+    assert s["types"]["api"]["held"] == sum(i % 3 + 1 for i in range(queues)) - 1
+
+
 def test_an_ended_pause_and_a_limit_with_room_hold_nothing(make_any):
     clock = Clock(T0)
     q = make_any(settings(api=dict(concurrency_limit=5, rate_limit=(10, 60.0))), clock)

@@ -510,8 +510,9 @@ class Engine(Protocol):
         oldest held run_at)}; oldest_by_type {type of `type_ages`: run_at of its oldest ready job
         that is not held, or None}; states_by_type [(type, "running" or "buried", n)];
         stuck_by_type {type: n}; runs_by_type_minute [(minute, outcome, type, n)]; run_ms_by_type
-        [(type, run ms)] (the runs of run_ms). With `queues`, every figure is of those queues only.
-        Cost must not grow with the number of finished jobs."""
+        [(type, run ms)] (the runs of run_ms); limit_figures: limit_figures(limits) read in the same
+        snapshot (None without `limits`; every queue's, even with `queues`). With `queues`, every
+        other figure is of those queues only. Cost must not grow with the number of finished jobs."""
 
     def count_expired(self) -> int:
         """Held jobs whose lease has expired."""

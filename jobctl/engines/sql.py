@@ -80,9 +80,10 @@ class HeldBack:
     so callers may skip the test. `where` is the whole condition of a held job (ready, and held
     back), `waiting` that of a ready job that waits only for a worker."""
 
-    __slots__ = ("sql", "params", "now", "pauses", "admission", "none")
+    __slots__ = ("sql", "params", "now", "pauses", "admission", "none", "_parts_of")
 
-    def __init__(self, terms: list[str], params: list, now: int, pauses: list, admission):
+    def __init__(self, terms: list[str], params: list, now: int, pauses: list, admission,
+                 parts_of: Callable[..., list[tuple[str, list, str, str]]]):
         self.none = not terms
         # (a boolean on every engine: 0 is not one on PostgreSQL)
         self.sql = "(" + " OR ".join(terms) + ")" if terms else "1 = 0"
@@ -90,6 +91,14 @@ class HeldBack:
         self.now = now
         self.pauses = pauses  # [(queue, type or None, until or None)] in force at `now`
         self.admission = admission  # limits.Admission at `now`
+        self._parts_of = parts_of  # the engine's _held_parts(now, admission, ...)
+
+    def of_types(self, types: Iterable[str]) -> list[tuple[str, list, str, str]]:
+        """`sql` for the ready jobs of `types` (a query that says READY itself), each type tested
+        against its own limits only, in disjoint parts that each name their types:
+        [(SQL, parameters, the index that finds its jobs, kind)] (SQLEngine._held_parts); none
+        when no job of them can be held."""
+        return [] if self.none else self._parts_of(types)
 
     def where(self) -> tuple[str, list]:
         """SQL (and parameters) true for a held job: ready at `now`, and held back."""
@@ -649,13 +658,14 @@ class SQLEngine:
         admission = (self._admission(c, limits, None, now, self._held_rows(c)) if limits
                      else Admission(set(), {}))
         terms, params = self._held_terms(now, admission, paused=bool(pauses))
-        return HeldBack(terms, params, now, pauses, admission)
+        return HeldBack(terms, params, now, pauses, admission, partial(self._held_parts, now, admission, pauses))
 
     def _held_terms(self, now: int, admission, *, paused: bool = True) -> tuple[list[str], list]:
         """The terms (to OR) of "held back" for a ready job, and their parameters: a pause in force
         at `now` (PAUSED; `paused` False when the caller knows none is), a type its rate limit shut,
         a concurrency limit (its group's, else its type's) without room for the job's cost. The one
-        SQL of a held job, for held_back (stats) and held_where (filters)."""
+        SQL of a held job, for held_back (stats) and held_where (filters); _held_parts says the
+        same for the jobs of given types, in parts that each type's own limits decide."""
         terms: list[str] = []
         params: list = []
         if paused:
@@ -667,9 +677,9 @@ class SQLEngine:
             terms.append(f"type IN ({','.join('?' * len(admission.shut_types))})")
             params += sorted(admission.shut_types)
         # The concurrency limits, as _over_key says them, arranged so that a row is tested against
-        # its own type's limit only (one CASE on the type, not a test per limit: stats evaluates this
-        # for every ready job): a job that set no group counts against its type's limit or its type's
-        # group's; one that set a group, against that group's.
+        # its own type's limit only (one CASE on the type, not a test per limit): a job that set no
+        # group counts against its type's limit or its type's group's; one that set a group,
+        # against that group's.
         cases, case_params, own, own_params = [], [], [], []
         limits_ = admission.limits
         for (kind, name), room in sorted(admission.room.items()):
@@ -688,6 +698,68 @@ class SQLEngine:
             terms.append(f"(concurrency_group IS NOT NULL AND ({' OR '.join(own)}))")
             params += own_params
         return terms, params
+
+    def _held_parts(self, now: int, admission, pauses: list, types: Iterable[str]) -> list[tuple[str, list, str, str]]:
+        """_held_terms for the ready jobs of `types` (for a query that says READY itself), in
+        disjoint parts, each of which says which of these types it is about: [(SQL, parameters,
+        the index that finds its jobs, kind)]; none when nothing can hold a job of these types. `pauses`
+        are those in force at `now` (_pauses). A type that a pause in force may hold is tested with
+        every term (_held_terms); every other type against its own rate and limit only: a shut
+        type's jobs are all held (no test at all); a job that set no group counts against its
+        type's limit or its type's group's, where a limit with room left holds only jobs that cost
+        2 units or more (few: the index of costly ready jobs finds them); a job that set a group
+        counts against that group's (any group may be full: seeks of every type's jobs in them).
+        Types that the same test holds share one part. Kinds: "paused" (every term), "shut" (every
+        job), "over" (jobs that set no group, over their type's limit or its group's: what that
+        limit holds back of the type), "own" (jobs over the limit of the group they set)."""
+        by_type = "jobs_ready_by_type"
+        types = list(types)
+
+        def among(some: list[str]) -> tuple[str, list]:
+            return f"type IN ({','.join('?' * len(some))})", list(some)
+
+        parts: list[tuple[str, list, str, str]] = []
+        everywhere = any(t is None for _q, t, _u in pauses)  # a queue's pause: a type of any may be held
+        paused = {t for _q, t, _u in pauses if t is not None}
+        tested = [t for t in types if everywhere or t in paused]
+        if tested:  # (every term: the pauses are tested per row)
+            terms, params = self._held_terms(now, admission)
+            sql, ps = among(tested)
+            parts.append((f"{sql} AND (" + " OR ".join(terms) + ")", [*ps, *params], by_type, "paused"))
+        rest = [t for t in types if not (everywhere or t in paused)]
+        if admission is None or not rest:
+            return parts
+        shut = [t for t in rest if t in admission.shut_types]
+        if shut:
+            parts.append((*among(shut), by_type, "shut"))
+        rest = [t for t in rest if t not in admission.shut_types]
+        if not rest or not admission.room:
+            return parts
+        limits_ = admission.limits
+        overs: dict[tuple[str, tuple, str], list[str]] = {}  # {(over, its parameters, index): types}
+        for t in rest:
+            room = admission.room.get(limits_.key(t, None))
+            if room is None:
+                continue
+            over, over_params = self._over_sql(room, limits_, t)
+            index = by_type
+            if room >= 1 and limits_.type_costs.get(t, 1) <= room:  # over is "cost_units > room"
+                over, index = f"cost_units > 1 AND {over}", "jobs_ready_costly"
+            overs.setdefault((over, tuple(over_params), index), []).append(t)
+        for (over, same_params, index), some in overs.items():
+            sql, ps = among(some)
+            parts.append((f"{sql} AND concurrency_group IS NULL AND {over}", [*ps, *same_params], index, "over"))
+        groups = sorted(name for kind, name in admission.room if kind == "group")
+        if groups:
+            own, own_params = [], []
+            for g in groups:
+                over, over_params = self._over_sql(admission.room[("group", g)], limits_)
+                own.append(f"(concurrency_group = ? AND {over})")
+                own_params += [g, *over_params]
+            sql, ps = among(rest)
+            parts.append((f"{sql} AND concurrency_group IN ({','.join('?' * len(groups))}) AND ({' OR '.join(own)})",
+                          [*ps, *groups, *own_params], by_type, "own"))
+        return parts
 
     def held_filter(self, limits=None) -> tuple[str, list]:
         """held_back(...).where() read in a short transaction of its own: SQL (and parameters) true
@@ -718,10 +790,15 @@ class SQLEngine:
                 f"({','.join('?' * len(members))}))) AND {over})", [name, *members, *over_params])
 
     @staticmethod
-    def _over_sql(room: int, limits) -> tuple[str, list]:
-        """SQL true for a job whose cost (its own, else its type's in `limits`) exceeds `room`."""
+    def _over_sql(room: int, limits, type_: str | None = None) -> tuple[str, list]:
+        """SQL true for a job whose cost (its own, else its type's in `limits`) exceeds `room`;
+        with `type_`, for a job of that type (its type's cost is then known here)."""
         if room < 1:  # no room: every cost is over it (a cost of its own is at least 1)
             return "(cost_units > ? OR cost_units = 0)", [room]
+        if type_ is not None:
+            if limits.type_costs.get(type_, 1) > room:
+                return "(cost_units > ? OR cost_units = 0)", [room]
+            return "cost_units > ?", [room]
         costly = [t for t, cost in limits.type_costs.items() if cost > room]
         if not costly:
             return "cost_units > ?", [room]
@@ -828,46 +905,57 @@ class SQLEngine:
         return keys if len(keys) <= self.MAX_SEEKS else None
 
     def limit_figures(self, limits, *, held_ready: bool = True) -> dict:
+        with self._read() as c:
+            return self._limit_figures(c, self.now(), limits, held_ready)
+
+    def _limit_figures(self, c, now: int, limits, held_ready: bool, known: dict | None = None) -> dict:
+        """limit_figures read in the caller's transaction `c` at `now`; `known`: held_ready counts
+        the caller already has (stats: from the held jobs it counted), not read again."""
         from jobctl import limits as policy
 
-        with self._read() as c:
-            now = self.now()
-            held = self._held_rows(c)
-            units = policy.held_units(limits, held)
-            starts = {t: self._recent_starts(c, held, t, n, window, now) for t, (n, window) in limits.rates.items()}
-            admission = policy.admission(limits, {t: len(s) for t, s in starts.items()}, units)
-            ready_sql = (f"SELECT count(*) FROM jobs{{}} WHERE {READY} "
-                         "AND run_at <= ? AND {}" + NOT_PAUSED)
-            counts: dict[tuple[str, str], int] = {}
-            for t in ({*limits.rates, *limits.types} if held_ready else ()):
-                room = admission.room.get(("type", t), 0)  # (only types with a concurrency limit use it)
-                if t in admission.shut_types:  # every ready job of a rate-shut type waits
-                    sql, args = ready_sql.format(self._indexed("jobs_ready_by_type"), "type = ?"), [now, t]
-                elif t in limits.types and (room < 1 or limits.type_costs.get(t, 1) > room):
-                    # full, or too full for the type's cost: all of its ready jobs wait but those
-                    # that set a cost of their own that fits
-                    sql = ready_sql.format(self._indexed("jobs_ready_by_type"),
-                                           "type = ? AND concurrency_group IS NULL AND (cost_units > ? OR cost_units = 0)")
-                    args = [now, t, room]
-                elif t in limits.types:  # those that need more units than are free: only costly jobs can
+        held = self._held_rows(c)
+        units = policy.held_units(limits, held)
+        starts = {t: self._recent_starts(c, held, t, n, window, now) for t, (n, window) in limits.rates.items()}
+        admission = policy.admission(limits, {t: len(s) for t, s in starts.items()}, units)
+        ready_sql = (f"SELECT count(*) FROM jobs{{}} WHERE {READY} "
+                     "AND run_at <= ? AND {}" + NOT_PAUSED)
+        counts: dict[tuple[str, str], int] = {}
+        for t in ({*limits.rates, *limits.types} if held_ready else ()):
+            room = admission.room.get(("type", t), 0)  # (only types with a concurrency limit use it)
+            if known is not None and ("type", t) in known:
+                counts[("type", t)] = known[("type", t)]
+                continue
+            if t in admission.shut_types:  # every ready job of a rate-shut type waits
+                sql, args = ready_sql.format(self._indexed("jobs_ready_by_type"), "type = ?"), [now, t]
+            elif t in limits.types and (room < 1 or limits.type_costs.get(t, 1) > room):
+                # full, or too full for the type's cost: all of its ready jobs wait but those
+                # that set a cost of their own that fits
+                sql = ready_sql.format(self._indexed("jobs_ready_by_type"),
+                                       "type = ? AND concurrency_group IS NULL AND (cost_units > ? OR cost_units = 0)")
+                args = [now, t, room]
+            elif t in limits.types:  # those that need more units than are free: only costly jobs can
+                sql = ready_sql.format(self._indexed("jobs_ready_costly"),
+                                       "type = ? AND concurrency_group IS NULL AND cost_units > 1 AND cost_units > ?")
+                args = [now, t, room]
+            else:  # a rate with starts to spare holds nothing back
+                counts[("type", t)] = 0
+                continue
+            counts[("type", t)] = c.execute(sql, [*args, now, now]).fetchone()[0]
+        for g in (limits.groups if held_ready else ()):
+            room = admission.room[("group", g)]
+            over, over_params = self._over_sql(room, limits)
+            n = c.execute(
+                ready_sql.format(self._indexed("jobs_ready_by_group"), f"concurrency_group = ? AND {over}"),
+                (now, g, *over_params, now, now)).fetchone()[0]
+            for t in (t for t, group in limits.type_groups.items() if group == g):  # jobs that set no group
+                if room >= 1 and limits.type_costs.get(t, 1) <= room:  # only costly jobs can be over it
                     sql = ready_sql.format(self._indexed("jobs_ready_costly"),
-                                           "type = ? AND concurrency_group IS NULL AND cost_units > 1 AND cost_units > ?")
-                    args = [now, t, room]
-                else:  # a rate with starts to spare holds nothing back
-                    counts[("type", t)] = 0
-                    continue
-                counts[("type", t)] = c.execute(sql, [*args, now, now]).fetchone()[0]
-            for g in (limits.groups if held_ready else ()):
-                room = admission.room[("group", g)]
-                over, over_params = self._over_sql(room, limits)
-                n = c.execute(
-                    ready_sql.format(self._indexed("jobs_ready_by_group"), f"concurrency_group = ? AND {over}"),
-                    (now, g, *over_params, now, now)).fetchone()[0]
-                for t in (t for t, group in limits.type_groups.items() if group == g):  # jobs that set no group
-                    n += c.execute(ready_sql.format(self._indexed("jobs_ready_by_type"),
-                                                    f"type = ? AND concurrency_group IS NULL AND {over}"),
-                                   (now, t, *over_params, now, now)).fetchone()[0]
-                counts[("group", g)] = n
+                                           f"type = ? AND concurrency_group IS NULL AND cost_units > 1 AND {over}")
+                else:
+                    sql = ready_sql.format(self._indexed("jobs_ready_by_type"),
+                                           f"type = ? AND concurrency_group IS NULL AND {over}")
+                n += c.execute(sql, (now, t, *over_params, now, now)).fetchone()[0]
+            counts[("group", g)] = n
         return {"now": now, "starts": starts, "held": units, "admission": admission, "held_ready": counts}
 
     def _bury_damaged(self, c, job_id: int, damage: str, now: int, actor: str) -> None:
@@ -1662,22 +1750,49 @@ class SQLEngine:
             scheduled, oldest_ready, aging = {}, {}, []
             ready_by_type: dict[str, int] = {}
             held_by: dict[tuple[str, str], tuple[int, int]] = {}  # {(queue, type): (held, oldest run_at)}
+            held_parts: list[tuple[str, str, int]] = []  # [(kind of the part, type, held)] (_held_parts)
             oldest_by_type: dict[str, int | None] = {}  # {type asked for: oldest waiting run_at}
             if any(by_state.get("pending") for by_state in counts.values()):
                 # Ready jobs by type: one walk of the ready index, which is in type order (no sort).
                 ready_by_type = {r[0]: int(r[1]) for r in c.execute(
                     f"SELECT type, count(*) FROM jobs{self._indexed('jobs_ready_by_type')} "
                     f"WHERE {READY} AND run_at <= ?{only} GROUP BY type", (now, *only_args))}
-                waiting_sql, waiting_params = hold.waiting()
+                ready_sql = f"FROM jobs{{}} WHERE {READY} AND run_at <= ?"
                 for t in type_ages or ():  # (a walk of the type's ready jobs, for a check of its ready age)
+                    parts = hold.of_types([t])
+                    held_sql = " OR ".join(f"({sql})" for sql, _, _, _ in parts) or "1 = 0"
                     oldest_by_type[t] = c.execute(
-                        f"SELECT min(run_at) FROM jobs{self._indexed('jobs_ready_by_type')} "
-                        f"WHERE type = ? AND {waiting_sql}{only}", (t, *waiting_params, *only_args)).fetchone()[0]
-                if not hold.none:  # the held ones by queue and type (that index covers all `held` reads)
-                    held_sql, held_params = hold.where()
-                    held_by = {(r[0], r[1]): (int(r[2]), r[3]) for r in c.execute(
-                        f"SELECT queue, type, count(*), min(run_at) FROM jobs{self._indexed('jobs_ready_by_type')} "
-                        f"WHERE {held_sql}{only} GROUP BY type, queue", (*held_params, *only_args))}
+                        f"SELECT min(run_at) {ready_sql.format(self._indexed('jobs_ready_by_type'))} "
+                        f"AND type = ? AND NOT ({held_sql}){only}",
+                        (now, t, *(p for _, params, _, _ in parts for p in params), *only_args)).fetchone()[0]
+                # The held ones by queue and type: each part of the held test of the types with ready
+                # jobs (each type against its own limits only) counted alone, in one statement,
+                # where the index finds its jobs: walks of the types a shut or full limit holds, seeks
+                # for the others (+run_at: by type and group, never a skip-scan of every type's jobs
+                # for the range of run_at, which SQLite's planner may prefer).
+                # A few queues: a count and an oldest per queue in each row (FILTER), which needs no
+                # sort, in type order; more: grouped by type and queue (a sort of the held jobs).
+                held_sql = f"FROM jobs{{}} WHERE {READY} AND +run_at <= ?"
+                parts = hold.of_types(ready_by_type)
+                by_queue = sorted(q for q, by_state in counts.items() if by_state.get("pending"))
+                if len(by_queue) > 8:
+                    by_queue = []
+                columns = ", ".join(["count(*) FILTER (WHERE queue = ?), min(run_at) FILTER (WHERE queue = ?)"]
+                                    * len(by_queue)) if by_queue else "queue, count(*), min(run_at)"
+                selects = [(f"SELECT {i}, type, {columns} {held_sql.format(self._indexed(index))} "
+                            f"AND {sql}{only} GROUP BY type{'' if by_queue else ', queue'}",
+                            [*(q for q in by_queue for _ in (0, 1)), now, *params, *only_args])
+                           for i, (sql, params, index, _kind) in enumerate(parts)]
+                if selects:
+                    for r in c.execute(" UNION ALL ".join(sql for sql, _ in selects),
+                                       [p for _, params in selects for p in params]):
+                        got = ([(q, r[2 + 2 * k], r[3 + 2 * k]) for k, q in enumerate(by_queue)] if by_queue
+                               else [(r[2], r[3], r[4])])
+                        for queue, n, first in got:
+                            if n:
+                                was, oldest = held_by.get((queue, r[1]), (0, first))
+                                held_by[(queue, r[1])] = (was + int(n), min(oldest, first))
+                                held_parts.append((parts[r[0]][3], r[1], int(n)))
             held_n: dict[str, int] = {}
             oldest_held: dict[str, int] = {}
             for (queue, _type), (n, first) in held_by.items():
@@ -1743,6 +1858,17 @@ class SQLEngine:
                     "WHERE ended_at > ? AND ended_at <= ?" + only + " GROUP BY minute, outcome, type",
                     (now, now - 3_600_000, now, *only_args),
                 ).fetchall()
+            limit_figures = None
+            if limits:  # the limits section, read here too: the held jobs counted above are not read again
+                held_ready: dict | None = None
+                if not hold.pauses and not queues:  # (then what a limit holds is what was counted)
+                    held_ready = {}
+                    for t in {*limits.rates, *limits.types}:
+                        if t in hold.admission.shut_types:  # every ready job of the type
+                            held_ready[("type", t)] = ready_by_type.get(t, 0)
+                        elif t in limits.types:  # those its type's limit holds (the "over" parts)
+                            held_ready[("type", t)] = sum(n for kind, type_, n in held_parts if kind == "over" and type_ == t)
+                limit_figures = self._limit_figures(c, now, limits, True, held_ready)
             self._with_after(c, stuck + buried + aging)
         runs_by_minute: dict[tuple[int, str], int] = {}
         for minute, outcome, _type, n in by_minute:
@@ -1760,6 +1886,7 @@ class SQLEngine:
             # type_ages: oldest waiting run_at or None}, [(type, status, n)],
             # {type: stuck}, [(minute, outcome, type, n)], [(type, run ms)]
             "ready_by_type": ready_by_type, "held_by_type": held_by, "oldest_by_type": oldest_by_type,
+            "limit_figures": limit_figures,
             "states_by_type": states_by_type, "stuck_by_type": stuck_by_type,
             "runs_by_type_minute": [(r[0], r[1], r[2], r[3]) for r in by_minute],
             "run_ms_by_type": [(r[4], r[0]) for r in recent if r[2] in ("completed", "failed")],

@@ -486,8 +486,9 @@ class Queue:
         """Apply an action (ACTS_ON) to the jobs `ids` that `selection` still matches, in short
         transactions (Engine.update_selection): yields (id, outcome, detail) per job."""
         decide = self._action(action, reason=reason, reset_attempts=reset_attempts, now=now, delay=delay, at=at)
+        held = "held" in selection.statuses or "waiting" in selection.statuses
         return self.engine.update_selection(ids, selection, decide, actor or operator_name(),
-                                            admission=self.admission_for(selection), dry_run=dry_run,
+                                            limits=self.limits if held and self.limits else None, dry_run=dry_run,
                                             on_progress=on_progress)
 
     def _action(self, action: str, *, reason, reset_attempts: bool, now: bool, delay, at):

@@ -674,6 +674,25 @@ def test_update_selection_in_short_steps_skips_what_changed_meanwhile(engine, cl
     assert [e.to_status for e in engine.events(6)][-1] == "cancelled"
 
 
+def test_an_action_on_held_jobs_judges_the_limits_again_in_each_transaction(engine, clock):
+    """A bulk action on --status held: a job that a limit let go between two of its transactions
+    (a rate window moved on) no longer matches, and is skipped like a job that changed state."""
+    from jobctl.limits import Limits
+    from jobctl.selection import parse
+
+    limits = Limits(rates={"api": (1, 10_000)})
+    engine.insert_jobs([new(type="api") for _ in range(4)], "x")
+    assert engine.claim(req(limits=limits)).id == 1  # the window's one start: 2, 3 and 4 are held
+    sel = parse(statuses=["held"])
+    ids = engine.select_ids(sel, admission=engine.limit_figures(limits)["admission"])
+    assert ids == [2, 3, 4]
+    steps = engine.update_selection(ids, sel, set_to("cancelled"), "op", limits=limits, batch=1)
+    assert next(steps) == (2, "changed", "cancelled")
+    at(clock, NOW + 10_001)  # the window has moved past the start: 3 and 4 are free to run
+    assert list(steps) == [(3, "skipped", None), (4, "skipped", None)]
+    assert statuses(engine) == {1: "running", 2: "cancelled", 3: "pending", 4: "pending"}
+
+
 def test_selection_filters_on_both_engines(engine, clock):
     from jobctl.selection import parse
 

@@ -424,13 +424,15 @@ class Engine(Protocol):
         """The ids of the jobs a selection.Selection matches now (one read), in id order. admission
         (a limits.Admission): what its --status held counts as held by a limit (None: pauses only)."""
 
-    def update_selection(self, ids: list[int], selection, decide: Decide, actor: str, *, admission=None,
+    def update_selection(self, ids: list[int], selection, decide: Decide, actor: str, *, limits=None,
                          dry_run: bool = False, batch: int = 1000, budget_ms: float | None = None,
                          on_progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, str, str | None]]:
         """Apply decide to each of `ids` that the selection still matches, in transactions of at
         most `batch` jobs and about `budget_ms` each (None: the engine's own), so workers keep running; yields (id, outcome,
         detail): "changed" (the new status), "unchanged", "skipped" (it changed meanwhile, or is
-        gone), "refused" (the rule's reason). on_progress(done, total) after each transaction."""
+        gone), "refused" (the rule's reason). on_progress(done, total) after each transaction.
+        limits (a limits.Limits; for a selection of held jobs): what a limit holds back is judged
+        again in each transaction, so a job a limit let go meanwhile is skipped like any other."""
 
     def purge(self, status: str, older_than_ms: int, *, dry_run: bool = False, batch: int = 500,
               on_progress: Callable[[int], None] | None = None, keep_ms: dict[str, int] | None = None,

@@ -1378,7 +1378,7 @@ class SQLEngine:
             where = " WHERE " + " AND ".join(clauses) if clauses else ""
             return [r[0] for r in c.execute(f"SELECT id FROM jobs{where} ORDER BY id", params)]
 
-    def update_selection(self, ids: list[int], selection, decide: Decide, actor: str, *, admission=None,
+    def update_selection(self, ids: list[int], selection, decide: Decide, actor: str, *, limits=None,
                          dry_run: bool = False, batch: int = 1000, budget_ms: float | None = None,
                          on_progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, str, str | None]]:
         """Apply decide to the jobs `ids` that `selection` still matches, in transactions of at
@@ -1402,7 +1402,7 @@ class SQLEngine:
             chunk = ids[i:i + size]
             for attempt in range(10):
                 try:
-                    taken, results = self._update_chunk(chunk, selection, decide, actor, admission, dry_run, budget_ms,
+                    taken, results = self._update_chunk(chunk, selection, decide, actor, limits, dry_run, budget_ms,
                                                         write_ms)
                     break
                 except DatabaseBusy:  # (nothing of the chunk was kept: take turns, then do it again)
@@ -1426,7 +1426,7 @@ class SQLEngine:
         with self._read() as c:
             yield c, now
 
-    def _update_chunk(self, chunk: list[int], selection, decide: Decide, actor: str, admission, dry_run: bool,
+    def _update_chunk(self, chunk: list[int], selection, decide: Decide, actor: str, limits, dry_run: bool,
                       budget_ms: float, write_ms: list[float]) -> tuple[int, list[tuple[int, str, str | None]]]:
         """One transaction of update_selection: (how many of `chunk` it took, their outcomes).
         write_ms[0]: what writing one job's change costs, in ms (measured here, for the next)."""
@@ -1435,6 +1435,8 @@ class SQLEngine:
         results: list[tuple[int, str, str | None]] = []
         with (self._read_at_now() if dry_run else self._write()) as (c, now):
             started = clock.monotonic()
+            # Held by a limit: as the limits stand in this transaction, not as they stood when the action began.
+            admission = self._limit_figures(c, now, limits, False)["admission"] if limits else None
             clauses, params = self._selection_where(selection, now, admission)
             # The ids lead: the filters as one expression that no index can serve (COALESCE), or a
             # planner with statistics may walk an index of theirs over the whole table instead.

@@ -128,6 +128,9 @@ def main() -> None:
                           f"ratio {n / b:.2f}  (base {min(got['base']):.0f}-{max(got['base']):.0f}, "
                           f"new {min(got['new']):.0f}-{max(got['new']):.0f})", flush=True)
     finally:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)  # the launcher's folder (the built file is kept: --path)
         if args.postgres:
             if schema is not None:
                 admin.cursor().execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

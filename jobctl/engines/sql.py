@@ -1774,14 +1774,14 @@ class SQLEngine:
                 # for the range of run_at, which SQLite's planner may prefer).
                 # A few queues: a count and an oldest per queue in each row (FILTER), which needs no
                 # sort, in type order; more: grouped by type and queue (a sort of the held jobs).
-                held_sql = f"FROM jobs{{}} WHERE {READY} AND +run_at <= ?"
+                ready_from = f"FROM jobs{{}} WHERE {READY} AND +run_at <= ?"
                 parts = hold.of_types(ready_by_type)
                 by_queue = sorted(q for q, by_state in counts.items() if by_state.get("pending"))
                 if len(by_queue) > 8:
                     by_queue = []
                 columns = ", ".join(["count(*) FILTER (WHERE queue = ?), min(run_at) FILTER (WHERE queue = ?)"]
                                     * len(by_queue)) if by_queue else "queue, count(*), min(run_at)"
-                selects = [(f"SELECT {i}, type, {columns} {held_sql.format(self._indexed(index))} "
+                selects = [(f"SELECT {i}, type, {columns} {ready_from.format(self._indexed(index))} "
                             f"AND {sql}{only} GROUP BY type{'' if by_queue else ', queue'}",
                             [*(q for q in by_queue for _ in (0, 1)), now, *params, *only_args])
                            for i, (sql, params, index, _kind) in enumerate(parts)]

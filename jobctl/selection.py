@@ -109,11 +109,11 @@ def parse_payload_filter(text: str) -> tuple[list, object]:
         value = parse_json(value_text, what="--payload value")
         compact(value, what="--payload value")  # (1e400: a number no payload can hold)
     except InvalidInput:
-        value = value_text
-    try:
-        compact(value, what="--payload value")
-    except InvalidInput as e:  # a lone surrogate (bytes that are not UTF-8): no payload holds it
-        raise InvalidInput(f"{e.message}; give VALUE as UTF-8 text or JSON") from None
+        value = value_text  # as text, which must be text a payload can hold
+        try:
+            compact(value, what="--payload value")
+        except InvalidInput as e:  # a lone surrogate (bytes that are not UTF-8): no payload holds it
+            raise InvalidInput(f"{e.message}; give VALUE as UTF-8 text or JSON") from None
     return path, value
 
 

@@ -38,6 +38,16 @@ def validate_job_id(value) -> int:
     return n
 
 
+def reschedule_when(now: bool, delay, at) -> tuple[int, int | None]:
+    """reschedule's --now, --in DUR or --at TIME (exactly one) as (delay_ms, not_before), for
+    transitions.reschedule: bad input is exit 2, before anything is asked or changed."""
+    if sum((bool(now), delay is not None, at is not None)) != 1:
+        raise InvalidInput("give exactly one of --now, --in DUR or --at TIME")
+    if delay is not None:
+        return int(parse_duration(delay, what="--in") * 1000), None
+    return 0, (parse_time(at) if at is not None else None)
+
+
 def validate_max_attempts(value) -> int:
     try:
         n = int(value)
@@ -88,13 +98,10 @@ def prepare(settings: Settings, type: str, payload=None, *, payload_text: str | 
         delay_ms = int(parse_duration(delay, what="delay") * 1000)
     elif at is not None:
         not_before = parse_time(at)  # a time in the past means now: the engine takes the later
-    if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
-        raise InvalidInput("invalid idempotency key: must be a string of 1 to 255 characters")
+    _check_key(key)
     if not isinstance(unique, bool):
         raise InvalidInput(f"invalid unique {unique!r}: must be true or false")
-    if isinstance(after, (str, int)):
-        after = [after]
-    after_ids = [validate_job_id(a) for a in after]
+    after_ids = _after_ids(after)
     # Only what the job sets itself is stored: a group or cost left out is the type's in the
     # config of whoever claims it (limits.Limits.resolve), not frozen from the enqueuer's.
     cost_units = parse_cost(cost) if cost is not None else 0
@@ -150,6 +157,28 @@ _PLAIN = frozenset((str, int, bool))  # option values a template is kept for (ha
 _TEMPLATES_MOST = 1024  # distinct (type, options) of one batch kept; past that, prepare() each line
 
 
+def _check_key(key):
+    """An idempotency key as given (None: none), refused unless a string of 1 to 255 characters."""
+    if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
+        raise InvalidInput("invalid idempotency key: must be a string of 1 to 255 characters")
+    return key
+
+
+def _after_ids(after) -> list[int]:
+    """The ids a job waits for: one id, or a list of them, each checked."""
+    if isinstance(after, (str, int)):
+        after = [after]
+    return [validate_job_id(a) for a in after]
+
+
+def _from_template(t: NewJob, stored: tuple[str, str], key: str | None, after: list[int], source: str | None) -> NewJob:
+    """A batch line's job: what prepare() made of its type and options (the template `t`), with the
+    line's own payload (stored: its compact text and canonical hash), key and after."""
+    return NewJob(t.queue, t.type, stored[0], stored[1], t.priority, t.max_attempts, t.backoff, t.timeout_ms,
+                  t.delay_ms, t.not_before, key, t.unique, after, source, t.cost_units, t.concurrency_group,
+                  t.on_buried, t.on_completed, t.on_cancelled)
+
+
 def prepare_batch_line(settings: Settings, text: str, lineno: int, defaults: dict | None = None,
                        templates: dict | None = None) -> NewJob | None:
     """One NDJSON line of `enqueue --batch` (None for a blank line); errors name the line.
@@ -169,12 +198,9 @@ def prepare_batch_line(settings: Settings, text: str, lineno: int, defaults: dic
             type_ = obj.get("type")
             template = templates.get(type_) if type(type_) is str else None
             if template is not None:
-                compact, payload_hash = payloads.stored_forms(obj["payload"] if len(obj) == 2 else {},
-                                                              settings.max_payload_bytes)
-                t = template
-                return NewJob(t.queue, t.type, compact, payload_hash, t.priority, t.max_attempts, t.backoff,
-                              t.timeout_ms, t.delay_ms, t.not_before, None, t.unique, [], f"line {lineno}",
-                              t.cost_units, t.concurrency_group, t.on_buried, t.on_completed, t.on_cancelled)
+                payload = obj["payload"] if len(obj) == 2 else {}
+                return _from_template(template, payloads.stored_forms(payload, settings.max_payload_bytes),
+                                      None, [], f"line {lineno}")
         if not isinstance(obj, dict):
             raise InvalidInput("each line must be a JSON object with at least a \"type\"")
         if not BATCH_KEYS.issuperset(obj):
@@ -220,20 +246,8 @@ def prepare_batch_line(settings: Settings, text: str, lineno: int, defaults: dic
         else:
             # The rest of prepare() for a type and options it accepted before: payload, key, after.
             compact, payload_hash = payloads.stored_forms(payload, settings.max_payload_bytes)
-            idem, after_ids = None, []
-            if opts:
-                idem = opts.get("key")
-                if idem is not None and (not isinstance(idem, str) or not idem or len(idem) > 255):
-                    raise InvalidInput("invalid idempotency key: must be a string of 1 to 255 characters")
-                after = opts.get("after", ())
-                if isinstance(after, (str, int)):
-                    after = [after]
-                after_ids = [validate_job_id(a) for a in after]
-            t = template
-            job = NewJob(t.queue, type_, compact, payload_hash, t.priority,
-                         t.max_attempts, t.backoff, t.timeout_ms, t.delay_ms, t.not_before, idem, t.unique,
-                         after_ids, None, t.cost_units, t.concurrency_group, t.on_buried, t.on_completed,
-                         t.on_cancelled)
+            idem = _check_key(opts.get("key"))  # (in prepare()'s order: payload, key, after)
+            job = _from_template(template, (compact, payload_hash), idem, _after_ids(opts.get("after", ())), None)
         job.source = f"line {lineno}"
         return job
     except InvalidInput as e:

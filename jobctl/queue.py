@@ -15,7 +15,7 @@ from jobctl.config import Settings, duration_in_range
 from jobctl.durations import parse_duration, parse_time, validate_name
 from jobctl.engines.base import ClaimRequest, Decision, Engine, Inserted, NewJob
 from jobctl.errors import CancelRequested, InvalidInput, JobctlError, NoSuchJob, PermissionDenied
-from jobctl.jobspec import validate_job_id
+from jobctl.jobspec import reschedule_when, validate_job_id
 from jobctl.models import Event, Job, Record
 from jobctl.transitions import backoff_delay, one_line  # noqa: F401  (re-exported: tests and scripts use them)
 
@@ -53,6 +53,14 @@ class NoSuchKey(NoSuchJob):
         JobctlError.__init__(self, f"no job has the idempotency key {safe(key)!r}; `jobctl list --key K` "
                                    "finds jobs by key")
         self.job_id = 0
+
+
+def _rescheduling(delay_ms: int, not_before: int | None):
+    """The decide of a reschedule (jobspec.reschedule_when's reading of --now, --in or --at)."""
+    def decide(job: Job, now_ms: int):
+        return transitions.reschedule(job, now_ms, delay_ms=delay_ms, not_before=not_before)
+
+    return decide
 
 
 def _retry(reset_attempts: bool):
@@ -376,17 +384,7 @@ class Queue:
 
     def reschedule(self, job_id: int, *, now: bool = False, delay=None, at=None, actor: str | None = None) -> Job:
         """Set when a pending job may run: now, after `delay` from now, or at `at` (one of them)."""
-        if sum(x is not None and x is not False for x in (now or None, delay, at)) != 1:
-            raise InvalidInput("give exactly one of --now, --in DUR or --at TIME")
-        delay_ms, not_before = 0, None
-        if delay is not None:
-            delay_ms = int(parse_duration(delay, what="--in") * 1000)
-        elif at is not None:
-            not_before = parse_time(at)
-
-        def decide(job: Job, now_ms: int):
-            return transitions.reschedule(job, now_ms, delay_ms=delay_ms, not_before=not_before)
-
+        decide = _rescheduling(*reschedule_when(now, delay, at))
         return self.engine.update_job(validate_job_id(job_id), decide, actor or operator_name())
 
     def retry(self, job_id: int, *, reset_attempts: bool = False, actor: str | None = None) -> Job:
@@ -468,10 +466,15 @@ class Queue:
         "bury": (("pending", "scheduled", "blocked", "held"), ("pending",)),
     }
 
+    @staticmethod
+    def _asks_held(selection) -> bool:
+        """Whether a selection tells held jobs apart: --status held, or top's waiting view."""
+        return "held" in selection.statuses or "waiting" in selection.statuses
+
     def admission_for(self, selection):
         """What a selection's --status held (or top's waiting view) needs: the config's limits as they
         stand (None: not asked)."""
-        if "held" not in selection.statuses and "waiting" not in selection.statuses:
+        if not self._asks_held(selection):
             return None
         figures = self.limit_figures()
         return figures["admission"] if figures else None
@@ -486,9 +489,9 @@ class Queue:
         """Apply an action (ACTS_ON) to the jobs `ids` that `selection` still matches, in short
         transactions (Engine.update_selection): yields (id, outcome, detail) per job."""
         decide = self._action(action, reason=reason, reset_attempts=reset_attempts, now=now, delay=delay, at=at)
-        held = "held" in selection.statuses or "waiting" in selection.statuses
+        limits = self.limits if self._asks_held(selection) and self.limits else None  # judged in each transaction
         return self.engine.update_selection(ids, selection, decide, actor or operator_name(),
-                                            limits=self.limits if held and self.limits else None, dry_run=dry_run,
+                                            limits=limits, dry_run=dry_run,
                                             on_progress=on_progress)
 
     def _action(self, action: str, *, reason, reset_attempts: bool, now: bool, delay, at):
@@ -499,15 +502,7 @@ class Queue:
         if action == "bury":
             return self._burying(reason)
         if action == "reschedule":
-            if sum((bool(now), delay is not None, at is not None)) != 1:
-                raise InvalidInput("give exactly one of --now, --in DUR or --at TIME")
-            delay_ms = int(parse_duration(delay, what="--in") * 1000) if delay is not None else 0
-            not_before = parse_time(at) if at is not None else None
-
-            def decide(job: Job, now_ms: int):
-                return transitions.reschedule(job, now_ms, delay_ms=delay_ms, not_before=not_before)
-
-            return decide
+            return _rescheduling(*reschedule_when(now, delay, at))
         raise ValueError(action)
 
     def recover(self, *, older_than=None, dry_run: bool = False, actor: str | None = None,

@@ -468,9 +468,9 @@ def reschedule(
     """
     from jobctl.durations import to_rfc3339
 
-    if sum((now, delay is not None, at is not None)) != 1:
-        raise InvalidInput("give exactly one of --now, --in DUR or --at TIME")
-    _check_when(delay, at)  # before a filter's question: a bad time is refused before anyone answers
+    from jobctl.jobspec import reschedule_when
+
+    reschedule_when(now, delay, at)  # checked first: a bad time is refused before a filter's question
     _ids_or_filter(ctx, "reschedule", by, job_ids, yes=yes, dry_run=dry_run, as_json=as_json,
                    each=lambda q, i: q.reschedule(i, now=now, delay=delay, at=at),
                    line=lambda job: f"{job.id} {to_rfc3339(job.run_at)}", now=now, delay=delay, at=at)
@@ -486,16 +486,6 @@ def _ids_or_filter(ctx, action: str, by: filters.Filters, job_ids, *, yes: bool,
     if dry_run:
         raise InvalidInput("--dry-run works with a filter")
     _each(ctx, job_ids or [], each, as_json, line=line)
-
-
-def _check_when(delay: Optional[str], at: Optional[str]) -> None:
-    """reschedule's --in or --at, checked (exit 2 on bad input) as the change itself will read it."""
-    from jobctl.durations import parse_duration, parse_time
-
-    if delay is not None:
-        parse_duration(delay, what="--in")
-    if at is not None:
-        parse_time(at)
 
 
 @app.command()

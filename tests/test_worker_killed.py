@@ -14,7 +14,7 @@ import pytest
 
 from conftest import JOBCTL, keeper_of
 from jobctl import handlers
-from jobctl.worker import keeper
+from jobctl.worker import keeper, keeper_process
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux: /proc and pidfds")
 
@@ -210,12 +210,15 @@ def test_a_concurrency_limit_holds_when_a_worker_is_killed(tmp_path):
 
 def test_a_worker_whose_keeper_was_killed_says_so_once_and_works_on(tmp_path):
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[types.t]\ncommand = ["true"]\n[worker]\npoll = "100ms"\n')
+    cfg.write_text('[types.t]\ncommand = ["true"]\n[worker]\npoll = "100ms"\nlease = "3s"\n')  # renewed every 1 s
     _enqueue(tmp_path, cfg, 1)
     w = _worker(tmp_path, cfg)
     try:
         assert _wait_for(lambda: keeper_of(w.pid) is not None, 20)
         os.kill(keeper_of(w.pid), signal.SIGKILL)
+        # said while the worker runs on (at its registry's renewal), not only when it stops
+        assert _wait_for(lambda: " keeper: " in (tmp_path / "worker.log").read_text(), 10), (
+            tmp_path / "worker.log").read_text()
         _enqueue(tmp_path, cfg, 2)
 
         def done():
@@ -231,3 +234,61 @@ def test_a_worker_whose_keeper_was_killed_says_so_once_and_works_on(tmp_path):
         if w.poll() is None:
             w.kill()
             w.wait()
+
+
+def test_the_keeper_sleeps_while_its_worker_works(tmp_path):
+    """The worker keeps its running handlers in memory it shares with the keeper (a store, no
+    system call, per job), so nothing wakes the keeper while the worker lives, however many jobs
+    it runs: its context switches do not grow with them."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[types.t]\ncommand = ["true"]\n')
+    w = _worker(tmp_path, cfg)
+    try:
+        assert _wait_for(lambda: keeper_of(w.pid) is not None, 20)
+        keeper_pid = keeper_of(w.pid)
+        time.sleep(0.3)  # its start-up is over
+
+        def switches() -> int:
+            with open(f"/proc/{keeper_pid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            return int(fields["voluntary_ctxt_switches"]) + int(fields["nonvoluntary_ctxt_switches"])
+
+        before, started = switches(), time.monotonic()
+        subprocess.run([*JOBCTL, "--db", str(tmp_path / "q.db"), "--config", str(cfg), "enqueue", "--batch", "-"],
+                       input="\n".join('{"type": "t", "payload": {"i": %d}}' % i for i in range(500)), text=True, check=True, timeout=30)
+
+        def all_done():
+            with sqlite3.connect(tmp_path / "q.db") as conn:
+                return conn.execute("SELECT count(*) FROM jobs WHERE status = 'completed'").fetchone()[0] == 500
+
+        assert _wait_for(all_done, 60, 0.1), (tmp_path / "worker.log").read_text()
+        looks = (time.monotonic() - started) / keeper_process.LOOK_EVERY
+        assert switches() - before <= looks + 3, (switches() - before, looks)  # not one per job
+    finally:
+        w.kill()
+        w.wait()
+
+
+def test_a_reaped_handler_leaves_the_keepers_table():
+    """Only running handlers are in the table the keeper reads when its worker dies: a slot is
+    filled at the start and cleared at the reap, then reused."""
+    k = keeper.Keeper(0, -1, bytearray(keeper_process.SLOTS * keeper_process.SLOT_SIZE))
+    k.add(101, 5, 7, "tok-a")
+    k.add(102, 6, 8, None)
+    assert keeper_process._read_table(k.table) == {101: (5, 7, b"tok-a"), 102: (6, 8, b"")}
+    k.remove(101)
+    assert keeper_process._read_table(k.table) == {102: (6, 8, b"")}
+    k.add(103, 9, 9, "t" * 200)  # (a token longer than a claim's is cut)
+    assert keeper_process._read_table(k.table)[103] == (9, 9, b"t" * keeper_process.TOKEN_MAX)
+    assert k._next == 2  # the cleared slot was reused
+
+
+def test_the_keeper_starts_without_the_signal_and_os_modules(tmp_path):
+    """`signal` (with enum) and `os` (with _collections_abc) would double a bare Python's start-up:
+    the keeper does without them."""
+    folder = os.path.dirname(keeper.__file__)
+    out = subprocess.run([sys.executable, "-I", "-S", "-c",
+                          f"import sys; sys.path.insert(0, {folder!r}); import keeper_process; "
+                          "print(sorted({'signal', 'os', 'enum'} & set(sys.modules)))"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -700,6 +700,8 @@ class Worker:
                 self._register(now)
                 return
             self.next_renew = now + self.renew_every
+            if self.sup.keeper is not None:
+                self.sup.keeper.check()  # (said once, with the renewal's rhythm: nothing per job)
             try:
                 found, request = self.rec.db(self.q.engine.renew_worker, self.instance,
                                              "draining" if self.stopping else "running", self.rec.done, self.rec.failed)

@@ -583,6 +583,8 @@ class Supervisor:
             # The leader is a zombie: its group id is still ours. Kill what it left behind.
             self.launcher.signal_group(r.proc, signal.SIGKILL)
             rc = self.launcher.reap(r.proc)
+            if self.keeper is not None:
+                self.keeper.remove(r.proc.pid)
             if r.stop_reason is not None and r.job.token:
                 # Stopped by us: nothing of this run may outlive it, not even what left the group.
                 left = self.launcher.token_holders(r.job.token)
@@ -612,6 +614,8 @@ class Supervisor:
         """Kill a handler at once and reap it (the worker is leaving); its returncode."""
         self.kill(r)
         rc = self.launcher.reap(r.proc, timeout=wait)
+        if rc is not None and self.keeper is not None:
+            self.keeper.remove(r.proc.pid)
         if r.cgroup is not None:
             self._end_cgroup(r)
         if r in self.running:

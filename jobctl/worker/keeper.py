@@ -94,8 +94,7 @@ class Keeper:
         at = slot * SLOT_SIZE
         # The slot says "in use" last: a worker killed in between leaves a slot the keeper skips.
         SLOT.pack_into(self.table, at, 0, pid, -1 if start_min is None else start_min,
-                       -1 if start_max is None else start_max, len(tok))
-        self.table[at + SLOT.size:at + SLOT.size + len(tok)] = tok
+                       -1 if start_max is None else start_max, len(tok), tok)
         self.table[at] = 1
 
     def remove(self, pid: int) -> None:

@@ -13,9 +13,10 @@ import sys
 import posix
 
 SIGKILL = 9  # (Linux, the keeper's only system)
-SLOT = struct.Struct("<BxxxiqqH")  # in use, pid, start time range in ticks (-1: unknown), token length
 TOKEN_MAX = 70  # bytes of the token kept (a claim's token is 24)
-SLOT_SIZE = SLOT.size + TOKEN_MAX  # 96
+# A handler's slot: in use, pid, start time range in ticks (-1: unknown), token length, token
+SLOT = struct.Struct(f"<BxxxiqqH{TOKEN_MAX}s")
+SLOT_SIZE = SLOT.size  # 96
 SLOTS = 4096  # two per handler at most (a reaped one is cleared before the next start): --concurrency 1024 fits
 TABLE_FD = 3  # the table, in the keeper
 LOOK_EVERY = 5.0  # seconds: the keeper's one periodic look (is its worker still its parent?), a safety net
@@ -35,8 +36,8 @@ def _read_table(table) -> dict:
     handlers = {}
     for at in range(0, SLOTS * SLOT_SIZE, SLOT_SIZE):
         if table[at]:
-            _, pid, lo, hi, n = SLOT.unpack_from(table, at)
-            handlers[pid] = (lo, hi, table[at + SLOT.size:at + SLOT.size + min(n, TOKEN_MAX)])
+            _, pid, lo, hi, n, token = SLOT.unpack_from(table, at)
+            handlers[pid] = (lo, hi, token[:n])
     return handlers
 
 

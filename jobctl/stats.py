@@ -149,7 +149,8 @@ def _types(snap: dict, also: frozenset[str] | set[str]) -> dict:
     for t in also:
         entry(t)
     for t, first in snap.get("oldest_by_type", {}).items():  # (asked for by a check of types' ready age)
-        entry(t)["oldest_ready_age"] = _seconds(now - first) if first is not None else None
+        if t in types:  # (a type the lookup was asked about is not a type that has figures: a typo stays one)
+            types[t]["oldest_ready_age"] = _seconds(now - first) if first is not None else None
     for t, e in types.items():
         recent = e["runs"]["15m"]
         total = recent["completed"] + recent["failed"]

@@ -269,6 +269,24 @@ def test_stats_by_type_and_check_on_the_command_line(tmp_path):
     assert "warning" not in cli("stats", "--check", "--max-ready-age", "1h", "--type", "send").stderr
 
 
+def test_a_misspelled_type_is_refused_by_every_threshold_of_check(tmp_path):
+    """--max-ready-age asks for the oldest waiting job of each --type: a type without one must
+    still be a typo (exit 2) when the config declares [types], and a warning without them."""
+    db = tmp_path / "q" / "jobs.db"
+    cli = lambda *a, **kw: run_inproc(*a, db=db, **kw)  # noqa: E731
+    assert cli("enqueue", "send").exit_code == 0
+    config = tmp_path / "c.toml"
+    config.write_text('[types.send]\ncommand = "true"\n')
+    config.chmod(0o600)
+    for threshold in (["--max-ready-age", "1h"], ["--max-buried", "0"], ["--max-ready-age", "1h", "--max-stuck", "0"]):
+        r = cli("--config", config, "stats", "--check", *threshold, "--type", "sned")
+        assert r.exit_code == 2 and "no type named sned" in r.stderr, r.output
+        r = cli("stats", "--check", *threshold, "--type", "sned")
+        assert r.exit_code == 0 and "warning: no job of type sned is waiting" in r.stderr, r.output
+    r = cli("--config", config, "stats", "--check", "--max-ready-age", "1h", "--type", "send")
+    assert r.exit_code == 0 and "oldest ready of type send " in r.stdout and not r.stderr, r.output
+
+
 def test_a_paused_queue_does_not_cross_max_ready_age_on_the_command_line(tmp_path):
     import time
 

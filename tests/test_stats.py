@@ -233,6 +233,20 @@ def test_check_names_what_was_crossed(db):
     assert ok and line == "OK: oldest ready 10m (max 1h)"
 
 
+def test_a_crossed_duration_never_reads_as_equal_to_its_threshold(db):
+    """Rounded to the same text, "5s (max 5s)" would not say why the check failed: both are then
+    given to the millisecond."""
+    q, _ = build_known(db)
+    with q:
+        s = q.stats()[0]
+    ok, line = check(s, max_p95=4.9)  # type t7's one run took 5 s
+    assert not ok and "5s of type t7 (max 4.9s)" in line, line
+    ok, line = check(s, max_ready_age=599.5)  # billing's oldest ready job waited 600 s
+    assert not ok and "waited 600s in queue billing (max 599.5s)" in line, line
+    ok, line = check(s, max_ready_age=300, max_p95=2)
+    assert not ok and "waited 10m in queue billing (max 5m)" in line and "5s of type t7 (max 2s)" in line, line
+
+
 def test_check_needs_a_threshold_and_thresholds_need_check(cli, db):
     assert cli("init").exit_code == 0
     assert cli("stats", "--check").exit_code == 2

@@ -140,6 +140,31 @@ def test_stats_on_a_narrow_terminal_keeps_names_and_counts_whole(db):
     assert any(re.match(r"^\(all\)\s+11,957\s", line) for line in lines), drawn
 
 
+def test_at_80_columns_ready_and_held_stay_exact_and_held_is_never_left_out(db):
+    """ready - held is what waits for a worker: at 80 columns both are exact (never 1.0M and 1.0M
+    for 1,000,125 ready of which 3 wait), and HELD stays beside READY even when long names need the
+    room (the name is cut first), per queue and per type."""
+    queue, type_ = "reporting-nightly-eu-west-1-batch", "nightly-report-for-every-tenant-v2"
+    with Queue.open(db, create=True) as q:
+        for _ in range(4):
+            q.enqueue(type_, {}, queue=queue)
+        q.enqueue("send", {}, queue="billing")
+        q.claim(types=["send"], worker="w1", lease="1m")
+        q.fail(1 + 4, token=None, error="boom")  # a failed run: the per-type columns fill up
+        q.pause(queue)
+        figures, now = q.stats()
+    for entry in (figures["queues"][queue], figures["totals"], figures["types"][type_]):
+        entry["ready"], entry["held"] = 1_000_125, 1_000_122
+    for by in ("queue", "type"):
+        lines = [line.plain for line in stats_view.screen_lines(figures, now, width=80, by=by)]
+        header = lines[0].split()
+        assert header[:3] in (["QUEUE", "READY", "OLDEST"], ["TYPE", "READY", "HELD"]) and "HELD" in header, lines
+        name = queue if by == "queue" else type_
+        row = next(line for line in lines if line.startswith(name[:8]))
+        assert "1,000,125" in row.split() and "1,000,122" in row.split(), lines
+        assert all(len(line) <= 80 for line in lines), lines
+
+
 def test_recover_dry_run_fits_80_columns(db):
     with Queue.open(db, create=True, clock=lambda: time.time() - 600) as q:
         for n, queue in enumerate(QUEUES):

@@ -306,13 +306,20 @@ def type_lines(stats: dict, width: int, max_rows: int | None = None) -> list[Tex
 
 
 def summary_line(stats: dict) -> Text:
-    """What needs a person, in one line: stuck, buried, and the ready job waiting longest."""
+    """What needs a person, in one line: stuck, buried, held, the workers, and the ready job
+    waiting longest last (its queue's name, whole in the table, is what a narrow screen cuts)."""
     t = stats["totals"]
     line = Text("")
     line.append(f"stuck {t['stuck']:,}", style="bold red" if t["stuck"] else "")
     line.append(" · ")
     line.append(f"buried {t['buried']:,}", style="red" if t["buried"] else "")
     line.append(" · ")
+    if t.get("held"):
+        line.append(f"held {t['held']:,}", style="magenta")
+        line.append(" · ")
+    if stats.get("workers") is not None:
+        line.append_text(workers_text(stats["workers"]))
+        line.append(" · ")
     ages = [(q["oldest_ready_age"], name) for name, q in stats["queues"].items() if q["oldest_ready_age"] is not None]
     if ages:
         age, name = max(ages, key=lambda a: (a[0], a[1]))
@@ -322,12 +329,6 @@ def summary_line(stats: dict) -> Text:
             line.append(f" ({paused})", style="magenta")
     else:
         line.append("no ready jobs" if not t.get("ready") else "no ready job waits for a worker")
-    if t.get("held"):
-        line.append(" · ")
-        line.append(f"held {t['held']:,}", style="magenta")
-    if stats.get("workers") is not None:
-        line.append(" · ")
-        line.append_text(workers_text(stats["workers"]))
     return line
 
 

@@ -253,6 +253,19 @@ def test_check_needs_a_threshold_and_thresholds_need_check(cli, db):
     assert cli("stats", "--max-buried", "0").exit_code == 2
 
 
+def test_check_help_names_every_threshold_that_exits_9(cli, db):
+    """--min-workers fails a check too (exit 9), and --type does not scope it (workers serve any type)."""
+    assert cli("init").exit_code == 0
+    r = cli("stats", "--min-workers", "1", "--check")
+    assert r.exit_code == 9, r.output
+    import re
+
+    text = re.sub(r"\s+", " ", cli("stats", "--help", env={"COLUMNS": "200"}).stdout).split(" Options: ", 1)[1]
+    check_help = text.split("--check ", 1)[1].split(" --max-ready-age", 1)[0]
+    assert "exit 9 when a threshold" in check_help and "--min-workers" in check_help, check_help
+    assert "but --min-workers" in text.split("--type TYPE ", 1)[1].split(" --by ", 1)[0], text
+
+
 def test_watch_piped_prints_one_snapshot_and_exits(cli, db):
     build_known(db, time.time() - 600)[0].close()
     r = cli("stats", "--watch", "--interval", "1s", timeout=20)

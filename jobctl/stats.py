@@ -149,13 +149,14 @@ def _types(snap: dict, also: frozenset[str] | set[str]) -> dict:
     for t in also:
         entry(t)
     for t, first in snap.get("oldest_by_type", {}).items():  # (asked for by a check of types' ready age)
-        entry(t)["oldest_ready_age"] = _seconds(now - first) if first is not None else None
+        if t in types:  # (a type the lookup was asked about is not a type that has figures: a typo stays one)
+            types[t]["oldest_ready_age"] = _seconds(now - first) if first is not None else None
     for t, e in types.items():
         recent = e["runs"]["15m"]
         total = recent["completed"] + recent["failed"]
         e["failure_rate"] = round(recent["failed"] / total, 4) if total else None
         values = sorted(run_ms.get(t, []))
-        e["p50"] = _seconds(_percentile(values, 0.5))
+        e["p50"] = _seconds(statistics.median(values)) if values else None  # (as run_time's median)
         e["p95"] = _seconds(_percentile(values, 0.95))
     return {t: types[t] for t in sorted(types)}
 
@@ -212,8 +213,8 @@ def check(stats: dict, *, max_ready_age: float | None = None, max_buried: int | 
                      for name, q in stats["queues"].items() if q["oldest_ready_age"] is not None]
         age, where = min(worst, key=lambda w: (-w[0], w[1])) if worst else (None, None)
         if age is not None and age > max_ready_age:
-            crossed.append(f"oldest ready job waited {format_duration(age)} in {where} "
-                           f"(max {format_duration(max_ready_age)})")
+            (age_said,), limit_said = _apart([age], max_ready_age)
+            crossed.append(f"oldest ready job waited {age_said} in {where} (max {limit_said})")
         else:
             held.append(f"oldest ready{scope} {format_duration(age) if age is not None else 'none'} "
                         f"(max {format_duration(max_ready_age)})")
@@ -249,8 +250,9 @@ def check(stats: dict, *, max_ready_age: float | None = None, max_buried: int | 
                       key=lambda r: (-r[0], r[1]))
         over = [(p, t) for p, t in p95s if p > max_p95]
         if over:
-            crossed.append("p95 run time over 60m " + ", ".join(f"{format_duration(p)} of type {t}" for p, t in over)
-                           + f" (max {format_duration(max_p95)})")
+            texts, limit_said = _apart([p for p, _ in over], max_p95)
+            crossed.append("p95 run time over 60m " + ", ".join(f"{d} of type {t}" for d, (_, t) in zip(texts, over))
+                           + f" (max {limit_said})")
         else:
             top = f"at most {format_duration(p95s[0][0])} (type {p95s[0][1]})" if p95s else "no runs"
             held.append(f"p95 run time over 60m{scope} {top} (max {format_duration(max_p95)})")
@@ -267,6 +269,19 @@ def check(stats: dict, *, max_ready_age: float | None = None, max_buried: int | 
     if crossed:
         return False, "CRITICAL: " + "; ".join(crossed) + (f" | ok: {', '.join(held)}" if held else "")
     return True, "OK: " + ", ".join(held)
+
+
+def _apart(values: list[float], limit: float) -> tuple[list[str], str]:
+    """Durations that crossed `limit`, and the limit, as text (format_duration); to the
+    millisecond (`4.9s`) where rounding made a value read as the limit ("5s (max 5s)")."""
+    said, limit_said = [format_duration(v) for v in values], format_duration(limit)
+    if limit_said not in said:
+        return said, limit_said
+
+    def exact(seconds: float) -> str:
+        return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
+
+    return [exact(v) if t == limit_said else t for v, t in zip(values, said)], exact(limit)
 
 
 def _percent(fraction: float) -> str:

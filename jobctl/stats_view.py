@@ -39,18 +39,15 @@ def queues(stats: dict, width: int | None = None, *, previous: dict | None = Non
     return [queues_table(stats)]
 
 
-def queue_rows(stats: dict, names: list[str], *, compact: bool = False,
-               previous: dict | None = None) -> list[tuple[Cell, dict]]:
+def queue_rows(stats: dict, names: list[str], *, previous: dict | None = None) -> list[tuple[Cell, dict]]:
     """A row of each queue in `names` and, when there is more than one queue, the (all) row: its
     label (a Cell, so that a pause note is cut before the name) and its cells by QUEUE_COLUMNS key,
-    one format per column (`compact`: 12k). A backlog of ready jobs that grew since `previous`
+    every count exact (12,345: ready - held must be read off the screen). A backlog of ready jobs that grew since `previous`
     (the last snapshot of --watch) is marked ↑."""
     before = (previous or {}).get("queues", {})
     records: list[tuple[str | None, dict]] = [(name, stats["queues"][name]) for name in names]
     if len(stats["queues"]) > 1:
         records.append((None, stats["totals"]))
-    fmts = {key: _count_format([r[key] for _, r in records], compact) for key, _, _ in QUEUE_COLUMNS
-            if key != "oldest_ready_age"}
     rows = []
     for name, r in records:
         if name is None:
@@ -63,11 +60,11 @@ def queue_rows(stats: dict, names: list[str], *, compact: bool = False,
             if key == "oldest_ready_age":
                 cells[key] = _age(r[key])
             elif key == "ready" and name is not None and name in before and r["ready"] > before[name]["ready"]:
-                cells[key] = Text(fmts[key](r[key]) + "↑", style="bold yellow")
+                cells[key] = Text(f"{r[key]:,}↑", style="bold yellow")
             elif key == "buried" and r[key]:
-                cells[key] = Text(fmts[key](r[key]), style="red")
+                cells[key] = Text(f"{r[key]:,}", style="red")
             else:
-                cells[key] = fmts[key](r[key])
+                cells[key] = f"{r[key]:,}"
         rows.append((label, cells))
     return rows
 
@@ -252,8 +249,8 @@ def _percent(rate: float | None) -> str:
     return "-" if rate is None else f"{rate * 100:.1f}%"
 
 
-def type_rows(stats: dict, names: list[str], *, compact: bool = False) -> list[tuple[Cell, dict]]:
-    """A row of each type in `names`: its label and its cells by TYPE_COLUMNS key."""
+def type_rows(stats: dict, names: list[str]) -> list[tuple[Cell, dict]]:
+    """A row of each type in `names`: its label and its cells by TYPE_COLUMNS key (counts exact)."""
     records = []
     for name in names:
         e = stats["types"][name]
@@ -263,13 +260,12 @@ def type_rows(stats: dict, names: list[str], *, compact: bool = False) -> list[t
                                "done60": runs["60m"]["completed"], "failed60": runs["60m"]["failed"],
                                "failure_rate": e["failure_rate"], "p50": e["p50"], "p95": e["p95"]}))
     counts = [k for k, _, _ in TYPE_COLUMNS if k not in ("failure_rate", "p50", "p95")]
-    fmts = {key: _count_format([r[key] for _, r in records], compact) for key in counts}
     rows = []
     for name, r in records:
         cells: dict[str, Text | str] = {}
         for key in counts:
             bad = key in ("buried", "failed15", "failed60") and r[key]
-            cells[key] = Text(fmts[key](r[key]), style="red") if bad else fmts[key](r[key])
+            cells[key] = Text(f"{r[key]:,}", style="red") if bad else f"{r[key]:,}"
         cells["failure_rate"] = (Text(_percent(r["failure_rate"]), style="red") if r["failure_rate"]
                                  else _percent(r["failure_rate"]))
         cells["p50"], cells["p95"] = _age(r["p50"]), _age(r["p95"])
@@ -299,9 +295,10 @@ def type_lines(stats: dict, width: int, max_rows: int | None = None) -> list[Tex
                                               -(ts[n]["ready"] - ts[n]["held"]), n))
         keep = set(urgent[:max(max_rows, 1)])
         shown = [n for n in names if n in keep]
-    cols = [Col("TYPE", cut=True, least=8, soft=64)] + [Col(h, right=True, drop=d) for _, h, d in TYPE_COLUMNS]
+    cols = [Col("TYPE", cut=True, least=8, soft=64)] + [Col(h, right=True, drop=_drop(k, d, stats["types"].values()))
+                                                        for k, h, d in TYPE_COLUMNS]
     rows = [[label, *(cells[key] for key, _, _ in TYPE_COLUMNS)]
-            for label, cells in type_rows(stats, shown, compact=width < 120)]
+            for label, cells in type_rows(stats, shown)]
     lines = grid_lines(cols, rows, width)
     if len(shown) < len(names):
         lines.append(Text(f"… {len(names) - len(shown)} more types: a taller window, or stats --json", style="dim"))
@@ -309,13 +306,20 @@ def type_lines(stats: dict, width: int, max_rows: int | None = None) -> list[Tex
 
 
 def summary_line(stats: dict) -> Text:
-    """What needs a person, in one line: stuck, buried, and the ready job waiting longest."""
+    """What needs a person, in one line: stuck, buried, held, the workers, and the ready job
+    waiting longest last (its queue's name, whole in the table, is what a narrow screen cuts)."""
     t = stats["totals"]
     line = Text("")
     line.append(f"stuck {t['stuck']:,}", style="bold red" if t["stuck"] else "")
     line.append(" · ")
     line.append(f"buried {t['buried']:,}", style="red" if t["buried"] else "")
     line.append(" · ")
+    if t.get("held"):
+        line.append(f"held {t['held']:,}", style="magenta")
+        line.append(" · ")
+    if stats.get("workers") is not None:
+        line.append_text(workers_text(stats["workers"]))
+        line.append(" · ")
     ages = [(q["oldest_ready_age"], name) for name, q in stats["queues"].items() if q["oldest_ready_age"] is not None]
     if ages:
         age, name = max(ages, key=lambda a: (a[0], a[1]))
@@ -325,12 +329,6 @@ def summary_line(stats: dict) -> Text:
             line.append(f" ({paused})", style="magenta")
     else:
         line.append("no ready jobs" if not t.get("ready") else "no ready job waits for a worker")
-    if t.get("held"):
-        line.append(" · ")
-        line.append(f"held {t['held']:,}", style="magenta")
-    if stats.get("workers") is not None:
-        line.append(" · ")
-        line.append_text(workers_text(stats["workers"]))
     return line
 
 
@@ -419,28 +417,18 @@ def durations_line(stats: dict) -> Text:
 # row, more as room allows), then throughput and run times.
 
 
-def _count_format(values: list[int], compact: bool):
-    """One format for a whole column: 12,345 (exact), or 12k / 1.2M when `compact` and the column
-    holds a number of six digits or more."""
-    if not compact or max(values, default=0) < 100_000:
-        return lambda n: f"{n:,}"
-
-    def short(n: int) -> str:
-        for unit, size in (("M", 1_000_000), ("k", 1_000)):
-            if abs(n) >= size:
-                v = n / size
-                return f"{v:.1f}{unit}" if v < 10 else f"{v:.0f}{unit}"
-        return str(n)
-
-    return short
-
-
 QUEUE_COLUMNS = (  # key, header, drop order on a narrow screen (higher leaves first)
     ("ready", "READY", 0), ("oldest_ready_age", "OLDEST", 0), ("running", "RUN", 0), ("buried", "BURIED", 0),
     ("held", "HELD", 1),
     ("scheduled", "SCHED", 2), ("blocked", "BLOCKED", 3), ("cancel_requested", "STOPPING", 4),
     ("completed", "DONE", 5), ("cancelled", "CANCELLED", 6),
 )
+
+
+def _drop(key: str, drop: int, entries) -> int:
+    """A column's drop order on a narrow screen: HELD leaves only when no job is held (ready - held
+    is what waits for a worker, so with held jobs it stays and a long name is cut instead)."""
+    return 0 if key == "held" and any(e["held"] for e in entries) else drop
 
 
 def queue_lines(stats: dict, width: int, previous: dict | None = None, max_rows: int | None = None) -> list[Text]:
@@ -453,9 +441,10 @@ def queue_lines(stats: dict, width: int, previous: dict | None = None, max_rows:
         keep = set(urgent[:max(max_rows, 1)])
         shown = [n for n in names if n in keep]
     # A queue name is cut only when dropping the minor counts was not enough ("billing-…" could be another queue).
-    cols = [Col("QUEUE", cut=True, least=8, soft=64)] + [Col(h, right=True, drop=d) for _, h, d in QUEUE_COLUMNS]
+    cols = [Col("QUEUE", cut=True, least=8, soft=64)] + [Col(h, right=True, drop=_drop(k, d, stats["queues"].values()))
+                                                         for k, h, d in QUEUE_COLUMNS]
     rows = [[label, *(cells[key] for key, _, _ in QUEUE_COLUMNS)]
-            for label, cells in queue_rows(stats, shown, compact=width < 120, previous=previous)]
+            for label, cells in queue_rows(stats, shown, previous=previous)]
     lines = grid_lines(cols, rows, width)
     if len(shown) < len(names):
         lines.insert(len(shown) + 1, Text(f"… {len(names) - len(shown)} more queues: a taller window, or stats -q NAME",

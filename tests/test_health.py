@@ -207,7 +207,7 @@ def test_figures_per_type(make_any):
     assert send["ready"] == 1 and send["held"] == 0 and send["running"] == 0 and send["buried"] == 1
     assert send["runs"] == {"15m": {"completed": 1, "failed": 0}, "60m": {"completed": 3, "failed": 1}}
     assert send["failure_rate"] == 0.0
-    assert (send["p50"], send["p95"]) == (2.0, 10.0)
+    assert (send["p50"], send["p95"]) == (2.5, 10.0)  # (runs of 1, 2, 3 and 10 s: the median is 2.5 s)
     report = s["types"]["report"]
     assert report["failure_rate"] == 1.0 and report["buried"] == 1 and report["p95"] == 5.0
     # a type the config declares, with no job and no run: listed, its rates null
@@ -228,6 +228,18 @@ def test_figures_per_type(make_any):
     assert not ok and "10s of type send" in line, line
     assert check(s, max_p95=8.0, types=["report"])[0]
     assert check(s, max_buried=0, types=["idle"])[0] and not check(s, max_buried=0, types=["send"])[0]
+
+
+def test_the_p50_of_a_type_is_the_median_of_the_run_times(make_any):
+    """With one type, its p50 and the run time median of the throughput are one figure (an even
+    number of runs: the mean of the middle two), as the table, --json and Prometheus give them."""
+    clock = Clock(T0)
+    q = make_any(settings(send=dict()), clock)
+    for seconds in (1, 2, 4, 10):
+        run(q, "send", seconds, clock)
+    s = q.stats()[0]
+    assert s["types"]["send"]["p50"] == s["throughput"]["run_time"]["median"] == 3.0
+    assert 'jobctl_type_run_duration_median_seconds{type="send"} 3.0' in prometheus(s)
 
 
 def test_stats_by_type_and_check_on_the_command_line(tmp_path):
@@ -267,6 +279,24 @@ def test_stats_by_type_and_check_on_the_command_line(tmp_path):
     r = cli("stats", "--check", "--max-buried", "0", "--type", "sned", "--quiet")
     assert (r.exit_code, r.stdout, r.stderr) == (0, "", ""), r.output
     assert "warning" not in cli("stats", "--check", "--max-ready-age", "1h", "--type", "send").stderr
+
+
+def test_a_misspelled_type_is_refused_by_every_threshold_of_check(tmp_path):
+    """--max-ready-age asks for the oldest waiting job of each --type: a type without one must
+    still be a typo (exit 2) when the config declares [types], and a warning without them."""
+    db = tmp_path / "q" / "jobs.db"
+    cli = lambda *a, **kw: run_inproc(*a, db=db, **kw)  # noqa: E731
+    assert cli("enqueue", "send").exit_code == 0
+    config = tmp_path / "c.toml"
+    config.write_text('[types.send]\ncommand = "true"\n')
+    config.chmod(0o600)
+    for threshold in (["--max-ready-age", "1h"], ["--max-buried", "0"], ["--max-ready-age", "1h", "--max-stuck", "0"]):
+        r = cli("--config", config, "stats", "--check", *threshold, "--type", "sned")
+        assert r.exit_code == 2 and "no type named sned" in r.stderr, r.output
+        r = cli("stats", "--check", *threshold, "--type", "sned")
+        assert r.exit_code == 0 and "warning: no job of type sned is waiting" in r.stderr, r.output
+    r = cli("--config", config, "stats", "--check", "--max-ready-age", "1h", "--type", "send")
+    assert r.exit_code == 0 and "oldest ready of type send " in r.stdout and not r.stderr, r.output
 
 
 def test_a_paused_queue_does_not_cross_max_ready_age_on_the_command_line(tmp_path):

@@ -233,10 +233,37 @@ def test_check_names_what_was_crossed(db):
     assert ok and line == "OK: oldest ready 10m (max 1h)"
 
 
+def test_a_crossed_duration_never_reads_as_equal_to_its_threshold(db):
+    """Rounded to the same text, "5s (max 5s)" would not say why the check failed: both are then
+    given to the millisecond."""
+    q, _ = build_known(db)
+    with q:
+        s = q.stats()[0]
+    ok, line = check(s, max_p95=4.9)  # type t7's one run took 5 s
+    assert not ok and "5s of type t7 (max 4.9s)" in line, line
+    ok, line = check(s, max_ready_age=599.5)  # billing's oldest ready job waited 600 s
+    assert not ok and "waited 600s in queue billing (max 599.5s)" in line, line
+    ok, line = check(s, max_ready_age=300, max_p95=2)
+    assert not ok and "waited 10m in queue billing (max 5m)" in line and "5s of type t7 (max 2s)" in line, line
+
+
 def test_check_needs_a_threshold_and_thresholds_need_check(cli, db):
     assert cli("init").exit_code == 0
     assert cli("stats", "--check").exit_code == 2
     assert cli("stats", "--max-buried", "0").exit_code == 2
+
+
+def test_check_help_names_every_threshold_that_exits_9(cli, db):
+    """--min-workers fails a check too (exit 9), and --type does not scope it (workers serve any type)."""
+    assert cli("init").exit_code == 0
+    r = cli("stats", "--min-workers", "1", "--check")
+    assert r.exit_code == 9, r.output
+    import re
+
+    text = re.sub(r"\s+", " ", cli("stats", "--help", env={"COLUMNS": "200"}).stdout).split(" Options: ", 1)[1]
+    check_help = text.split("--check ", 1)[1].split(" --max-ready-age", 1)[0]
+    assert "exit 9 when a threshold" in check_help and "--min-workers" in check_help, check_help
+    assert "but --min-workers" in text.split("--type TYPE ", 1)[1].split(" --by ", 1)[0], text
 
 
 def test_watch_piped_prints_one_snapshot_and_exits(cli, db):

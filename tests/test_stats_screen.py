@@ -76,7 +76,7 @@ def test_watch_fits_an_80x24_terminal_and_shows_what_matters(db):
     assert "reports (paused)" in text
     assert re.search(r"^\(all\)\s+11,957\s", text, re.M), text  # 12,000 - 40 run - 3 stuck
     assert "…" not in "".join(line for line in frame[1:8])  # no count cut to "12…"
-    assert "stuck 3 · buried 14 · oldest ready " in text
+    assert re.search(r"^stuck 3 · buried 14 · held [0-9,]+ · workers 0 alive · oldest ready ", text, re.M), text
     for header in ("STUCK", "BURIED", "AGING"):
         assert re.search(rf"^\s*{header}\s", text, re.M), (header, text)
     assert "runs/min (1m, 15m, 60m): completed" in text and "run time (40 runs, last hour)" in text
@@ -138,6 +138,47 @@ def test_stats_on_a_narrow_terminal_keeps_names_and_counts_whole(db):
     for name in QUEUES:
         assert any(line.startswith(name) for line in lines), name
     assert any(re.match(r"^\(all\)\s+11,957\s", line) for line in lines), drawn
+
+
+def test_at_80_columns_ready_and_held_stay_exact_and_held_is_never_left_out(db):
+    """ready - held is what waits for a worker: at 80 columns both are exact (never 1.0M and 1.0M
+    for 1,000,125 ready of which 3 wait), and HELD stays beside READY even when long names need the
+    room (the name is cut first), per queue and per type."""
+    queue, type_ = "reporting-nightly-eu-west-1-batch", "nightly-report-for-every-tenant-v2"
+    with Queue.open(db, create=True) as q:
+        for _ in range(4):
+            q.enqueue(type_, {}, queue=queue)
+        q.enqueue("send", {}, queue="billing")
+        q.claim(types=["send"], worker="w1", lease="1m")
+        q.fail(1 + 4, token=None, error="boom")  # a failed run: the per-type columns fill up
+        q.pause(queue)
+        figures, now = q.stats()
+    for entry in (figures["queues"][queue], figures["totals"], figures["types"][type_]):
+        entry["ready"], entry["held"] = 1_000_125, 1_000_122
+    for by in ("queue", "type"):
+        lines = [line.plain for line in stats_view.screen_lines(figures, now, width=80, by=by)]
+        header = lines[0].split()
+        assert header[:3] in (["QUEUE", "READY", "OLDEST"], ["TYPE", "READY", "HELD"]) and "HELD" in header, lines
+        name = queue if by == "queue" else type_
+        row = next(line for line in lines if line.startswith(name[:8]))
+        assert "1,000,125" in row.split() and "1,000,122" in row.split(), lines
+        assert all(len(line) <= 80 for line in lines), lines
+
+
+def test_at_80_columns_the_summary_line_cuts_a_queue_name_not_the_lost_workers(db):
+    """The one line of what needs a person: a long queue name (the oldest ready job's, whole in the
+    table above) is what gets cut at the edge, never the held count or the lost workers."""
+    queue = "reporting-nightly-eu-west-1-batch-of-the-month"
+    with Queue.open(db, create=True) as q:
+        q.enqueue("t", {}, queue=queue)
+        q.enqueue("t", {}, queue="idle")
+        q.pause("idle")
+        figures, now = q.stats()
+    figures["workers"] = {"alive": 2, "lost": 1}
+    lines = [line.plain for line in stats_view.screen_lines(figures, now, width=80)]
+    summary = next(line for line in lines if line.startswith("stuck 0 · buried 0 · "))
+    assert len(summary) <= 80 and "held 1" in summary and "workers 2 alive, 1 lost" in summary, lines
+    assert "oldest ready" in summary, lines
 
 
 def test_recover_dry_run_fits_80_columns(db):

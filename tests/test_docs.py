@@ -87,7 +87,7 @@ def test_configuration_documents_every_setting(tmp_path):
             assert f"| `{name}` |" in table, f"{name} is not documented"
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=[d.name for d in DOCS])
+@pytest.mark.parametrize("doc", [*DOCS, ROOT / "CHANGELOG.md"], ids=[*(d.name for d in DOCS), "CHANGELOG.md"])
 def test_documents_stand_alone(doc):
     """Users have only this repository: no reference to the outside contract or its section signs."""
     text = doc.read_text()

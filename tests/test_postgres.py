@@ -156,6 +156,34 @@ def test_a_lock_held_past_the_busy_timeout_is_exit_6_and_changes_nothing(pg_url,
     assert json.loads(r.stdout)["status"] == "pending"
 
 
+def test_a_statement_cancelled_on_the_server_is_not_called_busy(pg_url, pg_base, pg_schema):
+    """An administrator's pg_cancel_backend ends the statement at once with the SQLSTATE a statement
+    timeout has (57014): it was reported as "busy: a statement ran past its time limit (waited up
+    to 20s); safe to retry" (exit 6) after a second. It is said as it is, exit 8, nothing changed;
+    a lock or statement timeout stays exit 6."""
+    assert run_cli("--db", pg_url, "enqueue", "t").exit_code == 0
+    app = f"jt_cancelled_{pg_schema}"
+    holder = pg_admin(pg_base)
+    try:
+        cur = holder.cursor()
+        cur.execute("BEGIN")
+        cur.execute(f'SELECT * FROM "{pg_schema}".jobs WHERE id = 1 FOR UPDATE')
+        proc = subprocess.Popen([*JOBCTL, "--db", pg_named(pg_url, app), "--busy-timeout", "20s", "cancel", "1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: sql(pg_base, "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                                      "AND wait_event_type = 'Lock'", (app,)) == [(1,)], what="the cancel's lock wait")
+        sql(pg_base, "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (app,))
+        out, err = proc.communicate(timeout=30)
+        cur.execute("ROLLBACK")
+    finally:
+        holder.close()
+    assert proc.returncode == 8 and out == "" and "Traceback" not in err, err
+    assert err.count("\n") == 1 and err.startswith("jobctl: error: "), err
+    assert "cancelled" in err and "nothing changed" in err and "busy" not in err, err
+    r = run_cli("--db", pg_url, "show", "1", "--json")
+    assert json.loads(r.stdout)["status"] == "pending"
+
+
 def test_without_the_driver_it_says_how_to_install_it(pg_url):
     code = ("import sys; sys.modules['psycopg2'] = None\n"
             "from jobctl.cli import main\n"
@@ -769,6 +797,8 @@ def test_a_schema_name_with_a_trailing_newline_is_a_config_error(tmp_path, pg_ba
     ("postgresql://u:pa/ss@127.0.0.1:5432/test", "ss@"),  # a / not encoded: the URL ends its authority there
     ("postgresql://u:pa/ss@127.0.0.1:5432/test", ":pa"),  # (and libpq reads "pa" as the port)
     ("postgresql://u@127.0.0.1:5432/test?password=pa%zzss", "zzss"),  # the same in a password= parameter
+    ("postgresql://u@127.0.0.1:5432/test?sslpassword=pa%zzss", "zzss"),  # and in the client key's passphrase
+    ("postgresql://u@127.0.0.1:5432/test?sslpassword=pa%00ss", "pa%00"),  # (libpq quotes this one too)
 ])
 def test_a_password_that_is_not_percent_encoded_is_never_printed(url, secret):
     """libpq's own messages quote the parts of a URL it cannot read, and a password whose @, / or

@@ -68,7 +68,9 @@ def password_span(db: str) -> tuple[int, int] | None:
 def without_password(db: str) -> tuple[str, str | None]:
     """The URL with its password taken out (user:PASSWORD@, and password= parameters), and that
     password as libpq reads it (percent-decoded; a password= parameter wins), or None when it has
-    none. A handler gets the first in JOBCTL_DB and the second in a private file (worker/passfile)."""
+    none. A handler gets the first in JOBCTL_DB and the second in a private file (worker/passfile).
+    The client key's passphrase (sslpassword=) is taken out too, and not returned: libpq reads it
+    from no file, so a handler never gets it."""
     from urllib.parse import unquote
 
     head = _URL_HEAD.match(db)
@@ -86,7 +88,7 @@ def without_password(db: str) -> tuple[str, str | None]:
         for pair in query.split("&"):
             if pair.partition("=")[0] == "password":
                 password = unquote(pair.partition("=")[2])
-            else:
+            elif pair.partition("=")[0] != "sslpassword":
                 kept.append(pair)
         db = base + ("?" + "&".join(kept) if kept else "")
     return db, password or None

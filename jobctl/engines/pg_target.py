@@ -115,12 +115,13 @@ class Target:
 
 
 def _secrets(url: str) -> list[str]:
-    """The password of a URL as written (user:PASSWORD@, password=...) and decoded, longest first."""
+    """The password of a URL as written (user:PASSWORD@, password=...) and decoded, and the client
+    key's passphrase (sslpassword=...), longest first."""
     found = []
     span = password_span(url)
     if span is not None:
         found.append(url[span[0]:span[1]])
-    found += re.findall(r"[?&]password=([^&]*)", url, flags=re.I)
+    found += re.findall(r"[?&](?:ssl)?password=([^&]*)", url, flags=re.I)
     found += [unquote(s) for s in found]
     return sorted({s for s in found if s}, key=len, reverse=True)
 

@@ -49,7 +49,7 @@ from jobctl.engines.pg_target import Target, _first_line
 from jobctl.engines.sql import HELD_SQL, SQLEngine, completed, completion_fields, schema_check
 from jobctl.engines.transfer import PostgresTransfer
 from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, JobctlError,
-                           PermissionDenied)
+                           PermissionDenied, StatementCancelled)
 from jobctl.models import Job, row_damage
 
 ORDERS = "workers"  # the payload of a NOTIFY that carries an order to workers, not news of jobs
@@ -65,7 +65,7 @@ DEAD_ROWS_WARN = 10_000  # doctor: dead rows in jobs worth a word when also more
 # Errors that mean "busy: nothing changed, safe to retry" (exit 6), with what happened.
 _BUSY = {
     "55P03": "a lock is held by another transaction",  # lock_not_available (lock_timeout)
-    "57014": "a statement ran past its time limit",  # query_canceled (statement_timeout)
+    "57014": "a statement ran past its time limit",  # query_canceled by statement_timeout (not by a person)
     "40P01": "a deadlock with another transaction",  # deadlock_detected
     "40001": "a conflict with a concurrent transaction",  # serialization_failure
 }
@@ -340,6 +340,10 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
             self.conn.prepares = False
             return DatabaseBusy(f"the database {t.location} lost a prepared statement (a connection pooler in "
                                 "transaction mode?); nothing changed, safe to retry")
+        if code == "57014" and "user request" in str(e):  # (a statement timeout says "statement timeout")
+            return StatementCancelled(
+                f"a statement of this command was cancelled on the server of {t.location} (pg_cancel_backend "
+                "or a person's request); nothing changed; run it again once that is meant")
         if code in _BUSY:
             return DatabaseBusy(
                 f"the database {t.location} is busy: {_BUSY[code]} (waited up to {t.busy_timeout:g}s); nothing "

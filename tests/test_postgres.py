@@ -184,6 +184,33 @@ def test_a_statement_cancelled_on_the_server_is_not_called_busy(pg_url, pg_base,
     assert json.loads(r.stdout)["status"] == "pending"
 
 
+@pytest.mark.parametrize("command", [["retry", "--status", "buried"], ["retry-buried"]])
+def test_an_action_stopped_by_a_lock_part_way_says_what_it_had_changed(pg_url, pg_base, pg_schema, command):
+    """An action by filter commits in short transactions: when a later one gave up on a row lock,
+    the error said "nothing changed, safe to retry" (exit 6) while the jobs of the earlier ones
+    had been retried. It says how many were changed; the exit code stays 6 and running it again
+    goes on with the rest."""
+    lines = "".join('{"type": "t"}\n' for _ in range(1500))
+    assert run_cli("--db", pg_url, "enqueue", "--quiet", "--batch", "-", input=lines).exit_code == 0
+    sql(pg_base, f'UPDATE "{pg_schema}".jobs SET status = %s, finished_at = 0', ("buried",))
+    holder = pg_admin(pg_base)
+    try:
+        cur = holder.cursor()
+        cur.execute("BEGIN")
+        cur.execute(f'SELECT * FROM "{pg_schema}".jobs WHERE id = 1500 FOR UPDATE')
+        r = run_cli("--db", pg_url, "--busy-timeout", "0.1", *command)
+        cur.execute("ROLLBACK")
+    finally:
+        holder.close()
+    line = r.one_error_line()
+    pending = sql(pg_base, f'SELECT count(*) FROM "{pg_schema}".jobs WHERE status = %s', ("pending",))[0][0]
+    assert 0 < pending < 1500
+    assert r.exit_code == 6 and "busy" in line, r.output
+    assert f"retried {pending:,} of 1,500" in line and "nothing changed" not in line, line
+    r = run_cli("--db", pg_url, *command)
+    assert r.exit_code == 0 and r.stdout == f"{1500 - pending}\n", r.output
+
+
 def test_without_the_driver_it_says_how_to_install_it(pg_url):
     code = ("import sys; sys.modules['psycopg2'] = None\n"
             "from jobctl.cli import main\n"

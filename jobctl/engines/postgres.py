@@ -861,10 +861,13 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
 
 
 def _refuse_nul(j: NewJob) -> None:
-    """A payload holding NUL is refused (exit 2, naming the batch line), never stored changed: every
-    job an enqueue inserts passes here, in the transaction, which then keeps nothing."""
-    if payloads.holds_nul(j.payload):
-        raise InvalidInput((f"{j.source}: " if j.source else "") + "invalid payload: " + payloads.NUL_REFUSED
+    """A payload or idempotency key holding NUL is refused (exit 2, naming the batch line), never
+    stored changed: every job an enqueue inserts passes here, in the transaction (before its key
+    is looked up), which then keeps nothing."""
+    bad = ("payload" if payloads.holds_nul(j.payload)
+           else "idempotency key" if j.idempotency_key is not None and "\x00" in j.idempotency_key else None)
+    if bad is not None:
+        raise InvalidInput((f"{j.source}: " if j.source else "") + f"invalid {bad}: " + payloads.NUL_REFUSED
                            + "; nothing was enqueued")
 
 

@@ -143,6 +143,7 @@ def test_a_handler_never_gets_the_passphrase_of_the_client_key(tmp_path, pg_url)
     ("postgres://:pw@db/q", "postgres://db/q", "pw"),
     ("postgresql://app@db/q?sslkey=/k&sslpassword=kp&sslmode=require", "postgresql://app@db/q?sslkey=/k&sslmode=require",
      None),  # the client key's passphrase is left out (libpq reads it from no file)
+    ("postgresql://app@db/q?pass%77ord=pw&x=1", "postgresql://app@db/q?x=1", "pw"),  # (libpq decodes the name)
     ("postgresql://app@db/q", "postgresql://app@db/q", None),
     ("/var/lib/jobctl/a?b.db", "/var/lib/jobctl/a?b.db", None),
 ])

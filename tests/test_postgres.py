@@ -826,6 +826,7 @@ def test_a_schema_name_with_a_trailing_newline_is_a_config_error(tmp_path, pg_ba
     ("postgresql://u@127.0.0.1:5432/test?password=pa%zzss", "zzss"),  # the same in a password= parameter
     ("postgresql://u@127.0.0.1:5432/test?sslpassword=pa%zzss", "zzss"),  # and in the client key's passphrase
     ("postgresql://u@127.0.0.1:5432/test?sslpassword=pa%00ss", "pa%00"),  # (libpq quotes this one too)
+    ("postgresql://u@127.0.0.1:5432/test?pass%77ord=pa%zzss", "zzss"),  # libpq decodes a parameter's name
 ])
 def test_a_password_that_is_not_percent_encoded_is_never_printed(url, secret):
     """libpq's own messages quote the parts of a URL it cannot read, and a password whose @, / or
@@ -855,6 +856,9 @@ def test_display_hides_the_whole_password_and_keeps_the_rest():
     # the passphrase of the client's TLS key is a password too (the top header, the worker's first line)
     assert display("postgresql://h/db?sslkey=/k&sslpassword=secret") == "postgresql://h/db?sslkey=/k&sslpassword=***"
     assert display("postgresql://h/db?SSLPassword=secret&x=1") == "postgresql://h/db?SSLPassword=***&x=1"
+    # libpq percent-decodes a parameter's name: pass%77ord= is a password
+    assert display("postgresql://h/db?pass%77ord=secret&x=1") == "postgresql://h/db?pass%77ord=***&x=1"
+    assert display("postgresql://h/db?ssl%70assword=secret") == "postgresql://h/db?ssl%70assword=***"
     assert display("/var/lib/jobctl/a:b@c.db") == "/var/lib/jobctl/a:b@c.db"
 
 

@@ -12,7 +12,7 @@ import psycopg2
 import psycopg2.extensions
 
 from jobctl.config import DEFAULT_PG_SCHEMA, PG_SCHEMA_NAME
-from jobctl.engines import SEARCH_PATH_OPTION, display, password_span
+from jobctl.engines import SEARCH_PATH_OPTION, display, password_span, secret_values
 from jobctl.errors import ConnectionLost, DatabaseUnusable, InvalidInput
 
 STATEMENT_GRACE_S = 30.0  # statement_timeout = busy timeout + this
@@ -121,7 +121,7 @@ def _secrets(url: str) -> list[str]:
     span = password_span(url)
     if span is not None:
         found.append(url[span[0]:span[1]])
-    found += re.findall(r"[?&](?:ssl)?password=([^&]*)", url, flags=re.I)
+    found += secret_values(url)
     found += [unquote(s) for s in found]
     return sorted({s for s in found if s}, key=len, reverse=True)
 

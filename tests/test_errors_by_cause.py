@@ -152,6 +152,7 @@ def test_the_sqlite_table(tmp_path, db):
     ("XX001", 8), ("XX002", 8), ("58030", 8),  # damaged data or index, an I/O error: unusable, as on SQLite
     ("55P03", 6), ("40P01", 6), ("40001", 6),  # busy: nothing changed, safe to retry
     ("25006", 8), ("53100", 8), ("53200", 8), ("42501", 8), ("42P01", 8),
+    ("22P05", 2),  # a character the database's encoding (not UTF8) cannot hold: input it cannot store
     ("22P02", None), ("XX000", None),  # anything else: the driver's error as it is (an internal error), never busy
 ])
 def test_errors_by_cause(pg_url, code, exit_code):

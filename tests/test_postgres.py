@@ -211,6 +211,28 @@ def test_an_action_stopped_by_a_lock_part_way_says_what_it_had_changed(pg_url, p
     assert r.exit_code == 0 and r.stdout == f"{1500 - pending}\n", r.output
 
 
+def test_a_database_that_is_not_utf8_is_refused_before_the_schema_is_made(pg_base):
+    """A payload is any JSON value: in a LATIN1 database, a payload with an emoji was an internal
+    error (exit 1) after `init` had made the schema without a word. jobctl makes its schema only in
+    a UTF8 database (exit 8 naming the encoding, nothing created)."""
+    import secrets
+    from urllib.parse import urlsplit, urlunsplit
+
+    name = f"jt_latin1_{secrets.token_hex(4)}"
+    admin = pg_admin(pg_base)
+    try:
+        admin.cursor().execute(f"CREATE DATABASE {name} ENCODING 'LATIN1' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'")
+        url = urlunsplit(urlsplit(pg_base)._replace(path=f"/{name}"))
+        for args in (["init"], ["enqueue", "t", '{"s": "\u00e9"}']):
+            r = run_cli("--db", url, *args)
+            line = r.one_error_line()
+            assert r.exit_code == 8 and "LATIN1" in line and "UTF8" in line, r.output
+        assert sql(url, "SELECT count(*) FROM pg_namespace WHERE nspname = 'jobctl'") == [(0,)]
+    finally:
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.close()
+
+
 def test_without_the_driver_it_says_how_to_install_it(pg_url):
     code = ("import sys; sys.modules['psycopg2'] = None\n"
             "from jobctl.cli import main\n"

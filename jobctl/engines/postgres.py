@@ -224,6 +224,14 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                     raise DatabaseUnusable(
                         f"the schema {t.schema} in {t.location} was written by a newer jobctl (schema v{version}); "
                         "nothing was changed; upgrade jobctl")
+                if version == 0:
+                    cur.execute("SELECT current_setting('server_encoding')")
+                    encoding = cur.fetchone()[0]
+                    if encoding != "UTF8":  # payloads are any JSON: text in any language, emoji
+                        raise DatabaseUnusable(
+                            f"the database of {t.location} uses the encoding {encoding}, which cannot hold every "
+                            "payload; jobctl needs a UTF8 database (createdb -E UTF8 -T template0 NAME); nothing "
+                            "was changed")
                 if version < SCHEMA_VERSION:
                     if version == 0 and not exists:
                         try:
@@ -352,6 +360,10 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
             return KeyRace(
                 "another process enqueued a job with the same idempotency key at the same moment; nothing changed, "
                 "safe to retry (the retry finds that job)")
+        if code in ("22P05", "22021"):  # a schema made before jobctl refused databases that are not UTF8
+            return InvalidInput(f"the database of {t.location} cannot store this text ({_first_line(e)}); "
+                                "jobctl needs a UTF8 database (createdb -E UTF8 -T template0 NAME, then `jobctl "
+                                "migrate --to` it); nothing changed")
         if code == "25006":
             return ReadOnly(
                 f"the database {t.location} is read-only ({_first_line(e)}); point --db at the primary server, "

@@ -350,8 +350,8 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                                 "transaction mode?); nothing changed, safe to retry")
         if code == "57014" and "user request" in str(e):  # (a statement timeout says "statement timeout")
             return StatementCancelled(
-                f"a statement of this command was cancelled on the server of {t.location} (pg_cancel_backend "
-                "or a person's request); nothing changed; run it again once that is meant")
+                f"a statement of this command was cancelled on the server of {t.location} (pg_cancel_backend, "
+                "or a person's request); nothing changed")
         if code in _BUSY:
             return DatabaseBusy(
                 f"the database {t.location} is busy: {_BUSY[code]} (waited up to {t.busy_timeout:g}s); nothing "

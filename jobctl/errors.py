@@ -99,6 +99,12 @@ class ConnectionLost(DatabaseUnusable):
     # worker waits it out and retries, reconnecting (a server restart, a terminated backend).
 
 
+class StatementCancelled(DatabaseUnusable):
+    """the server cancelled a statement (an administrator's pg_cancel_backend); nothing changed"""
+
+    # Not "busy" (exit 6): no lock or timeout gave up. A worker waits it out as an outage.
+
+
 class DamagedJob(DatabaseUnusable):
     """a stored job cannot be read"""
 

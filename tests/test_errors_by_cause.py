@@ -150,8 +150,9 @@ def test_the_sqlite_table(tmp_path, db):
 
 @pytest.mark.parametrize("code, exit_code", [
     ("XX001", 8), ("XX002", 8), ("58030", 8),  # damaged data or index, an I/O error: unusable, as on SQLite
-    ("55P03", 6), ("57014", 6), ("40P01", 6), ("40001", 6),  # busy: nothing changed, safe to retry
+    ("55P03", 6), ("40P01", 6), ("40001", 6),  # busy: nothing changed, safe to retry
     ("25006", 8), ("53100", 8), ("53200", 8), ("42501", 8), ("42P01", 8),
+    ("22P05", 2),  # a character the database's encoding (not UTF8) cannot hold: input it cannot store
     ("22P02", None), ("XX000", None),  # anything else: the driver's error as it is (an internal error), never busy
 ])
 def test_errors_by_cause(pg_url, code, exit_code):
@@ -167,5 +168,24 @@ def test_errors_by_cause(pg_url, code, exit_code):
             assert isinstance(translated, psycopg2.Error)
         else:
             assert translated.exit_code == exit_code and "\n" not in str(translated)
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("message, exit_code", [
+    ("canceling statement due to statement timeout", 6),  # busy: nothing changed, safe to retry
+    ("canceling statement due to user request", 8),  # pg_cancel_backend: said as it is, never "busy"
+])
+def test_a_cancelled_statement_is_busy_only_after_its_timeout(pg_url, message, exit_code):
+    import psycopg2
+
+    class Cancelled(psycopg2.DatabaseError):
+        pgcode = "57014"
+
+    e = open_pg(pg_url)
+    try:
+        translated = e._translate(Cancelled(f"ERROR:  {message}\n"))
+        assert translated.exit_code == exit_code, translated
+        assert ("busy" in str(translated)) == (exit_code == 6), translated
     finally:
         e.close()

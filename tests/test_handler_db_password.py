@@ -106,10 +106,44 @@ def test_jobctl_run_gives_its_handler_the_url_without_its_password(tmp_path, pg_
     assert "s3cret" not in r.stdout and "s3cret" not in r.stderr, r.output
 
 
+def test_a_handler_never_gets_the_passphrase_of_the_client_key(tmp_path, pg_url):
+    """sslpassword (the passphrase of the client's TLS key) is a password too: it went to the
+    handler in JOBCTL_DB as written, where `ps e` and anything the handler prints show it. The
+    handler's JOBCTL_DB leaves it out (libpq has no file to read it from, as it has for a
+    password); the server here uses no TLS, so jobctl in the handler still connects."""
+    url = with_password(pg_url) + "&sslpassword=kEyPaSs"
+    report = tmp_path / "report.json"
+    handler = tmp_path / "handler.py"
+    handler.write_text(textwrap.dedent(r"""
+        import json, os, subprocess, sys
+        r = subprocess.run([sys.executable, "-m", "jobctl", "progress", os.environ["JOBCTL_JOB_ID"], "--token",
+                            os.environ["JOBCTL_TOKEN"], "--message", "half way"], capture_output=True, text=True)
+        with open(sys.argv[1], "w") as f:
+            json.dump({"env": dict(os.environ), "jobctl": [r.returncode, r.stderr]}, f)
+    """))
+    config = tmp_path / "jobctl.toml"
+    config.write_text(f"[types.t]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(handler))}, "
+                      f"{json.dumps(str(report))}]\nmax_attempts = 1\n")
+    cfg = ["--config", str(config)]
+    assert run_cli(*cfg, "enqueue", "t", db=url).exit_code == 0
+    worker = subprocess.run([*JOBCTL, "--db", url, *cfg, "work", "--stop-when-empty"], capture_output=True,
+                            text=True, timeout=60)
+    assert worker.returncode == 0, worker.stderr
+    seen = json.loads(report.read_text())
+    assert seen["jobctl"] == [0, ""], seen
+    leaks = {k: v for k, v in seen["env"].items() if "kEyPaSs" in v or "s3cret" in v}
+    assert leaks == {}, leaks
+    assert "sslpassword" not in seen["env"]["JOBCTL_DB"] and "passfile=" in seen["env"]["JOBCTL_DB"], seen["env"]
+    assert "kEyPaSs" not in worker.stderr, worker.stderr
+
+
 @pytest.mark.parametrize("url, bare, password", [
     ("postgresql://app:p%40ss@db:5432/q?sslmode=require", "postgresql://app@db:5432/q?sslmode=require", "p@ss"),
     ("postgresql://app@db/q?password=a%26b&sslmode=disable", "postgresql://app@db/q?sslmode=disable", "a&b"),
     ("postgres://:pw@db/q", "postgres://db/q", "pw"),
+    ("postgresql://app@db/q?sslkey=/k&sslpassword=kp&sslmode=require", "postgresql://app@db/q?sslkey=/k&sslmode=require",
+     None),  # the client key's passphrase is left out (libpq reads it from no file)
+    ("postgresql://app@db/q?pass%77ord=pw&x=1", "postgresql://app@db/q?x=1", "pw"),  # (libpq decodes the name)
     ("postgresql://app@db/q", "postgresql://app@db/q", None),
     ("/var/lib/jobctl/a?b.db", "/var/lib/jobctl/a?b.db", None),
 ])

@@ -156,6 +156,83 @@ def test_a_lock_held_past_the_busy_timeout_is_exit_6_and_changes_nothing(pg_url,
     assert json.loads(r.stdout)["status"] == "pending"
 
 
+def test_a_statement_cancelled_on_the_server_is_not_called_busy(pg_url, pg_base, pg_schema):
+    """An administrator's pg_cancel_backend ends the statement at once with the SQLSTATE a statement
+    timeout has (57014): it was reported as "busy: a statement ran past its time limit (waited up
+    to 20s); safe to retry" (exit 6) after a second. It is said as it is, exit 8, nothing changed;
+    a lock or statement timeout stays exit 6."""
+    assert run_cli("--db", pg_url, "enqueue", "t").exit_code == 0
+    app = f"jt_cancelled_{pg_schema}"
+    holder = pg_admin(pg_base)
+    try:
+        cur = holder.cursor()
+        cur.execute("BEGIN")
+        cur.execute(f'SELECT * FROM "{pg_schema}".jobs WHERE id = 1 FOR UPDATE')
+        proc = subprocess.Popen([*JOBCTL, "--db", pg_named(pg_url, app), "--busy-timeout", "20s", "cancel", "1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: sql(pg_base, "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                                      "AND wait_event_type = 'Lock'", (app,)) == [(1,)], what="the cancel's lock wait")
+        sql(pg_base, "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (app,))
+        out, err = proc.communicate(timeout=30)
+        cur.execute("ROLLBACK")
+    finally:
+        holder.close()
+    assert proc.returncode == 8 and out == "" and "Traceback" not in err, err
+    assert err.count("\n") == 1 and err.startswith("jobctl: error: "), err
+    assert "cancelled" in err and "nothing changed" in err and "busy" not in err, err
+    r = run_cli("--db", pg_url, "show", "1", "--json")
+    assert json.loads(r.stdout)["status"] == "pending"
+
+
+@pytest.mark.parametrize("command", [["retry", "--status", "buried"], ["retry-buried"]])
+def test_an_action_stopped_by_a_lock_part_way_says_what_it_had_changed(pg_url, pg_base, pg_schema, command):
+    """An action by filter commits in short transactions: when a later one gave up on a row lock,
+    the error said "nothing changed, safe to retry" (exit 6) while the jobs of the earlier ones
+    had been retried. It says how many were changed; the exit code stays 6 and running it again
+    goes on with the rest."""
+    lines = "".join('{"type": "t"}\n' for _ in range(1500))
+    assert run_cli("--db", pg_url, "enqueue", "--quiet", "--batch", "-", input=lines).exit_code == 0
+    sql(pg_base, f'UPDATE "{pg_schema}".jobs SET status = %s, finished_at = 0', ("buried",))
+    holder = pg_admin(pg_base)
+    try:
+        cur = holder.cursor()
+        cur.execute("BEGIN")
+        cur.execute(f'SELECT * FROM "{pg_schema}".jobs WHERE id = 1500 FOR UPDATE')
+        r = run_cli("--db", pg_url, "--busy-timeout", "0.1", *command)
+        cur.execute("ROLLBACK")
+    finally:
+        holder.close()
+    line = r.one_error_line()
+    pending = sql(pg_base, f'SELECT count(*) FROM "{pg_schema}".jobs WHERE status = %s', ("pending",))[0][0]
+    assert 0 < pending < 1500
+    assert r.exit_code == 6 and "busy" in line, r.output
+    assert f"retried {pending:,} of 1,500" in line and "nothing changed" not in line, line
+    r = run_cli("--db", pg_url, *command)
+    assert r.exit_code == 0 and r.stdout == f"{1500 - pending}\n", r.output
+
+
+def test_a_database_that_is_not_utf8_is_refused_before_the_schema_is_made(pg_base):
+    """A payload is any JSON value: in a LATIN1 database, a payload with an emoji was an internal
+    error (exit 1) after `init` had made the schema without a word. jobctl makes its schema only in
+    a UTF8 database (exit 8 naming the encoding, nothing created)."""
+    import secrets
+    from urllib.parse import urlsplit, urlunsplit
+
+    name = f"jt_latin1_{secrets.token_hex(4)}"
+    admin = pg_admin(pg_base)
+    try:
+        admin.cursor().execute(f"CREATE DATABASE {name} ENCODING 'LATIN1' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'")
+        url = urlunsplit(urlsplit(pg_base)._replace(path=f"/{name}"))
+        for args in (["init"], ["enqueue", "t", '{"s": "\u00e9"}']):
+            r = run_cli("--db", url, *args)
+            line = r.one_error_line()
+            assert r.exit_code == 8 and "LATIN1" in line and "UTF8" in line, r.output
+        assert sql(url, "SELECT count(*) FROM pg_namespace WHERE nspname = 'jobctl'") == [(0,)]
+    finally:
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.close()
+
+
 def test_without_the_driver_it_says_how_to_install_it(pg_url):
     code = ("import sys; sys.modules['psycopg2'] = None\n"
             "from jobctl.cli import main\n"
@@ -769,6 +846,9 @@ def test_a_schema_name_with_a_trailing_newline_is_a_config_error(tmp_path, pg_ba
     ("postgresql://u:pa/ss@127.0.0.1:5432/test", "ss@"),  # a / not encoded: the URL ends its authority there
     ("postgresql://u:pa/ss@127.0.0.1:5432/test", ":pa"),  # (and libpq reads "pa" as the port)
     ("postgresql://u@127.0.0.1:5432/test?password=pa%zzss", "zzss"),  # the same in a password= parameter
+    ("postgresql://u@127.0.0.1:5432/test?sslpassword=pa%zzss", "zzss"),  # and in the client key's passphrase
+    ("postgresql://u@127.0.0.1:5432/test?sslpassword=pa%00ss", "pa%00"),  # (libpq quotes this one too)
+    ("postgresql://u@127.0.0.1:5432/test?pass%77ord=pa%zzss", "zzss"),  # libpq decodes a parameter's name
 ])
 def test_a_password_that_is_not_percent_encoded_is_never_printed(url, secret):
     """libpq's own messages quote the parts of a URL it cannot read, and a password whose @, / or
@@ -798,6 +878,9 @@ def test_display_hides_the_whole_password_and_keeps_the_rest():
     # the passphrase of the client's TLS key is a password too (the top header, the worker's first line)
     assert display("postgresql://h/db?sslkey=/k&sslpassword=secret") == "postgresql://h/db?sslkey=/k&sslpassword=***"
     assert display("postgresql://h/db?SSLPassword=secret&x=1") == "postgresql://h/db?SSLPassword=***&x=1"
+    # libpq percent-decodes a parameter's name: pass%77ord= is a password
+    assert display("postgresql://h/db?pass%77ord=secret&x=1") == "postgresql://h/db?pass%77ord=***&x=1"
+    assert display("postgresql://h/db?ssl%70assword=secret") == "postgresql://h/db?ssl%70assword=***"
     assert display("/var/lib/jobctl/a:b@c.db") == "/var/lib/jobctl/a:b@c.db"
 
 

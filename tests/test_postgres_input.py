@@ -101,6 +101,35 @@ def test_a_handler_result_with_a_nul_completes_the_job_without_it_on_postgresql(
     assert "result" in r.stderr and "not stored: it holds a NUL character" in r.stderr, r.stderr
 
 
+def test_a_nul_in_an_idempotency_key_is_refused_on_postgresql_not_changed(pg_url, tmp_path):
+    """A batch line's key may hold NUL (JSON \\u0000): PostgreSQL stored it with U+FFFD in its place,
+    so the key was changed, and another job's key "\\ufffd" then found that job ("created": false)
+    as if it were the same key. It is refused (exit 2, naming the line), as a payload holding NUL
+    is; migrate refuses a job whose key holds one, naming the job. SQLite keeps it as it is."""
+    lines = '{"type":"t"}\n{"type":"t","key":"k\\u0000"}\n'
+    r = run_inproc("enqueue", "--quiet", "--batch", "-", input=lines, db=pg_url)
+    line = r.one_error_line()
+    assert r.exit_code == 2 and "line 2: invalid idempotency key" in line and "NUL" in line, r.output
+    assert jobs_in(pg_url) == []
+    r = run_inproc("enqueue", "--batch", "-", "--json", input='{"type":"t","key":"k\\ufffd"}\n', db=pg_url)
+    assert r.exit_code == 0 and json.loads(r.stdout)["created"] is True, r.output
+    db = tmp_path / "q" / "jobs.db"
+    assert run_inproc("enqueue", "--quiet", "--batch", "-", input=lines, db=db).exit_code == 0
+    assert run_inproc("show", "--json", "2", db=db).stdout.count('"k\\u0000"') == 1
+    target = pg_url.replace("search_path%3D", "search_path%3Dm")
+    try:
+        r = run_inproc("migrate", "--to", target, db=db)
+        line = r.one_error_line()
+        assert r.exit_code == 2 and "job 2: invalid idempotency key" in line, r.output
+    finally:
+        from urllib.parse import unquote
+
+        schema = unquote(target).rpartition("search_path=")[2]
+        conn = pg_admin(pg_url)
+        conn.cursor().execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        conn.close()
+
+
 # -- the rights a user needs: a role with exactly those ------------------------------------------
 
 def rights(schema: str, role: str) -> list[str]:

@@ -7,13 +7,14 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, TypeVar
 
 import typer
 
 from jobctl.cli.app import emit, emit_json, state
 from jobctl.completion import complete_queue, complete_selection_status, complete_type
-from jobctl.errors import InvalidInput
+from jobctl.errors import InvalidInput, JobctlError
 
 if TYPE_CHECKING:
     from jobctl.selection import Selection
@@ -164,10 +165,12 @@ def act(ctx, action: str, sel, *, dry_run: bool, yes: bool, as_json: bool, **inp
         counts: dict[str, int] = {}
         from jobctl.cli.progress import progress_bar
 
-        with progress_bar(DOING[action], unit="jobs") as on_progress:
+        with progress_bar(DOING[action], unit="jobs") as on_progress, stopped_part_way(DONE[action], len(ids)) as done:
             for job_id, outcome, detail in q.act(action, ids, sel, dry_run=dry_run, on_progress=on_progress, **inputs):
                 word = _word(action, outcome, detail)
                 counts[word] = counts.get(word, 0) + 1
+                if not dry_run and word not in ("skipped", "refused", "unchanged"):
+                    done[0] += 1
                 if as_json:
                     emit_json({"id": job_id, "action": word, **({"dry_run": True} if dry_run else {})})
     changed = sum(n for word, n in counts.items() if word not in ("skipped", "refused", "unchanged"))
@@ -176,6 +179,22 @@ def act(ctx, action: str, sel, *, dry_run: bool, yes: bool, as_json: bool, **inp
     from jobctl.cli.state import tell
 
     tell(report(action, len(ids), counts, dry_run))
+
+
+@contextmanager
+def stopped_part_way(done_word: str, matched: int):
+    """Around an action's short transactions: yields [count], which the caller raises per job
+    changed. An error (a lock, a lost connection) that stops the action after some transactions
+    committed says how many jobs they changed: its own "nothing changed" speaks of the last
+    transaction only. Running the action again goes on with the rest."""
+    done = [0]
+    try:
+        yield done
+    except JobctlError as e:
+        if done[0]:
+            e.args = (f"{done_word} {done[0]:,} of {matched:,} jobs, then stopped: "
+                      + str(e).replace("nothing changed", "nothing more changed"),)
+        raise
 
 
 def _word(action: str, outcome: str, detail) -> str:

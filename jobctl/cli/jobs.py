@@ -587,10 +587,13 @@ def retry_buried(
     sel = by.selection(status=["buried"])
     ids: list[int] = []
     with state(ctx).open_queue() as q, progress_bar("retrying", unit="jobs") as on_progress:
-        for job_id, outcome, _ in q.act("retry", q.matching_ids(sel), sel, dry_run=dry_run, on_progress=on_progress,
-                                        reset_attempts=reset_attempts):
-            if outcome == "changed":
-                ids.append(job_id)
+        matched = q.matching_ids(sel)
+        with filters.stopped_part_way("retried", len(matched)) as done:
+            for job_id, outcome, _ in q.act("retry", matched, sel, dry_run=dry_run, on_progress=on_progress,
+                                            reset_attempts=reset_attempts):
+                if outcome == "changed":
+                    ids.append(job_id)
+                    done[0] += not dry_run
     if as_json:
         emit_json({"count": len(ids), "ids": ids, "dry_run": dry_run})
     else:

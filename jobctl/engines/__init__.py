@@ -68,7 +68,9 @@ def password_span(db: str) -> tuple[int, int] | None:
 def without_password(db: str) -> tuple[str, str | None]:
     """The URL with its password taken out (user:PASSWORD@, and password= parameters), and that
     password as libpq reads it (percent-decoded; a password= parameter wins), or None when it has
-    none. A handler gets the first in JOBCTL_DB and the second in a private file (worker/passfile)."""
+    none. A handler gets the first in JOBCTL_DB and the second in a private file (worker/passfile).
+    The client key's passphrase (sslpassword=) is taken out too, and not returned: libpq reads it
+    from no file, so a handler never gets it."""
     from urllib.parse import unquote
 
     head = _URL_HEAD.match(db)
@@ -84,9 +86,10 @@ def without_password(db: str) -> tuple[str, str | None]:
         base, _, query = db.partition("?")
         kept = []
         for pair in query.split("&"):
-            if pair.partition("=")[0] == "password":
+            secret = _secret_key(pair.partition("=")[0])
+            if secret == "password":
                 password = unquote(pair.partition("=")[2])
-            else:
+            elif secret is None:
                 kept.append(pair)
         db = base + ("?" + "&".join(kept) if kept else "")
     return db, password or None
@@ -106,13 +109,30 @@ def url_schema(db: str) -> str | None:
     return m.group(1).strip('"') if m else None
 
 
+_QUERY_PAIR = re.compile(r"([?&])([^&=]*)=([^&]*)")
+
+
+def _secret_key(key: str) -> str | None:
+    """"password" or "sslpassword" when a URL parameter's name is one of those as libpq reads it
+    (percent-decoded: pass%77ord is password too), else None."""
+    from urllib.parse import unquote
+
+    name = unquote(key).lower()
+    return name if name in ("password", "sslpassword") else None
+
+
+def secret_values(db: str) -> list[str]:
+    """The values of a URL's password= and sslpassword= parameters, as written."""
+    return [m.group(3) for m in _QUERY_PAIR.finditer(db) if _secret_key(m.group(2))]
+
+
 def display(db: str) -> str:
     """A database string fit to print: any password in a URL (user:PASSWORD@, a password=
     parameter, or sslpassword=, the passphrase of the client's key) is replaced by ***."""
     span = password_span(db)
     if span is not None:
         db = db[:span[0]] + "***" + db[span[1]:]
-    return re.sub(r"([?&](?:ssl)?password=)[^&]*", r"\1***", db, flags=re.I)
+    return _QUERY_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}=***" if _secret_key(m.group(2)) else m.group(0), db)
 
 
 def open(db: str | os.PathLike, *, create: bool = False, read_only: bool = False, settings=None,

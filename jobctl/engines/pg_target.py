@@ -12,7 +12,7 @@ import psycopg2
 import psycopg2.extensions
 
 from jobctl.config import DEFAULT_PG_SCHEMA, PG_SCHEMA_NAME
-from jobctl.engines import SEARCH_PATH_OPTION, display, password_span
+from jobctl.engines import SEARCH_PATH_OPTION, display, password_span, secret_values
 from jobctl.errors import ConnectionLost, DatabaseUnusable, InvalidInput
 
 STATEMENT_GRACE_S = 30.0  # statement_timeout = busy timeout + this
@@ -115,12 +115,13 @@ class Target:
 
 
 def _secrets(url: str) -> list[str]:
-    """The password of a URL as written (user:PASSWORD@, password=...) and decoded, longest first."""
+    """The password of a URL as written (user:PASSWORD@, password=...) and decoded, and the client
+    key's passphrase (sslpassword=...), longest first."""
     found = []
     span = password_span(url)
     if span is not None:
         found.append(url[span[0]:span[1]])
-    found += re.findall(r"[?&]password=([^&]*)", url, flags=re.I)
+    found += secret_values(url)
     found += [unquote(s) for s in found]
     return sorted({s for s in found if s}, key=len, reverse=True)
 

@@ -49,7 +49,7 @@ from jobctl.engines.pg_target import Target, _first_line
 from jobctl.engines.sql import HELD_SQL, SQLEngine, completed, completion_fields, schema_check
 from jobctl.engines.transfer import PostgresTransfer
 from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, JobctlError,
-                           PermissionDenied)
+                           PermissionDenied, StatementCancelled)
 from jobctl.models import Job, row_damage
 
 ORDERS = "workers"  # the payload of a NOTIFY that carries an order to workers, not news of jobs
@@ -65,7 +65,7 @@ DEAD_ROWS_WARN = 10_000  # doctor: dead rows in jobs worth a word when also more
 # Errors that mean "busy: nothing changed, safe to retry" (exit 6), with what happened.
 _BUSY = {
     "55P03": "a lock is held by another transaction",  # lock_not_available (lock_timeout)
-    "57014": "a statement ran past its time limit",  # query_canceled (statement_timeout)
+    "57014": "a statement ran past its time limit",  # query_canceled by statement_timeout (not by a person)
     "40P01": "a deadlock with another transaction",  # deadlock_detected
     "40001": "a conflict with a concurrent transaction",  # serialization_failure
 }
@@ -224,6 +224,14 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                     raise DatabaseUnusable(
                         f"the schema {t.schema} in {t.location} was written by a newer jobctl (schema v{version}); "
                         "nothing was changed; upgrade jobctl")
+                if version == 0:
+                    cur.execute("SELECT current_setting('server_encoding')")
+                    encoding = cur.fetchone()[0]
+                    if encoding != "UTF8":  # payloads are any JSON: text in any language, emoji
+                        raise DatabaseUnusable(
+                            f"the database of {t.location} uses the encoding {encoding}, which cannot hold every "
+                            "payload; jobctl needs a UTF8 database (createdb -E UTF8 -T template0 NAME); nothing "
+                            "was changed")
                 if version < SCHEMA_VERSION:
                     if version == 0 and not exists:
                         try:
@@ -340,6 +348,10 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
             self.conn.prepares = False
             return DatabaseBusy(f"the database {t.location} lost a prepared statement (a connection pooler in "
                                 "transaction mode?); nothing changed, safe to retry")
+        if code == "57014" and "user request" in str(e):  # (a statement timeout says "statement timeout")
+            return StatementCancelled(
+                f"a statement of this command was cancelled on the server of {t.location} (pg_cancel_backend, "
+                "or a person's request); nothing changed")
         if code in _BUSY:
             return DatabaseBusy(
                 f"the database {t.location} is busy: {_BUSY[code]} (waited up to {t.busy_timeout:g}s); nothing "
@@ -348,6 +360,10 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
             return KeyRace(
                 "another process enqueued a job with the same idempotency key at the same moment; nothing changed, "
                 "safe to retry (the retry finds that job)")
+        if code in ("22P05", "22021"):  # a schema made before jobctl refused databases that are not UTF8
+            return InvalidInput(f"the database of {t.location} cannot store this text ({_first_line(e)}); "
+                                "jobctl needs a UTF8 database (createdb -E UTF8 -T template0 NAME, then `jobctl "
+                                "migrate --to` it); nothing changed")
         if code == "25006":
             return ReadOnly(
                 f"the database {t.location} is read-only ({_first_line(e)}); point --db at the primary server, "
@@ -857,10 +873,13 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
 
 
 def _refuse_nul(j: NewJob) -> None:
-    """A payload holding NUL is refused (exit 2, naming the batch line), never stored changed: every
-    job an enqueue inserts passes here, in the transaction, which then keeps nothing."""
-    if payloads.holds_nul(j.payload):
-        raise InvalidInput((f"{j.source}: " if j.source else "") + "invalid payload: " + payloads.NUL_REFUSED
+    """A payload or idempotency key holding NUL is refused (exit 2, naming the batch line), never
+    stored changed: every job an enqueue inserts passes here, in the transaction (before its key
+    is looked up), which then keeps nothing."""
+    bad = ("payload" if payloads.holds_nul(j.payload)
+           else "idempotency key" if j.idempotency_key is not None and "\x00" in j.idempotency_key else None)
+    if bad is not None:
+        raise InvalidInput((f"{j.source}: " if j.source else "") + f"invalid {bad}: " + payloads.NUL_REFUSED
                            + "; nothing was enqueued")
 
 

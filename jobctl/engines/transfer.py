@@ -197,10 +197,12 @@ class Importer:
                     f"({damage}); `jobctl doctor` names every damaged job: delete or repair it there, or restore "
                     "a backup, then migrate again; nothing was written")
             if refuse_nul:
-                for field in ("payload", "result"):
-                    if isinstance(row.get(field), str) and payloads.holds_nul(row[field]):
-                        raise InvalidInput(f"job {job}: invalid {field}: {payloads.NUL_REFUSED}; nothing was "
-                                           f"written to {self.engine.location}")  # type: ignore[attr-defined]
+                for field in ("payload", "result", "idempotency_key"):
+                    text = row.get(field)
+                    if isinstance(text, str) and (payloads.holds_nul(text) if field != "idempotency_key"
+                                                  else "\x00" in text):
+                        raise InvalidInput(f"job {job}: invalid {field.replace('_', ' ')}: {payloads.NUL_REFUSED}; "
+                                           f"nothing was written to {self.engine.location}")  # type: ignore[attr-defined]
 
     def finish(self, source: Snapshot) -> None:
         """Set the id sequences above the source's, then check every table's count and the

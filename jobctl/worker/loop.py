@@ -24,7 +24,8 @@ from typing import Callable
 from jobctl import __version__, handlers, payloads
 from jobctl.config import Settings, WorkerSettings
 from jobctl.durations import format_duration
-from jobctl.errors import CancelRequested, ConnectionLost, DatabaseBusy, DatabaseUnusable, InvalidInput, InvalidState, JobctlError, NoSuchJob
+from jobctl.errors import (CancelRequested, ConnectionLost, DatabaseBusy, DatabaseUnusable, InvalidInput, InvalidState,
+                           JobctlError, NoSuchJob, StatementCancelled)
 from jobctl.models import Job, Record
 from jobctl.worker.keeper import Keeper
 from jobctl.worker.log import Log
@@ -718,7 +719,7 @@ class Worker:
                 if not self.q.engine.orders_changed():
                     return
                 found, request = self.q.engine.worker_request(self.instance)
-            except (DatabaseBusy, ConnectionLost):
+            except (DatabaseBusy, ConnectionLost, StatementCancelled):
                 return
             self._obey(found, request, now)
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Callable
 from jobctl import handlers
 from jobctl.durations import format_duration, to_rfc3339
 from jobctl.engines.base import RunOutput
-from jobctl.errors import ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidState, JobctlError, NoSuchJob
+from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidState, JobctlError, NoSuchJob,
+                           StatementCancelled)
 from jobctl.models import Job, Record
 
 if TYPE_CHECKING:
@@ -97,6 +98,10 @@ class Recorder:
         except DatabaseBusy:
             self.cause = DatabaseBusy
             self._wait_out("locked by another process")
+            raise Retry() from None
+        except StatementCancelled:  # (an administrator's pg_cancel_backend: nothing was done; as before, not fatal)
+            self.cause = StatementCancelled
+            self._wait_out("cancelling this worker's statements (pg_cancel_backend?)")
             raise Retry() from None
         except ConnectionLost:
             # A server restart or a terminated backend: the engine reconnects on a later call.

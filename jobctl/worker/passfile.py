@@ -6,7 +6,8 @@ worker's log, `logs` and `show` print to anyone allowed to read the queue. So th
 JOBCTL_DB carries no password: it names, in libpq's `passfile` parameter, a file that holds it,
 mode 0600 in a folder of its own (0700), written when the worker (or `jobctl run`) starts and
 removed when it stops. libpq (jobctl, psql, psycopg) reads that file for this URL only, so the
-handler's other connections keep their own ~/.pgpass and PGPASSFILE.
+handler's other connections keep their own ~/.pgpass and PGPASSFILE. The passphrase of a client
+key (sslpassword) is left out of it altogether: libpq reads that from no file.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class HandlerDb:
             return
         bare, password = engines.without_password(db)
         if password is None:
+            self.url = bare  # (without the client key's passphrase, if it had one)
             return
         import tempfile  # only here: a worker without a password does not load it
         from urllib.parse import quote

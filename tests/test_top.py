@@ -143,7 +143,7 @@ def test_keys_act_in_the_database(known):
             # running tab: job 9 runs; r is refused with the command line's reason, no traceback
             await press(app, pilot, "1", "r")
             assert "job 9" in app.status_text and "running" in app.status_text, app.status_text
-            await press(app, pilot, "c")
+            await press(app, pilot, "c", "y")  # (asked first: see below)
             assert app.status_text == "cancel: job 9 is now cancel_requested"
             # l follows the selected job: its details open and are read again with each look
             await press(app, pilot, "l")
@@ -235,7 +235,7 @@ def test_bury_and_edit_keys(known, tmp_path, monkeypatch):
             await settle(app, pilot)
             await press(app, pilot, "3")  # aging: job 2 first (job 1 is held)
             await press(app, pilot, "b")
-            assert "Bury job 2?" in screen_text(app)
+            assert "Bury job 2 (t2 in billing, pending)?" in screen_text(app)
             await press(app, pilot, "escape")
             assert app.status_text == "nothing buried"
             await press(app, pilot, "b")
@@ -311,11 +311,15 @@ def test_below_80x24_it_asks_for_room(tmp_path):
         async with app.run_test(size=(70, 20)) as pilot:
             await settle(app, pilot)
             await press(app, pilot, "2", "r")  # nothing acts on what cannot be seen
-            return screen_text(app), app.status_text
+            said = screen_text(app), app.status_text
+            await pilot.resize_terminal(80, 24)  # made larger: the view, without the old complaint
+            await settle(app, pilot)
+            return said, app.status_text
 
-    shown, status = asyncio.run(go())
+    (shown, status), after = asyncio.run(go())
     assert "jobctl top needs at least 80×24; this terminal is 70×20." in shown
     assert status == "needs at least 80×24 to act; q quits"
+    assert after == "? help · q quit"
 
 
 def test_the_database_going_away_is_said_and_retried(tmp_path, monkeypatch):
@@ -514,3 +518,91 @@ def test_a_running_jobs_progress_is_masked_as_list_masks_it(db):
     _, cells = tab_row("running", job, job.claimed_at, False, Settings().secret_keys)
     shown = cells[-1].plain
     assert "hunter2" not in shown and "5% login password=***" in shown, shown
+
+
+def test_at_80_columns_the_keys_act_on_the_job_shown(known):
+    """80x24: the details cover the jobs; the keys act on the job the details show (not on a row
+    hidden behind them), the arrows scroll the details, and c and b name the job before acting."""
+    db, clock = known
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await press(app, pilot, "3", "enter")  # aging: jobs 2 and 5; job 2's details
+            assert app.detail.job.id == 2 and app.focused.id == "detail"
+            await press(app, pilot, "j", "b")  # j scrolls the details; b is about job 2
+            assert "Bury job 2 (t2 in billing, pending)?" in screen_text(app), screen_text(app)
+            await press(app, pilot, "escape")
+            assert app.status_text == "nothing buried" and app.detail.job.id == 2
+            await press(app, pilot, "c")
+            assert "Cancel job 2 (t2 in billing, pending)?" in screen_text(app), screen_text(app)
+            await press(app, pilot, "y")
+            assert app.status_text == "cancel: job 2 is now cancelled"
+            await press(app, pilot, "escape")
+            assert app.focused.id == "table-aging"
+
+    asyncio.run(go())
+    with Queue.open(db, Settings(), clock=clock) as q:
+        assert q.get(2).status == "cancelled" and q.get(5).status == "pending"
+
+
+def test_cancel_asks_first_and_bury_refuses_a_running_job_without_asking(known):
+    db, clock = known
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await press(app, pilot, "b")  # running job 9: refused at once, no question
+            assert len(app.screen_stack) == 1
+            assert app.status_text == "job 9 is running; cannot bury it (it is running; `jobctl cancel 9` stops it)"
+            await press(app, pilot, "c")
+            assert "Cancel job 9 (t9 in email, running on host:99)?" in screen_text(app), screen_text(app)
+            await press(app, pilot, "n")
+            assert app.status_text == "nothing cancelled"
+            with Queue.open(db, Settings(), clock=clock) as q:
+                assert q.get(9).status == "running"
+            await press(app, pilot, "c", "y")
+            assert app.status_text == "cancel: job 9 is now cancel_requested"
+
+    asyncio.run(go())
+
+
+def test_nothing_is_cut_at_80_columns(known):
+    """An outcome longer than a line is shown whole; the footer keeps `? help q quit` over the
+    details and the workers; the filter in force is shown whole in the header."""
+    db, clock = known
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await press(app, pilot, "e")  # running job 9: refused with a reason longer than a line
+            assert len(app.status_text) > 80
+            assert app.status_text in " ".join(screen_text(app).split()), screen_text(app)
+            await press(app, pilot, "enter")
+            assert screen_text(app).splitlines()[-1].rstrip().endswith("? help q quit"), screen_text(app)
+            await press(app, pilot, "escape", "w")
+            assert screen_text(app).splitlines()[-1].rstrip().endswith("? help q quit"), screen_text(app)
+            await press(app, pilot, "escape", "slash")
+            await pilot.press(*"type:t10 status:cancel_requested", "enter")
+            await settle(app, pilot)
+            await press(app, pilot, "c")  # (the status line says something else now)
+            assert "filter: type:t10 status:cancel_requested" in screen_text(app).splitlines()[2], screen_text(app)
+
+    asyncio.run(go())
+
+
+def test_ctrl_c_quits(known):
+    db, clock = known
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("ctrl+c")
+            await pilot.pause()
+        return app.return_code
+
+    assert asyncio.run(go()) == 0

@@ -22,11 +22,13 @@ def top(
     (with held), jobs in tabs (running, buried by error, aging, held,
     scheduled) and a job's details with the tail of its output. Keys:
     arrows or j/k, Enter, l (follow the output), r retry (on a buried
-    group: the group, asked first), c cancel, b bury (asks why), e edit the
-    payload in $EDITOR, p pause/resume, R retry all buried matching the
-    filter (asks first), / filter in the words of the command line's
-    filters (type:T error:TEXT payload:PATH=V worker:W since:1h ...),
-    w workers (d drains one, asked first), ? help, q quit. Needs a
+    group: the group, asked first), c cancel (asked first), b bury (asks
+    why), e edit the payload in $EDITOR, p pause/resume, R retry all
+    buried matching the filter (asks first), / filter in the words of the
+    command line's filters (type:T error:TEXT payload:PATH=V worker:W
+    since:1h ...), w workers (d drains one, asked first), ? help, q or
+    Ctrl-C quit. Below 160 columns the details (Enter) cover the jobs: the
+    arrows scroll them and the keys act on the job they show. Needs a
     terminal of at least 80x24; `jobctl stats --watch` is the read-only
     view for a pipe or a second screen.
 

@@ -31,7 +31,7 @@ def since(ms: int | None, now: int) -> str:
 
 def header_lines(snap, width: int, flt_text: str, following: int | None) -> Group:
     """Three lines: the database and when it was read; throughput with sparklines and workers;
-    what needs a person (stuck, buried, oldest ready), with the filter in force."""
+    the filter in force, then what needs a person (stuck, buried, oldest ready)."""
     from jobctl.stats_view import sparkline, summary_line
 
     stamp = datetime.fromtimestamp(snap.now / 1000).strftime("%H:%M:%S")
@@ -61,10 +61,12 @@ def header_lines(snap, width: int, flt_text: str, following: int | None) -> Grou
     second.append(failed_rate, style="bold red" if t["1m"]["failed"] else "bold")
     second.append(sparkline(t["failed_by_minute"][-minutes:]) if minutes else "", style="red")
     second.append_text(workers)
-    third = summary_line({**snap.figures, "workers": None})  # (the workers are on the line above)
-    if flt_text:
-        third.append("  filter: ", style="bold yellow")
+    third = Text()
+    if flt_text:  # first: what the panes below are read through is never cut off at 80 columns
+        third.append("filter: ", style="bold yellow")
         third.append(safe(flt_text), style="yellow")
+        third.append("  ")
+    third.append_text(summary_line({**snap.figures, "workers": None}))  # (the workers are on the line above)
     if following is not None:
         third.append(f"  following job {following}", style="bold cyan")
     for line in (first, second, third):
@@ -233,7 +235,7 @@ class WorkersTable(DataTable):
     """The workers pane: one row per worker, moved with arrows or j/k; d drains the selected one."""
 
     BINDINGS = [Binding("j", "cursor_down", "down", show=False), Binding("k", "cursor_up", "up", show=False),
-                Binding("d", "app.drain", "drain")]
+                Binding("d", "app.drain", "drain", show=False)]  # (said in the pane's title)
 
 
 class JobsTable(DataTable):

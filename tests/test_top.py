@@ -606,3 +606,36 @@ def test_ctrl_c_quits(known):
         return app.return_code
 
     assert asyncio.run(go()) == 0
+
+
+def test_a_database_removed_under_the_view_is_said(tmp_path, monkeypatch):
+    """The file is removed (or moved away) while the view runs: the view says so instead of
+    showing the removed file's last state as live, and reads the file made at that path after."""
+    from jobctl.top import app as top_app
+
+    monkeypatch.setattr(top_app, "RETRY_AFTER", 0.2)
+    monkeypatch.setattr(top_app, "IDLE_LOOK", 0.2)
+    db = tmp_path / "q" / "jobs.db"
+    with Queue.open(db, create=True) as q:
+        q.enqueue("mail", {})
+
+    async def go():
+        app = make_app(db, Clock(T0))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            assert app.snapshot.figures["totals"]["ready"] == 1
+            for name in os.listdir(db.parent):
+                os.remove(db.parent / name)
+            deadline = time.monotonic() + 10
+            while "database unavailable" not in app.status_text:
+                assert time.monotonic() < deadline, app.status_text
+                await pilot.pause(0.05)
+            assert "was removed" in app.status_text, app.status_text
+            Queue.open(db, create=True).close()
+            while app.status_text != "database available again":
+                assert time.monotonic() < deadline, app.status_text
+                await pilot.pause(0.05)
+            await settle(app, pilot)
+            assert app.snapshot.figures["totals"]["ready"] == 0
+
+    asyncio.run(go())

@@ -67,8 +67,8 @@ class DataSource:
         if self.q is None:
             import os
 
-            self.q = self._open_queue()
-            files = self.q.engine.files
+            q = self.q = self._open_queue()
+            files = q.engine.files
             if files is not None:
                 st = os.stat(files.url)
                 self._file = (files.url, (st.st_dev, st.st_ino))

@@ -639,3 +639,48 @@ def test_a_database_removed_under_the_view_is_said(tmp_path, monkeypatch):
             assert app.snapshot.figures["totals"]["ready"] == 0
 
     asyncio.run(go())
+
+
+def test_a_long_queue_name_leaves_the_paused_column_on_screen(known):
+    """Queue names may be 64 characters: at 80 columns a long one is shortened (…) so that every
+    column, PAUSED the last, stays on screen; p still acts on the whole name."""
+    db, clock = known
+    name = "notifications-" + "x" * 40 + "-eu-west-1"
+    with Queue.open(db, Settings(), clock=clock) as q:
+        q.enqueue("t1", {}, queue=name)
+        q.pause(name)
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            lines = screen_text(app).splitlines()
+            assert lines[3].split() == ["QUEUE", "READY", "HELD", "SCHED", "RUNNING", "BURIED", "OLDEST", "READY",
+                                        "PAUSED"], lines[3]
+            row = next((line for line in lines if line.startswith(" notificat")), "\n".join(lines))
+            assert row.rstrip().endswith("paused") and "…" in row, row
+            app.query_one("#queues").focus()
+            await press(app, pilot, "j", "j", "j", "j", "p")  # billing, default, email, idle, the long one
+            assert app.status_text == f"resumed queue {name}", app.status_text
+
+    asyncio.run(go())
+
+
+def test_long_names_leave_each_tabs_last_columns_on_screen(known):
+    """At 80 columns a queue, type or worker name of up to 64 characters is shortened (…) in the
+    jobs tabs, so that the columns after it (how long, the error) stay on screen."""
+    db, clock = known
+    long_type = "send-" + "y" * 50
+    with Queue.open(db, Settings(), clock=clock) as q:
+        q.enqueue(long_type, {}, queue="z" * 60)
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await press(app, pilot, "3")  # aging: the new job waits 0s, longest-waiting last
+            lines = screen_text(app).splitlines()
+            row = next((line for line in lines if "send-yyy" in line), "\n".join(lines))
+            assert row.split()[-2:] == ["10", "0ms"] and "…" in row, row
+
+    asyncio.run(go())

@@ -551,13 +551,18 @@ class TopApp(App):
         figures = snap.figures
         names = [n for n in figures["queues"] if not self.filter.queues or n in self.filter.queues]
         cols = queue_columns(figures, self.wide)
-        rows = [(name, tuple(str(c) for c in queue_cells(name, figures["queues"][name], cols))) for name in names]
-        key = (tuple(cols), tuple(rows))
+        cells = [queue_cells(name, figures["queues"][name], cols) for name in names]
+        # A name takes what the other columns leave (each cell is padded by one on either side), so
+        # that a long one (up to 64 characters) never pushes PAUSED off an 80-column screen.
+        others = sum(max([len(h), *(c[i].cell_len for c in cells)]) + 2 for i, (_, h) in enumerate(cols) if i)
+        room = max(self.size.width - 2 - others - 2, 8)
+        for c in cells:
+            c[0].truncate(room, overflow="ellipsis")
+        key = (tuple(cols), tuple((name, tuple(str(x) for x in c)) for name, c in zip(names, cells)))
         if self._shown.get("queues") == key:
             return
         self._shown["queues"] = key
-        self._refill(table, [h for _, h in cols],
-                     [(name, queue_cells(name, figures["queues"][name], cols)) for name in names])
+        self._refill(table, [h for _, h in cols], list(zip(names, cells)))
         self.rows["queues"] = names
 
     def _fill_tab(self, tab: str, snap: Snapshot) -> None:

@@ -19,6 +19,7 @@ from jobctl.output import ago, text
 from jobctl.untrusted import safe
 
 SPARK_MINUTES = 30  # minutes of throughput in the header's sparklines
+NAME_MAX = 20  # a queue, type or worker name in the jobs tabs below 160 columns (names may be 64)
 
 
 def age(seconds: float | None) -> str:
@@ -159,25 +160,32 @@ def tab_row(tab: str, row, now: int, wide: bool, patterns=()) -> tuple[str, list
     """(row key, cells) of one row of a tab. A buried group's key is its latest job's id."""
     def num(value) -> Text:
         return Text(str(value), justify="right")
+
+    def name(value: str) -> Text:
+        """A queue, type or worker: shortened below WIDE, so the columns after it stay on screen."""
+        cell = text(value)
+        if not wide:
+            cell.truncate(NAME_MAX, overflow="ellipsis")
+        return cell
     if tab == "running":
         progress = Text("cancel asked ", style="yellow") if row.status == "cancel_requested" else Text("")
         progress.append(progress_text(row, patterns))
-        return str(row.id), [num(str(row.id)), text(row.type), *([text(row.queue)] if wide else []),
-                             text(row.worker or "-"), num(since(row.claimed_at, now)), progress]
+        return str(row.id), [num(str(row.id)), name(row.type), *([name(row.queue)] if wide else []),
+                             name(row.worker or "-"), num(since(row.claimed_at, now)), progress]
     if tab == "buried":
-        return str(row["latest_id"]), [num(f"{row['count']:,}"), text(row["queue"]), text(row["type"]),
+        return str(row["latest_id"]), [num(f"{row['count']:,}"), name(row["queue"]), name(row["type"]),
                                        num(str(row["latest_id"])),
                                        num(ago(row.get("latest_ms"), now).removesuffix(" ago")),
                                        text(row.get("error") or "", "red")]
     if tab == "aging":
-        return str(row["id"]), [num(str(row["id"])), text(row["queue"]), text(row["type"]),
+        return str(row["id"]), [num(str(row["id"])), name(row["queue"]), name(row["type"]),
                                 num(str(row["priority"])), num(age(row["waiting_for"]))]
     if tab == "held":
-        return str(row.id), [num(str(row.id)), text(row.queue), text(row.type),
+        return str(row.id), [num(str(row.id)), name(row.queue), name(row.type),
                              num(str(row.priority)), num(since(row.run_at, now))]
     from jobctl.durations import to_rfc3339
 
-    return str(row.id), [num(str(row.id)), text(row.queue), text(row.type),
+    return str(row.id), [num(str(row.id)), name(row.queue), name(row.type),
                          num(format_duration(max(row.run_at - now, 0) / 1000)),
                          *([Text(to_rfc3339(row.run_at) or "")] if wide else []),
                          num(f"{row.attempts} of {row.max_attempts}")]

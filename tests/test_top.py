@@ -684,3 +684,35 @@ def test_long_names_leave_each_tabs_last_columns_on_screen(known):
             assert row.split()[-2:] == ["10", "0ms"] and "…" in row, row
 
     asyncio.run(go())
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_a_terminating_signal_gives_the_terminal_back(tmp_path):
+    """SIGTERM (`kill`, `timeout`) or SIGHUP ends the view as q does: the terminal is given back
+    (the main screen, no mouse reporting) and the exit is 0, as a worker stopped by a signal."""
+    import signal
+
+    db = tmp_path / "q" / "jobs.db"
+    Queue.open(db, create=True).close()
+    tmux = ["tmux", "-L", f"jobctl-top-sig-{os.getpid()}", "-f", os.devnull]
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TMUX")}
+    done, pid = tmp_path / "exit", tmp_path / "pid"
+    cmd = f"sh -c 'echo $$ > {pid}; exec {sys.executable} -m jobctl --db {db} top'; echo $? > {done}; sleep 60"
+    subprocess.run([*tmux, "new-session", "-d", "-s", "s", "-x", "80", "-y", "24", cmd], check=True, env=env)
+    try:
+        def flags() -> str:
+            return subprocess.run([*tmux, "display", "-p", "-t", "s", "#{alternate_on} #{mouse_any_flag}"],
+                                  capture_output=True, text=True).stdout.strip()
+        deadline = time.monotonic() + 20
+        while "OLDEST READY" not in subprocess.run([*tmux, "capture-pane", "-p", "-t", "s"], capture_output=True,
+                                                   text=True).stdout:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert flags() == "1 1"  # (the view's own screen, with the mouse)
+        os.kill(int(pid.read_text()), signal.SIGTERM)
+        while not done.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert done.read_text().strip() == "0" and flags() == "0 0"
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)

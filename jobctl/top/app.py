@@ -320,6 +320,12 @@ class TopApp(App):
         yield Static(id="toosmall")
 
     def on_mount(self) -> None:
+        if not self.is_headless:  # SIGTERM (kill, timeout) or SIGHUP: ended as q ends it, the terminal given back
+            import asyncio
+            import signal
+
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                asyncio.get_running_loop().add_signal_handler(sig, self.exit)
         self._base.set_class(self.no_color, "-nocolor")  # NO_COLOR: the selected row in reverse video
         self._fit(self.size.width, self.size.height)
         self.query_one(f"#table-{TABS[0]}", JobsTable).focus()

@@ -716,3 +716,24 @@ def test_a_terminating_signal_gives_the_terminal_back(tmp_path):
         assert done.read_text().strip() == "0" and flags() == "0 0"
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_stderr_redirected_is_refused_not_drawn_into(tmp_path):
+    """The view draws on stderr (Textual does): `jobctl top 2>>log` on a terminal is refused with
+    exit 2 and its line in the log, instead of a blank screen and the view written into the log."""
+    db = tmp_path / "q" / "jobs.db"
+    Queue.open(db, create=True).close()
+    tmux = ["tmux", "-L", f"jobctl-top-err-{os.getpid()}", "-f", os.devnull]
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TMUX")}
+    done, log = tmp_path / "exit", tmp_path / "log"
+    cmd = f"{sys.executable} -m jobctl --db {db} top 2>>{log}; echo $? > {done}; sleep 60"
+    subprocess.run([*tmux, "new-session", "-d", "-s", "s", "-x", "80", "-y", "24", cmd], check=True, env=env)
+    try:
+        deadline = time.monotonic() + 15
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert done.exists() and done.read_text().strip() == "2"
+        assert "needs a terminal" in log.read_text() and len(log.read_text().splitlines()) == 1
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)

@@ -39,9 +39,9 @@ def top(
     interval_s = parse_duration(interval, what="--interval")
     if interval_s < 0.1:
         raise InvalidInput(f"--interval {interval} is too short; use 100ms or more")
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise InvalidInput("jobctl top draws a full screen and needs a terminal; in a pipe, use `jobctl stats` "
-                           "or `jobctl list`")
+    if not (sys.stdin.isatty() and sys.stdout.isatty() and sys.stderr.isatty()):  # (it draws on stderr)
+        raise InvalidInput("jobctl top draws a full screen and needs a terminal (stdin, stdout and stderr); "
+                           "in a pipe, use `jobctl stats` or `jobctl list`")
     st = state(ctx)
     with st.open_queue():  # a missing file or an unreachable server is said here, before the screen is taken
         pass

@@ -563,7 +563,7 @@ def test_cancel_asks_first_and_bury_refuses_a_running_job_without_asking(known):
             assert app.status_text == "nothing cancelled"
             with Queue.open(db, Settings(), clock=clock) as q:
                 assert q.get(9).status == "running"
-            await press(app, pilot, "c", "y")
+            await press(app, pilot, "c", "Y")  # (Y as y, as the command line's [y/N] takes it)
             assert app.status_text == "cancel: job 9 is now cancel_requested"
 
     asyncio.run(go())
@@ -737,3 +737,24 @@ def test_stderr_redirected_is_refused_not_drawn_into(tmp_path):
         assert "needs a terminal" in log.read_text() and len(log.read_text().splitlines()) == 1
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def test_a_resize_with_the_details_open_moves_the_focus_where_the_arrows_belong(known):
+    """Wide, the details sit beside the jobs and the arrows move in the jobs; made narrow, the
+    details cover the jobs and the arrows scroll them; made wide again, back to the jobs."""
+    db, clock = known
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await settle(app, pilot)
+            await press(app, pilot, "enter")
+            assert app.focused.id == "table-running"
+            await pilot.resize_terminal(80, 24)
+            await settle(app, pilot)
+            assert app.focused.id == "detail"
+            await pilot.resize_terminal(200, 50)
+            await settle(app, pilot)
+            assert app.focused.id == "table-running"
+
+    asyncio.run(go())

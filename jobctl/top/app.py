@@ -341,11 +341,23 @@ class TopApp(App):
 
     def on_resize(self, event) -> None:
         self._fit(event.size.width, event.size.height)
+        if self._base.has_class("-detail"):  # (after the new layout, which may take the focus away)
+            self.call_after_refresh(self._focus_for_details)
         if self.snapshot is not None:
             self._shown.clear()
             self._draw(self.snapshot)
         if self._workers_read is not None:
             self._got_workers(self._workers_read)
+
+    def _focus_for_details(self) -> None:
+        """The details open: below WIDE they cover the jobs and the arrows scroll them; from WIDE on
+        they sit beside the jobs and the arrows move in the jobs."""
+        if not self._base.has_class("-detail"):
+            return
+        if not self.wide and not isinstance(self.focused, DetailPane):
+            self.query_one("#detail", DetailPane).focus()
+        elif self.wide and not isinstance(self.focused, (JobsTable, QueuesTable)):
+            self.query_one(f"#table-{self._active_tab()}", JobsTable).focus()
 
     def _fit(self, width: int, height: int) -> None:
         small = width < MIN_WIDTH or height < MIN_HEIGHT
@@ -714,8 +726,7 @@ class TopApp(App):
 
     def _open_detail(self, job_id: int) -> None:
         self._base.add_class("-detail")
-        if not self.wide:  # the details cover the jobs: the arrows scroll them
-            self.query_one("#detail", DetailPane).focus()
+        self._focus_for_details()
         self._ask_detail(job_id)
 
     def _ask_detail(self, job_id: int | None) -> None:

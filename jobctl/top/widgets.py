@@ -286,9 +286,9 @@ class HelpScreen(ModalScreen[None]):
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    """A bulk action asks first: y does it, anything else does not."""
+    """An action asks first: y (or Y, as the command line's [y/N]) does it, anything else does not."""
 
-    BINDINGS = [Binding("y", "yes", "yes"), Binding("n,escape,q", "no", "no")]
+    BINDINGS = [Binding("y,Y", "yes", "yes"), Binding("n,escape,q", "no", "no")]
 
     def __init__(self, question: str):
         super().__init__()
@@ -305,7 +305,7 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(False)
 
     def on_key(self, event) -> None:
-        if event.key not in ("y", "n", "escape", "q"):
+        if event.key not in ("y", "Y", "n", "escape", "q"):
             event.stop()
             self.dismiss(False)
 

@@ -758,3 +758,31 @@ def test_a_resize_with_the_details_open_moves_the_focus_where_the_arrows_belong(
             assert app.focused.id == "table-running"
 
     asyncio.run(go())
+
+
+def test_a_secret_typed_in_the_filter_is_masked_where_the_view_shows_it(known):
+    """`/payload:password=hunter2` finds job 8; the header, the status line and the questions show
+    the filter with the secret masked (a screen shared in an incident call), as job data is; the
+    filter's own input keeps what was typed, to be edited."""
+    db, clock = known
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await press(app, pilot, "slash")
+            await pilot.press(*"payload:password=hunter2", "enter")
+            await settle(app, pilot)
+            assert app.filter.selection.payload and [g["latest_id"] for g in app.rows["buried"]] == [8]
+            shown = screen_text(app)
+            assert "hunter2" not in shown and "filter: payload:password=***" in shown, shown
+            await press(app, pilot, "R")
+            shown = screen_text(app)
+            assert "hunter2" not in shown and "matching payload:password=***?" in shown, shown
+            await press(app, pilot, "y")
+            assert "hunter2" not in app.status_text and "payload:password=***" in app.status_text, app.status_text
+            await press(app, pilot, "slash")
+            assert app.screen.query_one("#filter-input").value == "payload:password=hunter2"
+            await press(app, pilot, "escape")
+
+    asyncio.run(go())

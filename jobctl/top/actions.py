@@ -160,7 +160,7 @@ def retry_selected(q, sel, what: str) -> tuple[int, Callable[[], Outcome]]:
 
 def buried_matching(q, flt: Filter) -> tuple[int, Callable[[], Outcome]]:
     """R: every buried job the filter matches (`jobctl retry --status buried` with its options)."""
-    return retry_selected(q, flt.within(["buried"]), f"buried, matching {flt.text}" if flt else "buried")
+    return retry_selected(q, flt.within(["buried"]), f"buried, matching {flt.shown}" if flt else "buried")
 
 
 def buried_group(q, flt: Filter, group: dict) -> tuple[int, Callable[[], Outcome]]:

@@ -446,7 +446,7 @@ class TopApp(App):
     def _got_count(self, value) -> None:
         n, run, kind, group = value
         if n == 0:
-            self._set_status("no buried jobs match" + (f" the filter {self.filter.text}" if self.filter else ""))
+            self._set_status("no buried jobs match" + (f" the filter {self.filter.shown}" if self.filter else ""))
             return
         what = f"buried job{'' if n == 1 else 's'}"
         if kind == "group":
@@ -456,7 +456,7 @@ class TopApp(App):
             what += f" of {safe(group['queue'])}/{safe(group['type'])} whose error contains " + (
                 repr(error) if len(error) <= 60 else repr(error[:59] + "…"))
         if self.filter:
-            what += f" matching {self.filter.text}"
+            what += f" matching {self.filter.shown}"
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -555,7 +555,7 @@ class TopApp(App):
 
     def _draw(self, snap: Snapshot) -> None:
         width = self.size.width
-        self.query_one("#header", Static).update(header_lines(snap, max(width - 2, 20), self.filter.text,
+        self.query_one("#header", Static).update(header_lines(snap, max(width - 2, 20), self.filter.shown,
                                                               self.following))
         self._fill_queues(snap)
         for tab in TABS:
@@ -851,13 +851,13 @@ class TopApp(App):
             from jobctl.errors import JobctlError
 
             try:
-                flt = parse(value)
+                flt = parse(value, self.patterns)
             except JobctlError as e:
                 self._set_status_error(f"filter not applied: {e.message}")
                 return
             self.filter = flt
             self._shown.clear()
-            self._set_status(f"filter: {flt.text}" if flt else "no filter")
+            self._set_status(f"filter: {flt.shown}" if flt else "no filter")
             self._ask("filter", flt)
         self.push_screen(FilterScreen(self.filter.text), answered)
 

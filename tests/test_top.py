@@ -143,7 +143,7 @@ def test_keys_act_in_the_database(known):
             # running tab: job 9 runs; r is refused with the command line's reason, no traceback
             await press(app, pilot, "1", "r")
             assert "job 9" in app.status_text and "running" in app.status_text, app.status_text
-            await press(app, pilot, "c")
+            await press(app, pilot, "c", "y")  # (asked first: see below)
             assert app.status_text == "cancel: job 9 is now cancel_requested"
             # l follows the selected job: its details open and are read again with each look
             await press(app, pilot, "l")
@@ -235,7 +235,7 @@ def test_bury_and_edit_keys(known, tmp_path, monkeypatch):
             await settle(app, pilot)
             await press(app, pilot, "3")  # aging: job 2 first (job 1 is held)
             await press(app, pilot, "b")
-            assert "Bury job 2?" in screen_text(app)
+            assert "Bury job 2 (t2 in billing, pending)?" in screen_text(app)
             await press(app, pilot, "escape")
             assert app.status_text == "nothing buried"
             await press(app, pilot, "b")
@@ -311,11 +311,15 @@ def test_below_80x24_it_asks_for_room(tmp_path):
         async with app.run_test(size=(70, 20)) as pilot:
             await settle(app, pilot)
             await press(app, pilot, "2", "r")  # nothing acts on what cannot be seen
-            return screen_text(app), app.status_text
+            said = screen_text(app), app.status_text
+            await pilot.resize_terminal(80, 24)  # made larger: the view, without the old complaint
+            await settle(app, pilot)
+            return said, app.status_text
 
-    shown, status = asyncio.run(go())
+    (shown, status), after = asyncio.run(go())
     assert "jobctl top needs at least 80×24; this terminal is 70×20." in shown
     assert status == "needs at least 80×24 to act; q quits"
+    assert after == "? help · q quit"
 
 
 def test_the_database_going_away_is_said_and_retried(tmp_path, monkeypatch):
@@ -514,3 +518,271 @@ def test_a_running_jobs_progress_is_masked_as_list_masks_it(db):
     _, cells = tab_row("running", job, job.claimed_at, False, Settings().secret_keys)
     shown = cells[-1].plain
     assert "hunter2" not in shown and "5% login password=***" in shown, shown
+
+
+def test_at_80_columns_the_keys_act_on_the_job_shown(known):
+    """80x24: the details cover the jobs; the keys act on the job the details show (not on a row
+    hidden behind them), the arrows scroll the details, and c and b name the job before acting."""
+    db, clock = known
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await press(app, pilot, "3", "enter")  # aging: jobs 2 and 5; job 2's details
+            assert app.detail.job.id == 2 and app.focused.id == "detail"
+            await press(app, pilot, "j", "b")  # j scrolls the details; b is about job 2
+            assert "Bury job 2 (t2 in billing, pending)?" in screen_text(app), screen_text(app)
+            await press(app, pilot, "escape")
+            assert app.status_text == "nothing buried" and app.detail.job.id == 2
+            await press(app, pilot, "c")
+            assert "Cancel job 2 (t2 in billing, pending)?" in screen_text(app), screen_text(app)
+            await press(app, pilot, "y")
+            assert app.status_text == "cancel: job 2 is now cancelled"
+            await press(app, pilot, "escape")
+            assert app.focused.id == "table-aging"
+
+    asyncio.run(go())
+    with Queue.open(db, Settings(), clock=clock) as q:
+        assert q.get(2).status == "cancelled" and q.get(5).status == "pending"
+
+
+def test_cancel_asks_first_and_bury_refuses_a_running_job_without_asking(known):
+    db, clock = known
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await press(app, pilot, "b")  # running job 9: refused at once, no question
+            assert len(app.screen_stack) == 1
+            assert app.status_text == "job 9 is running; cannot bury it (it is running; `jobctl cancel 9` stops it)"
+            await press(app, pilot, "c")
+            assert "Cancel job 9 (t9 in email, running on host:99)?" in screen_text(app), screen_text(app)
+            await press(app, pilot, "n")
+            assert app.status_text == "nothing cancelled"
+            with Queue.open(db, Settings(), clock=clock) as q:
+                assert q.get(9).status == "running"
+            await press(app, pilot, "c", "Y")  # (Y as y, as the command line's [y/N] takes it)
+            assert app.status_text == "cancel: job 9 is now cancel_requested"
+
+    asyncio.run(go())
+
+
+def test_nothing_is_cut_at_80_columns(known):
+    """An outcome longer than a line is shown whole; the footer keeps `? help q quit` over the
+    details and the workers; the filter in force is shown whole in the header."""
+    db, clock = known
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await press(app, pilot, "e")  # running job 9: refused with a reason longer than a line
+            assert len(app.status_text) > 80
+            assert app.status_text in " ".join(screen_text(app).split()), screen_text(app)
+            await press(app, pilot, "enter")
+            assert screen_text(app).splitlines()[-1].rstrip().endswith("? help q quit"), screen_text(app)
+            await press(app, pilot, "escape", "w")
+            assert screen_text(app).splitlines()[-1].rstrip().endswith("? help q quit"), screen_text(app)
+            await press(app, pilot, "escape", "slash")
+            await pilot.press(*"type:t10 status:cancel_requested", "enter")
+            await settle(app, pilot)
+            await press(app, pilot, "c")  # (the status line says something else now)
+            assert "filter: type:t10 status:cancel_requested" in screen_text(app).splitlines()[2], screen_text(app)
+
+    asyncio.run(go())
+
+
+def test_ctrl_c_quits(known):
+    db, clock = known
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("ctrl+c")
+            await pilot.pause()
+        return app.return_code
+
+    assert asyncio.run(go()) == 0
+
+
+def test_a_database_removed_under_the_view_is_said(tmp_path, monkeypatch):
+    """The file is removed (or moved away) while the view runs: the view says so instead of
+    showing the removed file's last state as live, and reads the file made at that path after."""
+    from jobctl.top import app as top_app
+
+    monkeypatch.setattr(top_app, "RETRY_AFTER", 0.2)
+    monkeypatch.setattr(top_app, "IDLE_LOOK", 0.2)
+    db = tmp_path / "q" / "jobs.db"
+    with Queue.open(db, create=True) as q:
+        q.enqueue("mail", {})
+
+    async def go():
+        app = make_app(db, Clock(T0))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            assert app.snapshot.figures["totals"]["ready"] == 1
+            for name in os.listdir(db.parent):
+                os.remove(db.parent / name)
+            deadline = time.monotonic() + 10
+            while "database unavailable" not in app.status_text:
+                assert time.monotonic() < deadline, app.status_text
+                await pilot.pause(0.05)
+            assert "was removed" in app.status_text, app.status_text
+            Queue.open(db, create=True).close()
+            while app.status_text != "database available again":
+                assert time.monotonic() < deadline, app.status_text
+                await pilot.pause(0.05)
+            await settle(app, pilot)
+            assert app.snapshot.figures["totals"]["ready"] == 0
+
+    asyncio.run(go())
+
+
+def test_a_long_queue_name_leaves_the_paused_column_on_screen(known):
+    """Queue names may be 64 characters: at 80 columns a long one is shortened (…) so that every
+    column, PAUSED the last, stays on screen; p still acts on the whole name."""
+    db, clock = known
+    name = "notifications-" + "x" * 40 + "-eu-west-1"
+    with Queue.open(db, Settings(), clock=clock) as q:
+        q.enqueue("t1", {}, queue=name)
+        q.pause(name)
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            lines = screen_text(app).splitlines()
+            assert lines[3].split() == ["QUEUE", "READY", "HELD", "SCHED", "RUNNING", "BURIED", "OLDEST", "READY",
+                                        "PAUSED"], lines[3]
+            row = next((line for line in lines if line.startswith(" notificat")), "\n".join(lines))
+            assert row.rstrip().endswith("paused") and "…" in row, row
+            app.query_one("#queues").focus()
+            await press(app, pilot, "j", "j", "j", "j", "p")  # billing, default, email, idle, the long one
+            assert app.status_text == f"resumed queue {name}", app.status_text
+
+    asyncio.run(go())
+
+
+def test_long_names_leave_each_tabs_last_columns_on_screen(known):
+    """At 80 columns a queue, type or worker name of up to 64 characters is shortened (…) in the
+    jobs tabs, so that the columns after it (how long, the error) stay on screen."""
+    db, clock = known
+    long_type = "send-" + "y" * 50
+    with Queue.open(db, Settings(), clock=clock) as q:
+        q.enqueue(long_type, {}, queue="z" * 60)
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await press(app, pilot, "3")  # aging: the new job waits 0s, longest-waiting last
+            lines = screen_text(app).splitlines()
+            row = next((line for line in lines if "send-yyy" in line), "\n".join(lines))
+            assert row.split()[-2:] == ["10", "0ms"] and "…" in row, row
+
+    asyncio.run(go())
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_a_terminating_signal_gives_the_terminal_back(tmp_path):
+    """SIGTERM (`kill`, `timeout`) or SIGHUP ends the view as q does: the terminal is given back
+    (the main screen, no mouse reporting) and the exit is 0, as a worker stopped by a signal."""
+    import signal
+
+    db = tmp_path / "q" / "jobs.db"
+    Queue.open(db, create=True).close()
+    tmux = ["tmux", "-L", f"jobctl-top-sig-{os.getpid()}", "-f", os.devnull]
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TMUX")}
+    done, pid = tmp_path / "exit", tmp_path / "pid"
+    cmd = f"sh -c 'echo $$ > {pid}; exec {sys.executable} -m jobctl --db {db} top'; echo $? > {done}; sleep 60"
+    subprocess.run([*tmux, "new-session", "-d", "-s", "s", "-x", "80", "-y", "24", cmd], check=True, env=env)
+    try:
+        def flags() -> str:
+            return subprocess.run([*tmux, "display", "-p", "-t", "s", "#{alternate_on} #{mouse_any_flag}"],
+                                  capture_output=True, text=True).stdout.strip()
+        deadline = time.monotonic() + 20
+        while "OLDEST READY" not in subprocess.run([*tmux, "capture-pane", "-p", "-t", "s"], capture_output=True,
+                                                   text=True).stdout:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert flags() == "1 1"  # (the view's own screen, with the mouse)
+        os.kill(int(pid.read_text()), signal.SIGTERM)
+        while not done.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert done.read_text().strip() == "0" and flags() == "0 0"
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_stderr_redirected_is_refused_not_drawn_into(tmp_path):
+    """The view draws on stderr (Textual does): `jobctl top 2>>log` on a terminal is refused with
+    exit 2 and its line in the log, instead of a blank screen and the view written into the log."""
+    db = tmp_path / "q" / "jobs.db"
+    Queue.open(db, create=True).close()
+    tmux = ["tmux", "-L", f"jobctl-top-err-{os.getpid()}", "-f", os.devnull]
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TMUX")}
+    done, log = tmp_path / "exit", tmp_path / "log"
+    cmd = f"{sys.executable} -m jobctl --db {db} top 2>>{log}; echo $? > {done}; sleep 60"
+    subprocess.run([*tmux, "new-session", "-d", "-s", "s", "-x", "80", "-y", "24", cmd], check=True, env=env)
+    try:
+        deadline = time.monotonic() + 15
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert done.exists() and done.read_text().strip() == "2"
+        assert "needs a terminal" in log.read_text() and len(log.read_text().splitlines()) == 1
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def test_a_resize_with_the_details_open_moves_the_focus_where_the_arrows_belong(known):
+    """Wide, the details sit beside the jobs and the arrows move in the jobs; made narrow, the
+    details cover the jobs and the arrows scroll them; made wide again, back to the jobs."""
+    db, clock = known
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await settle(app, pilot)
+            await press(app, pilot, "enter")
+            assert app.focused.id == "table-running"
+            await pilot.resize_terminal(80, 24)
+            await settle(app, pilot)
+            assert app.focused.id == "detail"
+            await pilot.resize_terminal(200, 50)
+            await settle(app, pilot)
+            assert app.focused.id == "table-running"
+
+    asyncio.run(go())
+
+
+def test_a_secret_typed_in_the_filter_is_masked_where_the_view_shows_it(known):
+    """`/payload:password=hunter2` finds job 8; the header, the status line and the questions show
+    the filter with the secret masked (a screen shared in an incident call), as job data is; the
+    filter's own input keeps what was typed, to be edited."""
+    db, clock = known
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await press(app, pilot, "slash")
+            await pilot.press(*"payload:password=hunter2", "enter")
+            await settle(app, pilot)
+            assert app.filter.selection.payload and [g["latest_id"] for g in app.rows["buried"]] == [8]
+            shown = screen_text(app)
+            assert "hunter2" not in shown and "filter: payload:password=***" in shown, shown
+            await press(app, pilot, "R")
+            shown = screen_text(app)
+            assert "hunter2" not in shown and "matching payload:password=***?" in shown, shown
+            await press(app, pilot, "y")
+            assert "hunter2" not in app.status_text and "payload:password=***" in app.status_text, app.status_text
+            await press(app, pilot, "slash")
+            assert app.screen.query_one("#filter-input").value == "payload:password=hunter2"
+            await press(app, pilot, "escape")
+
+    asyncio.run(go())

@@ -119,13 +119,21 @@ def edit(q, t: Target) -> Outcome:
                 refused="edit refused, nothing changed: ")
 
 
-def editable(q, job_id: int):
-    """The job to edit, as it is now; JobctlError when `jobctl edit` would refuse it whatever the
-    change (running, finished), so that no editor opens for nothing. The rule is transitions.edit's."""
+def checked(q, name: str, job_id: int):
+    """The job a key that asks first (c, b) or opens an editor (e) would act on, as it is now;
+    JobctlError when the command line would refuse it (`jobctl cancel`, `bury`, `edit` of a job
+    that finished, or is running), so that nothing is asked and no editor opens for nothing. The
+    rules are transitions.cancel's, bury's and edit's."""
     from jobctl import transitions
 
     job = q.get(job_id)
-    transitions.edit(job, q.now(), changes={})
+    now = q.now()
+    if name == "cancel":
+        transitions.cancel(job, now, token=None, reason=None)
+    elif name == "bury":
+        transitions.bury(job, now, reason=None)
+    else:
+        transitions.edit(job, now, changes={})
     return job
 
 
@@ -152,7 +160,7 @@ def retry_selected(q, sel, what: str) -> tuple[int, Callable[[], Outcome]]:
 
 def buried_matching(q, flt: Filter) -> tuple[int, Callable[[], Outcome]]:
     """R: every buried job the filter matches (`jobctl retry --status buried` with its options)."""
-    return retry_selected(q, flt.within(["buried"]), f"buried, matching {flt.text}" if flt else "buried")
+    return retry_selected(q, flt.within(["buried"]), f"buried, matching {flt.shown}" if flt else "buried")
 
 
 def buried_group(q, flt: Filter, group: dict) -> tuple[int, Callable[[], Outcome]]:

@@ -28,6 +28,8 @@ from jobctl.top.widgets import (ConfirmScreen, DetailPane, FilterScreen, HelpScr
                                 tab_columns, tab_label, tab_row, worker_key, workers_table)
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
+HINT = "? help · q quit"  # the status line until a key says something
+TOO_SMALL_TO_ACT = f"needs at least {MIN_WIDTH}×{MIN_HEIGHT} to act; q quits"
 WIDE = 160  # from this width on, the detail pane sits beside the jobs instead of over them
 IDLE_LOOK = 10.0  # seconds between looks when nothing was committed (ages go on; a scheduled job gets ready)
 PARTIAL_WAKE_LOOK = 2.0  # the same where the wake-up tells only of jobs that became ready (PostgreSQL)
@@ -37,7 +39,7 @@ WAKE_POLL = 0.1  # seconds between looks at the engine's wake-up (no I/O on SQLi
 # The keys: (key, action, what it does, shown in the footer). What a key does to the database is
 # one function in actions.ACTIONS (or, for the bulk ones, in actions.py beside them).
 KEYS: list[tuple[str, str, str, bool]] = [
-    ("enter", "details", "details", True),
+    ("enter", "details", "details", False),  # (the footer fits 80 columns; ? lists every key)
     ("l", "follow", "follow", True),
     ("r", "act('retry')", "retry", True),
     ("c", "act('cancel')", "cancel", True),
@@ -49,6 +51,7 @@ KEYS: list[tuple[str, str, str, bool]] = [
     ("w", "workers", "workers", True),
     ("question_mark", "help", "help", True),
     ("q", "quit", "quit", True),
+    ("ctrl+c", "quit", "quit", False),
     ("escape", "close", "close", False),
     ("tab", "focus_next", "next pane", False),
     *[(str(i + 1), f"show_tab('{t}')", t, False) for i, t in enumerate(TABS)],
@@ -56,9 +59,9 @@ KEYS: list[tuple[str, str, str, bool]] = [
 
 HELP = [  # (each line fits the 72 columns of the help box: 24 rows hold them all)
     ("↑ ↓ j k", "move in the focused list; Tab: queues / jobs"), ("1-5", "jobs tabs: " + ", ".join(TABS)),
-    ("Enter", "the job's details (as `jobctl show`) and output"), ("l", "follow the selected job's output"),
+    ("Enter", "the job's details (`jobctl show`) and output; keys act on it"), ("l", "follow the selected job's output"),
     ("r", "retry the job (`jobctl retry`); a buried group: all (asks)"),
-    ("c", "cancel the job (`jobctl cancel ID`)"),
+    ("c", "cancel the job (`jobctl cancel ID`), after asking"),
     ("b", "bury the job, with a reason if you like (`jobctl bury`)"),
     ("e", "edit the job's payload in $EDITOR (`jobctl edit`)"),
     ("p", "pause or resume the selected queue, or a job's type"),
@@ -66,7 +69,7 @@ HELP = [  # (each line fits the 72 columns of the help box: 24 rows hold them al
     ("/", "filter: queue: type: status: error: payload:PATH=VALUE"),
     ("", "worker: key: since:1h before:WHEN min-attempts:N"),
     ("w", "workers (`jobctl workers`); d drains one (asks)"),
-    ("Escape", "close the details or the workers"), ("q", "quit"),
+    ("Escape", "close the details or the workers"), ("q Ctrl-C", "quit"),
 ]
 
 
@@ -77,7 +80,7 @@ def _key(needs_room: bool = True):
         @functools.wraps(method)
         def run(self, *args):
             if needs_room and self._base.has_class("-small"):
-                self._set_status_error(f"needs at least {MIN_WIDTH}×{MIN_HEIGHT} to act; q quits")
+                self._set_status_error(TOO_SMALL_TO_ACT)
                 return None
             try:
                 return method(self, *args)
@@ -186,13 +189,14 @@ class DataThread(threading.Thread):
                 self.post("outcome", actions.Outcome(False, f"retry: {e.message}"))
                 return
             self.post("count", (n, run, what, group))
-        elif kind == "edit":
+        elif kind in ("edit", "ask"):  # the job as it is now, or the command line's refusal before asking
+            name, target = ("edit", args[0]) if kind == "edit" else args
             try:
-                job = actions.editable(self.source.queue(), args[0])
+                job = actions.checked(self.source.queue(), name, target.job_id)
             except JobctlError as e:
-                self.post("outcome", actions.Outcome(False, f"edit: {e.message}"))
+                self.post("outcome", actions.Outcome(False, f"edit: {e.message}" if kind == "edit" else e.message))
                 return
-            self.post("edit", job)
+            self.post(kind, job if kind == "edit" else (name, target, job))
         elif kind == "run":
             self.post("outcome", args[0]())
             self.look()
@@ -259,7 +263,7 @@ class TopApp(App):
     #workers-title { height: 1; padding: 0 1; }
     Screen.-workers #workers { display: block; }
     Screen.-workers #queues, Screen.-workers #body { display: none; }
-    #status { height: 1; padding: 0 1; }
+    #status { height: auto; max-height: 3; padding: 0 1; }  /* a reason longer than a line is shown whole */
     #toosmall { display: none; height: 1fr; content-align: center middle; }
     Screen.-small #main { display: none; }
     Screen.-small #toosmall { display: block; }
@@ -272,7 +276,8 @@ class TopApp(App):
         background: $surface; }
     HelpScreen, ConfirmScreen, FilterScreen, ReasonScreen { align: center middle; }
     """
-    BINDINGS = [Binding(key, action, what, show=show) for key, action, what, show in KEYS]
+    BINDINGS = [Binding(key, action, what, show=show, priority=key == "ctrl+c")  # (Ctrl-C quits, as in top)
+                for key, action, what, show in KEYS]
 
     def __init__(self, source: DataSource, *, interval: float = 1.0, patterns=(), start_thread: bool = True):
         super().__init__(ansi_color=True)
@@ -287,7 +292,7 @@ class TopApp(App):
         self.filter = Filter()
         self.following: int | None = None
         self.pending = 0  # requests sent to the data thread and not yet answered (tests wait on it)
-        self.status_text = "? help · q quit"
+        self.status_text = HINT
         self.rows: dict[str, list] = {}
         self.worker_rows: dict[str, dict] = {}  # the workers pane's rows by key, as `jobctl workers` read them
         self._workers_read: tuple[list[dict], int] | None = None
@@ -315,6 +320,12 @@ class TopApp(App):
         yield Static(id="toosmall")
 
     def on_mount(self) -> None:
+        if not self.is_headless:  # SIGTERM (kill, timeout) or SIGHUP: ended as q ends it, the terminal given back
+            import asyncio
+            import signal
+
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                asyncio.get_running_loop().add_signal_handler(sig, self.exit)
         self._base.set_class(self.no_color, "-nocolor")  # NO_COLOR: the selected row in reverse video
         self._fit(self.size.width, self.size.height)
         self.query_one(f"#table-{TABS[0]}", JobsTable).focus()
@@ -330,11 +341,23 @@ class TopApp(App):
 
     def on_resize(self, event) -> None:
         self._fit(event.size.width, event.size.height)
+        if self._base.has_class("-detail"):  # (after the new layout, which may take the focus away)
+            self.call_after_refresh(self._focus_for_details)
         if self.snapshot is not None:
             self._shown.clear()
             self._draw(self.snapshot)
         if self._workers_read is not None:
             self._got_workers(self._workers_read)
+
+    def _focus_for_details(self) -> None:
+        """The details open: below WIDE they cover the jobs and the arrows scroll them; from WIDE on
+        they sit beside the jobs and the arrows move in the jobs."""
+        if not self._base.has_class("-detail"):
+            return
+        if not self.wide and not isinstance(self.focused, DetailPane):
+            self.query_one("#detail", DetailPane).focus()
+        elif self.wide and not isinstance(self.focused, (JobsTable, QueuesTable)):
+            self.query_one(f"#table-{self._active_tab()}", JobsTable).focus()
 
     def _fit(self, width: int, height: int) -> None:
         small = width < MIN_WIDTH or height < MIN_HEIGHT
@@ -345,6 +368,8 @@ class TopApp(App):
             self.query_one("#toosmall", Static).update(Text(
                 f"jobctl top needs at least {MIN_WIDTH}×{MIN_HEIGHT}; this terminal is {width}×{height}.\n"
                 "Make it larger, or press q to quit.", justify="center"))
+        elif self.status_text == TOO_SMALL_TO_ACT:  # (made larger: the keys act again)
+            self._set_status(HINT)
 
     @property
     def _base(self):
@@ -365,7 +390,7 @@ class TopApp(App):
         kinds: dict[str, Callable[[Any], None]] = {
             "snapshot": self._got_snapshot, "detail": self._got_detail, "outcome": self._got_outcome,
             "count": self._got_count, "unavailable": self._set_status_error, "workers": self._got_workers,
-            "edit": self._got_edit,
+            "edit": self._got_edit, "ask": self._got_ask,
         }
         if message.kind == "done":
             self.pending = max(self.pending - 1, 0)
@@ -384,6 +409,7 @@ class TopApp(App):
         self._notes = snap.notes
 
     def _got_detail(self, detail: Detail) -> None:
+        another = self.detail is None or self.detail.job.id != detail.job.id
         self.detail = detail
         pane = self.query_one("#detail", DetailPane)
         width = max(pane.size.width - 2, 40)
@@ -391,6 +417,8 @@ class TopApp(App):
             detail_view(detail, self.patterns, width, following=self.following == detail.job.id))
         if self.following == detail.job.id:
             pane.scroll_end(animate=False)
+        elif another:
+            pane.scroll_home(animate=False)
 
     def _got_workers(self, value: tuple[list[dict], int]) -> None:
         self._workers_read = value
@@ -418,7 +446,7 @@ class TopApp(App):
     def _got_count(self, value) -> None:
         n, run, kind, group = value
         if n == 0:
-            self._set_status("no buried jobs match" + (f" the filter {self.filter.text}" if self.filter else ""))
+            self._set_status("no buried jobs match" + (f" the filter {self.filter.shown}" if self.filter else ""))
             return
         what = f"buried job{'' if n == 1 else 's'}"
         if kind == "group":
@@ -428,7 +456,7 @@ class TopApp(App):
             what += f" of {safe(group['queue'])}/{safe(group['type'])} whose error contains " + (
                 repr(error) if len(error) <= 60 else repr(error[:59] + "…"))
         if self.filter:
-            what += f" matching {self.filter.text}"
+            what += f" matching {self.filter.shown}"
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -527,7 +555,7 @@ class TopApp(App):
 
     def _draw(self, snap: Snapshot) -> None:
         width = self.size.width
-        self.query_one("#header", Static).update(header_lines(snap, max(width - 2, 20), self.filter.text,
+        self.query_one("#header", Static).update(header_lines(snap, max(width - 2, 20), self.filter.shown,
                                                               self.following))
         self._fill_queues(snap)
         for tab in TABS:
@@ -541,13 +569,18 @@ class TopApp(App):
         figures = snap.figures
         names = [n for n in figures["queues"] if not self.filter.queues or n in self.filter.queues]
         cols = queue_columns(figures, self.wide)
-        rows = [(name, tuple(str(c) for c in queue_cells(name, figures["queues"][name], cols))) for name in names]
-        key = (tuple(cols), tuple(rows))
+        cells = [queue_cells(name, figures["queues"][name], cols) for name in names]
+        # A name takes what the other columns leave (each cell is padded by one on either side), so
+        # that a long one (up to 64 characters) never pushes PAUSED off an 80-column screen.
+        others = sum(max([len(h), *(c[i].cell_len for c in cells)]) + 2 for i, (_, h) in enumerate(cols) if i)
+        room = max(self.size.width - 2 - others - 2, 8)
+        for c in cells:
+            c[0].truncate(room, overflow="ellipsis")
+        key = (tuple(cols), tuple((name, tuple(str(x) for x in c)) for name, c in zip(names, cells)))
         if self._shown.get("queues") == key:
             return
         self._shown["queues"] = key
-        self._refill(table, [h for _, h in cols],
-                     [(name, queue_cells(name, figures["queues"][name], cols)) for name in names])
+        self._refill(table, [h for _, h in cols], list(zip(names, cells)))
         self.rows["queues"] = names
 
     def _fill_tab(self, tab: str, snap: Snapshot) -> None:
@@ -583,7 +616,15 @@ class TopApp(App):
     def _active_tab(self) -> str:
         return (self.query_one(TabbedContent).active or "tab-running").removeprefix("tab-")
 
+    def _covered(self) -> bool:
+        """Whether the details cover the jobs (narrower than WIDE): the keys then act on the job shown."""
+        return self._base.has_class("-detail") and not self.wide and self.detail is not None
+
     def _target(self) -> actions.Target | None:
+        if self._covered():
+            assert self.detail is not None
+            job = self.detail.job
+            return actions.Target(job_id=job.id, queue=job.queue, type=job.type)
         focused = self.focused
         if isinstance(focused, QueuesTable):
             names = self.rows.get("queues", [])
@@ -629,22 +670,43 @@ class TopApp(App):
             self._ask("count", "group", self.filter, group)  # the whole group: asks first
             return
         if name == "edit":
-            self._ask("edit", target.job_id)
+            self._ask("edit", target)
             return
+        if name in ("cancel", "bury"):  # asked first, naming the job as it is now (_got_ask)
+            self._ask("ask", name, target)
+            return
+        self._ask("act", name, target)
+
+    def _got_ask(self, value) -> None:
+        """c and b: the question, naming the job (its type, queue and state) as it was just read;
+        a job the command line would refuse was refused before asking."""
+        from jobctl.untrusted import safe
+
+        name, target, job = value
+        what = f"job {job.id} ({safe(job.type)} in {safe(job.queue)}, " + (
+            f"running on {safe(job.worker or '-')})" if job.status == "running" else f"{job.status})")
         if name == "bury":
-            def answered(reason: str | None) -> None:
+            def reason_given(reason: str | None) -> None:
                 if reason is None:
                     self._set_status("nothing buried")
                     return
                 target.reason = reason.strip() or None
                 self._ask("act", "bury", target)
-            self.push_screen(ReasonScreen(f"Bury job {target.job_id}? It stops until retried."), answered)
+            self.push_screen(ReasonScreen(f"Bury {what}? It stops until retried."), reason_given)
             return
-        self._ask("act", name, target)
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._ask("act", "cancel", target)
+            else:
+                self._set_status("nothing cancelled")
+        then = ("Its worker is asked to stop it." if job.status == "running"
+                else "Cancelled is final: it never runs." if job.status in ("pending", "buried") else "")
+        self.push_screen(ConfirmScreen(f"Cancel {what}? {then}".rstrip()), answered)
 
     def _buried_group(self) -> dict | None:
         """The selected row of the buried tab (a group of jobs), when the jobs pane has the focus."""
-        if isinstance(self.focused, QueuesTable) or self._active_tab() != "buried":
+        if isinstance(self.focused, QueuesTable) or self._active_tab() != "buried" or self._covered():
             return None
         table = self.query_one("#table-buried", JobsTable)
         if not table.row_count or not 0 <= table.cursor_row < table.row_count:
@@ -664,6 +726,7 @@ class TopApp(App):
 
     def _open_detail(self, job_id: int) -> None:
         self._base.add_class("-detail")
+        self._focus_for_details()
         self._ask_detail(job_id)
 
     def _ask_detail(self, job_id: int | None) -> None:
@@ -746,6 +809,8 @@ class TopApp(App):
             self._close_workers()
             return
         self._base.remove_class("-detail")
+        if isinstance(self.focused, DetailPane):
+            self.query_one(f"#table-{self._active_tab()}", JobsTable).focus()
         if self.following is not None:
             self.following = None
             self._set_status("stopped following")
@@ -786,13 +851,13 @@ class TopApp(App):
             from jobctl.errors import JobctlError
 
             try:
-                flt = parse(value)
+                flt = parse(value, self.patterns)
             except JobctlError as e:
                 self._set_status_error(f"filter not applied: {e.message}")
                 return
             self.filter = flt
             self._shown.clear()
-            self._set_status(f"filter: {flt.text}" if flt else "no filter")
+            self._set_status(f"filter: {flt.shown}" if flt else "no filter")
             self._ask("filter", flt)
         self.push_screen(FilterScreen(self.filter.text), answered)
 

@@ -59,18 +59,44 @@ class DataSource:
         self.settings = settings
         self.also_known = also_known or {"default"}
         self.q = None
+        self._file: tuple[str, tuple[int, int]] | None = None  # a SQLite file: its path, (device, inode)
 
     # -- the connection -----------------------------------------------------------------------
 
     def queue(self):
         if self.q is None:
-            self.q = self._open_queue()
+            import os
+
+            q = self.q = self._open_queue()
+            files = q.engine.files
+            if files is not None:
+                st = os.stat(files.url)
+                self._file = (files.url, (st.st_dev, st.st_ino))
         return self.q
+
+    def _check_file(self) -> None:
+        """A SQLite file removed or moved away while the view runs would stay readable through the
+        open connection, its last state shown as live: DatabaseUnusable instead (the view says so,
+        and opens what is at the path again)."""
+        import os
+
+        from jobctl.errors import DatabaseUnusable
+
+        if self._file is None:
+            return
+        path, ident = self._file
+        try:
+            st = os.stat(path)
+            same = (st.st_dev, st.st_ino) == ident
+        except OSError:
+            same = False
+        if not same:
+            raise DatabaseUnusable(f"{path} was removed or replaced since the view opened it")
 
     def drop(self) -> None:
         """Forget the connection after an error: the next call opens a new one (a restarted server,
         a file that came back)."""
-        q, self.q = self.q, None
+        q, self.q, self._file = self.q, None, None
         if q is not None:
             try:
                 q.close()
@@ -96,6 +122,7 @@ class DataSource:
 
         flt = flt or Filter()
         q = self.queue()
+        self._check_file()
         raw, now = q.stats(limit=50, also_known=self.also_known)
         figures, now = masked(raw, now, self.settings.secret_keys)
         notes = [f"job {d['id']} is damaged and left out: {safe(d['why'])}; `jobctl doctor` says more"

@@ -21,11 +21,13 @@ ONCE = ("since", "before", "min-attempts")  # given once, as on the command line
 
 
 class Filter:
-    """The filter in force: the Selection the words make (empty: no filter), and the words."""
+    """The filter in force: the Selection the words make (empty: no filter), the words as typed
+    (`text`, to edit them) and as shown (`shown`: a secret-looking key's value masked, as job data is)."""
 
-    def __init__(self, selection: Selection | None = None, text: str = ""):
+    def __init__(self, selection: Selection | None = None, text: str = "", shown: str | None = None):
         self.selection = selection if selection is not None else Selection()
         self.text = text
+        self.shown = text if shown is None else shown
 
     def __bool__(self) -> bool:
         return not self.selection.empty
@@ -59,10 +61,12 @@ class Filter:
         return Selection(**fields)
 
 
-def parse(text: str) -> Filter:
+def parse(text: str, patterns=()) -> Filter:
     """`type:send-email error:timeout since:1h` to a Filter; InvalidInput names the word at fault.
-    A bare word is an error text (the most common search), as `error:` would be."""
+    A bare word is an error text (the most common search), as `error:` would be. `patterns`: the
+    secret-looking keys, whose values the filter as shown masks (`payload:password=***`)."""
     from jobctl.cli.filters import selection  # (the command line's own: its checks, its messages)
+    from jobctl.untrusted import mask_text
 
     words = " ".join(text.split())
     options: dict = {}  # option -> its values (since, before, min_attempts: the one value)
@@ -81,7 +85,7 @@ def parse(text: str) -> Filter:
         options.setdefault(WORDS[key], []).append(value)
     once = {name: options.pop(name)[0] for name in ("since", "before", "min_attempts") if name in options}
     try:
-        return Filter(selection(**options, **once), words)
+        return Filter(selection(**options, **once), words, mask_text(words, patterns))
     except InvalidInput as e:  # the command line's message, in the filter's words (since:, not --since)
         message = e.message
         for word in sorted(WORDS, key=len, reverse=True):

@@ -19,6 +19,7 @@ from jobctl.output import ago, text
 from jobctl.untrusted import safe
 
 SPARK_MINUTES = 30  # minutes of throughput in the header's sparklines
+NAME_MAX = 20  # a queue, type or worker name in the jobs tabs below 160 columns (names may be 64)
 
 
 def age(seconds: float | None) -> str:
@@ -31,7 +32,7 @@ def since(ms: int | None, now: int) -> str:
 
 def header_lines(snap, width: int, flt_text: str, following: int | None) -> Group:
     """Three lines: the database and when it was read; throughput with sparklines and workers;
-    what needs a person (stuck, buried, oldest ready), with the filter in force."""
+    the filter in force, then what needs a person (stuck, buried, oldest ready)."""
     from jobctl.stats_view import sparkline, summary_line
 
     stamp = datetime.fromtimestamp(snap.now / 1000).strftime("%H:%M:%S")
@@ -61,10 +62,12 @@ def header_lines(snap, width: int, flt_text: str, following: int | None) -> Grou
     second.append(failed_rate, style="bold red" if t["1m"]["failed"] else "bold")
     second.append(sparkline(t["failed_by_minute"][-minutes:]) if minutes else "", style="red")
     second.append_text(workers)
-    third = summary_line({**snap.figures, "workers": None})  # (the workers are on the line above)
-    if flt_text:
-        third.append("  filter: ", style="bold yellow")
+    third = Text()
+    if flt_text:  # first: what the panes below are read through is never cut off at 80 columns
+        third.append("filter: ", style="bold yellow")
         third.append(safe(flt_text), style="yellow")
+        third.append("  ")
+    third.append_text(summary_line({**snap.figures, "workers": None}))  # (the workers are on the line above)
     if following is not None:
         third.append(f"  following job {following}", style="bold cyan")
     for line in (first, second, third):
@@ -157,25 +160,32 @@ def tab_row(tab: str, row, now: int, wide: bool, patterns=()) -> tuple[str, list
     """(row key, cells) of one row of a tab. A buried group's key is its latest job's id."""
     def num(value) -> Text:
         return Text(str(value), justify="right")
+
+    def name(value: str) -> Text:
+        """A queue, type or worker: shortened below WIDE, so the columns after it stay on screen."""
+        cell = text(value)
+        if not wide:
+            cell.truncate(NAME_MAX, overflow="ellipsis")
+        return cell
     if tab == "running":
         progress = Text("cancel asked ", style="yellow") if row.status == "cancel_requested" else Text("")
         progress.append(progress_text(row, patterns))
-        return str(row.id), [num(str(row.id)), text(row.type), *([text(row.queue)] if wide else []),
-                             text(row.worker or "-"), num(since(row.claimed_at, now)), progress]
+        return str(row.id), [num(str(row.id)), name(row.type), *([name(row.queue)] if wide else []),
+                             name(row.worker or "-"), num(since(row.claimed_at, now)), progress]
     if tab == "buried":
-        return str(row["latest_id"]), [num(f"{row['count']:,}"), text(row["queue"]), text(row["type"]),
+        return str(row["latest_id"]), [num(f"{row['count']:,}"), name(row["queue"]), name(row["type"]),
                                        num(str(row["latest_id"])),
                                        num(ago(row.get("latest_ms"), now).removesuffix(" ago")),
                                        text(row.get("error") or "", "red")]
     if tab == "aging":
-        return str(row["id"]), [num(str(row["id"])), text(row["queue"]), text(row["type"]),
+        return str(row["id"]), [num(str(row["id"])), name(row["queue"]), name(row["type"]),
                                 num(str(row["priority"])), num(age(row["waiting_for"]))]
     if tab == "held":
-        return str(row.id), [num(str(row.id)), text(row.queue), text(row.type),
+        return str(row.id), [num(str(row.id)), name(row.queue), name(row.type),
                              num(str(row.priority)), num(since(row.run_at, now))]
     from jobctl.durations import to_rfc3339
 
-    return str(row.id), [num(str(row.id)), text(row.queue), text(row.type),
+    return str(row.id), [num(str(row.id)), name(row.queue), name(row.type),
                          num(format_duration(max(row.run_at - now, 0) / 1000)),
                          *([Text(to_rfc3339(row.run_at) or "")] if wide else []),
                          num(f"{row.attempts} of {row.max_attempts}")]
@@ -233,7 +243,7 @@ class WorkersTable(DataTable):
     """The workers pane: one row per worker, moved with arrows or j/k; d drains the selected one."""
 
     BINDINGS = [Binding("j", "cursor_down", "down", show=False), Binding("k", "cursor_up", "up", show=False),
-                Binding("d", "app.drain", "drain")]
+                Binding("d", "app.drain", "drain", show=False)]  # (said in the pane's title)
 
 
 class JobsTable(DataTable):
@@ -276,9 +286,9 @@ class HelpScreen(ModalScreen[None]):
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    """A bulk action asks first: y does it, anything else does not."""
+    """An action asks first: y (or Y, as the command line's [y/N]) does it, anything else does not."""
 
-    BINDINGS = [Binding("y", "yes", "yes"), Binding("n,escape,q", "no", "no")]
+    BINDINGS = [Binding("y,Y", "yes", "yes"), Binding("n,escape,q", "no", "no")]
 
     def __init__(self, question: str):
         super().__init__()
@@ -295,7 +305,7 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(False)
 
     def on_key(self, event) -> None:
-        if event.key not in ("y", "n", "escape", "q"):
+        if event.key not in ("y", "Y", "n", "escape", "q"):
             event.stop()
             self.dismiss(False)
 

@@ -103,8 +103,9 @@ def drain(
     """Tell workers to claim nothing more, finish the jobs they run and exit, as after SIGTERM.
 
     Jobs still running after the worker's --grace are stopped and released, as after SIGTERM.
-    Each worker notices within 2 seconds, on whatever host it runs. A worker id with no worker
-    that is not stopped is exit 3, and nothing is asked of anyone.
+    Each worker notices within 2 seconds, on whatever host it runs. Only live workers are told:
+    a worker id (or --host) with none, only stopped ones or only lost ones (killed, not seen for
+    three renewals) is exit 3, saying which, and nothing is asked of anyone.
 
     Example: jobctl workers drain --host web-3
     """

@@ -2010,11 +2010,15 @@ class SQLEngine:
 
     def order_workers(self, request: str, *, workers: list[str] | None = None, host: str | None = None,
                       actor: str) -> tuple[list[dict], list[str]]:
-        """Ask every worker not stopped that is named (`workers`), or on `host`, or all of them
-        (neither given), to drain or stop, in one transaction; a stop is never turned back into a
-        drain. Returns (the rows ordered, as they were, the named workers with no such row)."""
+        """Ask every worker alive (neither stopped nor lost) that is named (`workers`), or on
+        `host`, or all of them (neither given), to drain or stop, in one transaction; a stop is never
+        turned back into a drain. Returns (the rows ordered, as they were, the named workers with
+        no such row)."""
+        from jobctl.workers import LOST_AFTER
+
         with self._write() as (c, now):
-            where, params = "state <> 'stopped'", []
+            # (lost: not seen for LOST_AFTER renewal periods, as jobctl.workers.state_of says)
+            where, params = f"state <> 'stopped' AND last_seen >= ? - {LOST_AFTER} * renew_ms", [now]
             if workers is not None:
                 where += " AND worker IN (" + ", ".join("?" * len(workers)) + ")"
                 params += workers

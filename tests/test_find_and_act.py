@@ -308,3 +308,26 @@ def test_purge_help_names_only_the_states_it_takes():
     assert "completed, cancelled or buried" in shown and "held" not in shown, shown
     retry = " ".join(run_cli("retry", "--help").stdout.split())
     assert "scheduled, blocked, held" in retry, retry
+
+
+def test_a_payload_value_is_compared_by_value_the_same_on_both_engines(any_db):
+    """--payload PATH=VALUE with an object or a list: keys in any order, 1 and 1.0 the same number
+    (as a single number already is), true never 1; a number in the path is a list index, so it
+    finds nothing in a single value or an object, on SQLite as on PostgreSQL."""
+    with Queue.open(any_db, create=True) as q:
+        ids = [q.enqueue("t", p).id for p in (
+            {"u": {"id": 4, "x": [1, 2]}}, {"u": {"x": [1, 2], "id": 4}}, {"u": {"id": 4, "x": [1.0, 2]}},
+            {"u": {"id": 4}}, {"f": [True]}, {"n": 1}, {"n": {"0": 1}}, {"n": [1]}, {"u": {"id": 4, "x": [2, 1]}})]
+    cli = cli_on(any_db)
+
+    def found(value):
+        return sorted(ids_of(cli("list", "--json", "--payload", value)))
+
+    assert found('u={"x": [1, 2], "id": 4}') == ids[:3]
+    assert found('u={"id": 4, "x": [1.0, 2.0]}') == ids[:3]
+    assert found("u.x=[1,2]") == ids[:3]
+    assert found('u={"id": 4.0}') == [ids[3]]
+    assert found("f=[1]") == [] and found("f=[true]") == [ids[4]]
+    assert found("n.0=1") == [ids[7]]  # the list, not the single 1 nor the object's key "0"
+    r = cli("cancel", "--payload", 'u={"x": [1, 2], "id": 4}', "--dry-run", "--json")  # the action agrees
+    assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == ids[:3], r.output

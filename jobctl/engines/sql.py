@@ -63,13 +63,17 @@ PAUSED = ("(queue IN (SELECT name FROM queues WHERE paused = 1 AND (paused_until
 
 def payload_hint(value: object) -> str | None:
     """Text that a stored payload (compact JSON, as jobctl writes it) must contain to hold `value`
-    anywhere, or None when there is no such sure text (a float, a big number, a list or object)."""
+    anywhere, or None when there is no such sure text (a float, a big number, an empty list or object)."""
     from jobctl.selection import payload_json
 
     if value is None or isinstance(value, (bool, str)):
         return payload_json(value)
     if isinstance(value, int) and abs(value) < 10**15:  # (a float 42.0 is written "42.0": it holds "42")
         return str(value)
+    if isinstance(value, dict) and value:  # (an object holds each of its keys, written "key":)
+        return payload_json(next(iter(value))) + ":"
+    if isinstance(value, list) and value:
+        return payload_hint(value[0])
     return None
 
 
@@ -1352,9 +1356,12 @@ class SQLEngine:
             if isinstance(value, int) and not -2**63 <= value < 2**63:
                 value = float(value)  # (SQLite reads an integer past 64 bits as a real, and binds none)
             return "(json_type(payload, ?) IN ('integer', 'real') AND json_extract(payload, ?) = ?)", [where, where, value]
+        # By value, as on PostgreSQL (keys in any order, 1 = 1.0): the same text at once, else
+        # jobctl_same_json (SQLiteEngine registers it: payloads.same_value) decides.
         kind = "object" if isinstance(value, dict) else "array"
-        return (f"(json_type(payload, ?) = '{kind}' AND json_extract(payload, ?) = json(?))",
-                [where, where, payload_json(value)])
+        text = payload_json(value)
+        return (f"(json_type(payload, ?) = '{kind}' AND (json_extract(payload, ?) = json(?) "
+                "OR jobctl_same_json(json_extract(payload, ?), ?)))", [where, where, text, where, text])
 
     def _last_worker_where(self, workers: list[str]) -> tuple[str, list]:
         """A job that a worker of `workers` holds now, or, held by none, whose latest run was one

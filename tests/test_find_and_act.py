@@ -331,3 +331,31 @@ def test_a_payload_value_is_compared_by_value_the_same_on_both_engines(any_db):
     assert found("n.0=1") == [ids[7]]  # the list, not the single 1 nor the object's key "0"
     r = cli("cancel", "--payload", 'u={"x": [1, 2], "id": 4}', "--dry-run", "--json")  # the action agrees
     assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == ids[:3], r.output
+
+
+def test_an_action_interrupted_says_how_many_jobs_it_changed(any_db, monkeypatch):
+    """Ctrl-C in the middle of an action by filter: the transactions done stay done, the one under
+    way is undone, and the command says how many it changed (stdout: that count; stderr: one
+    line), exit 130, so that the admin knows to run it again for the rest."""
+    import contextlib
+    import os
+    import signal
+
+    from jobctl.cli import progress
+
+    with Queue.open(any_db, create=True) as q:
+        q.insert([q.prepare("t", {"n": i}) for i in range(2500)])
+    assert run_inproc("bury", "--type", "t", db=any_db).stdout == "2500\n"
+
+    @contextlib.contextmanager
+    def ctrl_c_after_the_first_transaction(*args, **kwargs):
+        yield lambda done, total: os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(progress, "progress_bar", ctrl_c_after_the_first_transaction)
+    r = run_inproc("retry", "--type", "t", db=any_db)
+    with Queue.open(any_db) as q:
+        retried = q.count_jobs(statuses=["pending"])
+    assert 0 < retried < 2500
+    assert (r.exit_code, r.stdout) == (130, f"{retried}\n"), r.output
+    line = r.one_error_line()
+    assert f"interrupted after retrying {retried:,} of 2,500 jobs" in line and "again" in line, line

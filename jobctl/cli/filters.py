@@ -4,6 +4,7 @@ on a terminal, short transactions with a progress bar, and the report per outcom
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import sys
@@ -162,20 +163,70 @@ def act(ctx, action: str, sel, *, dry_run: bool, yes: bool, as_json: bool, **inp
                 sys.stderr.write("not confirmed: nothing changed\n")
                 return
         counts: dict[str, int] = {}
-        from jobctl.cli.progress import progress_bar
+        from jobctl.cli import progress
 
-        with progress_bar(DOING[action], unit="jobs") as on_progress:
-            for job_id, outcome, detail in q.act(action, ids, sel, dry_run=dry_run, on_progress=on_progress, **inputs):
-                word = _word(action, outcome, detail)
-                counts[word] = counts.get(word, 0) + 1
-                if as_json:
-                    emit_json({"id": job_id, "action": word, **({"dry_run": True} if dry_run else {})})
-    changed = sum(n for word, n in counts.items() if word not in ("skipped", "refused", "unchanged"))
+        with _ctrl_c_between_transactions() as asked, progress.progress_bar(DOING[action], unit="jobs") as bar:
+            def on_progress(done: int, total: int) -> None:  # (after each transaction, its jobs counted)
+                if bar is not None:
+                    bar(done, total)
+                if asked:
+                    raise _Stopped
+
+            try:
+                for job_id, outcome, detail in q.act(action, ids, sel, dry_run=dry_run, on_progress=on_progress,
+                                                     **inputs):
+                    word = _word(action, outcome, detail)
+                    counts[word] = counts.get(word, 0) + 1
+                    if as_json:
+                        emit_json({"id": job_id, "action": word, **({"dry_run": True} if dry_run else {})})
+            except (_Stopped, KeyboardInterrupt) as e:
+                if not as_json:
+                    emit(str(_changed(counts)))
+                from jobctl.cli import _fail
+
+                # (a second Ctrl-C stops at once: a transaction under way may have been kept, or not)
+                n = f"{_changed(counts):,}" if isinstance(e, _Stopped) else f"at least {_changed(counts):,}"
+                _fail("interrupted; --dry-run: nothing changed" if dry_run else
+                      f"interrupted after {DOING[action]} {n} of {len(ids):,} jobs; the others are unchanged: "
+                      "run the same command again for the rest", 130)
+                raise typer.Exit(130) from None
     if not as_json:
-        emit(str(changed))
+        emit(str(_changed(counts)))
     from jobctl.cli.state import tell
 
     tell(report(action, len(ids), counts, dry_run))
+
+
+class _Stopped(Exception):
+    """Ctrl-C was pressed during an action: it stops after the transaction under way."""
+
+
+@contextlib.contextmanager
+def _ctrl_c_between_transactions():
+    """While an action runs, a first Ctrl-C (SIGINT) only asks it to stop once the transaction under
+    way is done and counted (the list yielded is then true); a second one interrupts at once."""
+    import signal
+    import threading
+
+    asked: list[bool] = []
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield asked
+        return
+
+    def on_sigint(signum, frame):
+        if asked:
+            raise KeyboardInterrupt
+        asked.append(True)
+
+    before = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield asked
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _changed(counts: dict[str, int]) -> int:
+    return sum(n for word, n in counts.items() if word not in ("skipped", "refused", "unchanged"))
 
 
 def _word(action: str, outcome: str, detail) -> str:

@@ -282,8 +282,8 @@ def test_a_dry_run_reads_and_never_waits_for_the_write_lock(tmp_path):
 
 
 def test_an_error_with_letters_beyond_ascii_is_found_by_its_own_text(any_db):
-    """--error folds case on both sides the database's way: a text with a non-ASCII capital
-    (SQLite's lower() folds ASCII only) is still found by itself, in any ASCII case."""
+    """--error folds case on both sides: a text with a non-ASCII capital is found by itself and in
+    any case (SQLite's own lower() folds ASCII only)."""
     with Queue.open(any_db, create=True) as q:
         q.enqueue("t", {})
         job = q.claim(worker="w-1")
@@ -291,6 +291,11 @@ def test_an_error_with_letters_beyond_ascii_is_found_by_its_own_text(any_db):
     cli = cli_on(any_db)
     assert ids_of(cli("list", "--json", "--error", "Échec")) == [job.id]
     assert ids_of(cli("list", "--json", "--error", "Échec DE CONNEXION")) == [job.id]
+    # in any case beyond ASCII too, on SQLite as on PostgreSQL, for listing and acting alike
+    assert ids_of(cli("list", "--json", "--error", "échec")) == [job.id]
+    assert ids_of(cli("list", "--json", "--error", "ÉCHEC DE")) == [job.id]
+    r = cli("retry", "--error", "échec", "--dry-run", "--json")
+    assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == [job.id], r.output
 
 
 def test_a_bad_time_is_refused_before_asking(db):

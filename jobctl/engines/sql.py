@@ -287,6 +287,9 @@ class SQLEngine:
     # 130 ms, so it gets its turn within about one transaction. (PostgreSQL: rows are locked one by
     # one, and a worker's claim skips locked rows: no pause.)
     TURN_S = 0.025
+    # The SQL function that lowers text in every alphabet, for `--error TEXT` beyond ASCII
+    # (selection.where_sql): PostgreSQL's lower(); SQLite's folds ASCII only (SQLiteEngine's own).
+    UNICODE_LOWER = "lower"
     # What one transaction of such an action may spend deciding and writing (its commit comes on
     # top): with TURN_S, a worker waits about one transaction for the write lock (measured beside a
     # retry of 100,000 jobs: 85 ms at most). PostgreSQL: no worker waits for it; larger steps.

@@ -71,6 +71,11 @@ def _same_json(stored, given) -> bool:
         return False
 
 
+def _lower(text):
+    """SQL jobctl_lower(text): lower() in every alphabet (SQLite's own folds ASCII letters only)."""
+    return text.lower() if isinstance(text, str) else text
+
+
 def check_sqlite_version(found: tuple[int, int, int] | None = None) -> None:
     found = sqlite3.sqlite_version_info if found is None else found
     if tuple(found) < MIN_SQLITE:
@@ -273,6 +278,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
     wakes = True  # has_changed: PRAGMA data_version, no I/O
     reconnects = False  # a file: no connection to lose
     on_reconnect: Callable[[str], None] | None = None  # (never called)
+    UNICODE_LOWER = "jobctl_lower"  # (registered on each connection: _lower)
 
     def __init__(self, conn: sqlite3.Connection, path: str, busy_timeout: float, clock=None):
         self.conn = conn
@@ -456,6 +462,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
             with engine._errors():
                 conn.row_factory = sqlite3.Row
                 conn.create_function("jobctl_same_json", 2, _same_json, deterministic=True)  # (--payload)
+                conn.create_function("jobctl_lower", 1, _lower, deterministic=True)  # (--error beyond ASCII)
                 # Text that is not UTF-8 (a damaged row) is read with its bad bytes kept as lone
                 # surrogates, so that Job.from_row can name the job instead of the fetch failing.
                 conn.text_factory = _TEXT

@@ -364,3 +364,10 @@ def test_an_action_interrupted_says_how_many_jobs_it_changed(any_db, monkeypatch
     assert (r.exit_code, r.stdout) == (130, f"{retried}\n"), r.output
     line = r.one_error_line()
     assert f"interrupted after retrying {retried:,} of 2,500 jobs" in line and "again" in line, line
+    r = run_inproc("retry-buried", "--type", "t", "--json", db=any_db)  # the same with retry-buried
+    with Queue.open(any_db) as q:
+        now_pending = {j.id for j in q.list_jobs(statuses=["pending"], limit=0)}
+    shown = json.loads(r.stdout)
+    assert r.exit_code == 130 and 0 < shown["count"] < 2500 - retried, r.output
+    assert shown["count"] == len(shown["ids"]) == len(now_pending) - retried and set(shown["ids"]) <= now_pending
+    assert f"interrupted after retrying {shown['count']:,} of {2500 - retried:,} jobs" in r.one_error_line()

@@ -163,33 +163,16 @@ def act(ctx, action: str, sel, *, dry_run: bool, yes: bool, as_json: bool, **inp
                 sys.stderr.write("not confirmed: nothing changed\n")
                 return
         counts: dict[str, int] = {}
-        from jobctl.cli import progress
-
-        with _ctrl_c_between_transactions() as asked, progress.progress_bar(DOING[action], unit="jobs") as bar:
-            def on_progress(done: int, total: int) -> None:  # (after each transaction, its jobs counted)
-                if bar is not None:
-                    bar(done, total)
-                if asked:
-                    raise _Stopped
-
-            try:
-                for job_id, outcome, detail in q.act(action, ids, sel, dry_run=dry_run, on_progress=on_progress,
-                                                     **inputs):
-                    word = _word(action, outcome, detail)
-                    counts[word] = counts.get(word, 0) + 1
-                    if as_json:
-                        emit_json({"id": job_id, "action": word, **({"dry_run": True} if dry_run else {})})
-            except (_Stopped, KeyboardInterrupt) as e:
-                if not as_json:
-                    emit(str(_changed(counts)))
-                from jobctl.cli import _fail
-
-                # (a second Ctrl-C stops at once: a transaction under way may have been kept, or not)
-                n = f"{_changed(counts):,}" if isinstance(e, _Stopped) else f"at least {_changed(counts):,}"
-                _fail("interrupted; --dry-run: nothing changed" if dry_run else
-                      f"interrupted after {DOING[action]} {n} of {len(ids):,} jobs; the others are unchanged: "
-                      "run the same command again for the rest", 130)
-                raise typer.Exit(130) from None
+        try:
+            for job_id, outcome, detail in acting(q, action, ids, sel, dry_run=dry_run, **inputs):
+                word = _word(action, outcome, detail)
+                counts[word] = counts.get(word, 0) + 1
+                if as_json:
+                    emit_json({"id": job_id, "action": word, **({"dry_run": True} if dry_run else {})})
+        except (Interrupted, KeyboardInterrupt) as e:
+            if not as_json:
+                emit(str(_changed(counts)))
+            interrupted(e, action, _changed(counts), len(ids), dry_run)
     if not as_json:
         emit(str(_changed(counts)))
     from jobctl.cli.state import tell
@@ -197,8 +180,36 @@ def act(ctx, action: str, sel, *, dry_run: bool, yes: bool, as_json: bool, **inp
     tell(report(action, len(ids), counts, dry_run))
 
 
-class _Stopped(Exception):
-    """Ctrl-C was pressed during an action: it stops after the transaction under way."""
+class Interrupted(Exception):
+    """Ctrl-C was pressed during an action (`acting`): it stopped after the transaction under way."""
+
+
+def acting(q, action: str, ids: list[int], sel, *, dry_run: bool, **inputs):
+    """Queue.act with a progress bar on a terminal, stopped by a first Ctrl-C once the transaction
+    under way is done and every one of its jobs yielded (then Interrupted is raised); a second
+    Ctrl-C raises KeyboardInterrupt at once."""
+    from jobctl.cli import progress
+
+    with _ctrl_c_between_transactions() as asked, progress.progress_bar(DOING[action], unit="jobs") as bar:
+        def on_progress(done: int, total: int) -> None:  # (after each transaction, its jobs yielded)
+            if bar is not None:
+                bar(done, total)
+            if asked:
+                raise Interrupted
+
+        yield from q.act(action, ids, sel, dry_run=dry_run, on_progress=on_progress, **inputs)
+
+
+def interrupted(e: BaseException, action: str, changed: int, matched: int, dry_run: bool):
+    """The error line of an action stopped by Ctrl-C (`acting`), and exit 130."""
+    from jobctl.cli import _fail
+
+    # (a second Ctrl-C stops at once: a transaction under way may have been kept, or not)
+    n = f"{changed:,}" if isinstance(e, Interrupted) else f"at least {changed:,}"
+    _fail("interrupted; --dry-run: nothing changed" if dry_run else
+          f"interrupted after {DOING[action]} {n} of {matched:,} jobs; the others are unchanged: "
+          "run the same command again for the rest", 130)
+    raise typer.Exit(130) from None
 
 
 @contextlib.contextmanager

@@ -582,15 +582,18 @@ def retry_buried(
 
     Example: jobctl retry-buried -q billing --error timeout --dry-run
     """
-    from jobctl.cli.progress import progress_bar
-
     sel = by.selection(status=["buried"])
     ids: list[int] = []
-    with state(ctx).open_queue() as q, progress_bar("retrying", unit="jobs") as on_progress:
-        for job_id, outcome, _ in q.act("retry", q.matching_ids(sel), sel, dry_run=dry_run, on_progress=on_progress,
-                                        reset_attempts=reset_attempts):
-            if outcome == "changed":
-                ids.append(job_id)
+    with state(ctx).open_queue() as q:
+        matched = q.matching_ids(sel)
+        try:
+            for job_id, outcome, _ in filters.acting(q, "retry", matched, sel, dry_run=dry_run,
+                                                     reset_attempts=reset_attempts):
+                if outcome == "changed":
+                    ids.append(job_id)
+        except (filters.Interrupted, KeyboardInterrupt) as e:
+            emit_json({"count": len(ids), "ids": ids, "dry_run": dry_run}) if as_json else emit(str(len(ids)))
+            filters.interrupted(e, "retry", len(ids), len(matched), dry_run)
     if as_json:
         emit_json({"count": len(ids), "ids": ids, "dry_run": dry_run})
     else:

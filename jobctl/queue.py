@@ -17,6 +17,7 @@ from jobctl.engines.base import ClaimRequest, Decision, Engine, Inserted, NewJob
 from jobctl.errors import CancelRequested, InvalidInput, JobctlError, NoSuchJob, PermissionDenied
 from jobctl.jobspec import reschedule_when, validate_job_id
 from jobctl.models import Event, Job, Record
+from jobctl.selection import ACTS_ON
 from jobctl.transitions import backoff_delay, one_line  # noqa: F401  (re-exported: tests and scripts use them)
 
 if TYPE_CHECKING:
@@ -458,13 +459,7 @@ class Queue:
 
     # -- find and act: a selection (jobctl/selection.py) ------------------------------------
 
-    # What each action can act on, and what it acts on when no --status is given.
-    ACTS_ON = {
-        "retry": (("buried",), ("buried",)),
-        "cancel": (("pending", "scheduled", "blocked", "held", "buried"), ("pending",)),
-        "reschedule": (("pending", "scheduled", "blocked", "held"), ("pending",)),
-        "bury": (("pending", "scheduled", "blocked", "held"), ("pending",)),
-    }
+    ACTS_ON = ACTS_ON  # (selection.ACTS_ON: what each action can act on, and takes without --status)
 
     @staticmethod
     def _asks_held(selection) -> bool:

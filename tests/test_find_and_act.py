@@ -308,11 +308,16 @@ def test_a_bad_time_is_refused_before_asking(db):
     assert code == 2 and "[y/N]" not in shown and "invalid --in 'garbage'" in shown, shown
 
 
-def test_purge_help_names_only_the_states_it_takes():
+def test_purge_and_action_help_name_only_the_states_they_take():
     shown = " ".join(run_cli("purge", "--help").stdout.split())
     assert "completed, cancelled or buried" in shown and "held" not in shown, shown
+    listing = " ".join(run_cli("list", "--help").stdout.split())
+    assert "scheduled, blocked, held" in listing, listing
+    # an action's --status names the states it acts on, as its refusal of any other says
     retry = " ".join(run_cli("retry", "--help").stdout.split())
-    assert "scheduled, blocked, held" in retry, retry
+    assert "(repeatable): buried only" in retry and "held" not in retry, retry
+    cancel = " ".join(run_cli("cancel", "--help").stdout.split())
+    assert "pending, scheduled, blocked, held or buried; without it, pending jobs" in cancel, cancel
 
 
 def test_a_payload_value_is_compared_by_value_the_same_on_both_engines(any_db):

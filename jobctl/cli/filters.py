@@ -77,10 +77,17 @@ class _Place:
             self.params = [p.replace(default=option) if p.name == "status" else p for p in self.params]
 
 
-def options(*, status: bool = True, states: Optional[str] = None) -> Any:
+def options(*, status: bool = True, states: Optional[str] = None, acts: Optional[str] = None) -> Any:
     """The default of the one parameter that stands for all the filter options in a command decorated
     with `with_filters`; status=False leaves --status out (a command that chooses the state itself);
-    states: the states --status takes, in words, where a command takes fewer than every one."""
+    states: the states --status takes, in words, where a command takes fewer than every one; acts:
+    the action by filter (retry, cancel, ...) whose states --status takes (selection.ACTS_ON)."""
+    if acts is not None:
+        from jobctl.selection import ACTS_ON
+
+        allowed, default = ACTS_ON[acts]
+        states = (", ".join(allowed[:-1]) + " or " + allowed[-1] if len(allowed) > 1 else f"{allowed[0]} only")
+        states += f"; without it, {' and '.join(default)} jobs" if default != allowed else ""
     return _Place(status, states)
 
 
@@ -98,9 +105,9 @@ class Filters:
     def for_action(self, action: str, job_ids) -> Selection:
         """The selection of retry, cancel, reschedule or bury (the states it may act on: Queue.ACTS_ON),
         checked against the job ids given: ids or a filter."""
-        from jobctl.queue import Queue
+        from jobctl.selection import ACTS_ON
 
-        sel = self.selection(allowed=Queue.ACTS_ON[action][0])
+        sel = self.selection(allowed=ACTS_ON[action][0])
         ids_or_filter(job_ids, sel, action)
         return sel
 

@@ -475,7 +475,9 @@ class Queue:
         return figures["admission"] if figures else None
 
     def matching_ids(self, selection) -> list[int]:
-        """The ids of the jobs a selection matches now, in id order."""
+        """The ids of the jobs a selection matches now, in id order. Its durations are pinned to
+        now (Selection.pin): acting on these ids then judges them with the same window."""
+        selection.pin(self.engine.now())
         return self.engine.select_ids(selection, admission=self.admission_for(selection))
 
     def act(self, action: str, ids: list[int], selection, *, dry_run: bool = False, actor: str | None = None,

@@ -66,6 +66,13 @@ class Selection(Record):
         """(since, before) in ms since the epoch, durations counted back from `now`."""
         return _at(self.since, now), _at(self.before, now)
 
+    def pin(self, now: int) -> None:
+        """Durations ("1h": that long ago) become the times they mean at `now`, so that an action
+        found and then acts on its jobs with one window, however long it runs."""
+        since, before = self.bounds(now)
+        self.since = None if since is None else ("at", since)
+        self.before = None if before is None else ("at", before)
+
     def describe(self) -> str:
         """The filters as options, for messages ("--type a --error timeout")."""
         parts = [f"--queue {v}" for v in self.queues] + [f"--type {v}" for v in self.types]

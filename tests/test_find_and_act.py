@@ -376,3 +376,21 @@ def test_an_action_interrupted_says_how_many_jobs_it_changed(any_db, monkeypatch
     assert r.exit_code == 130 and 0 < shown["count"] < 2500 - retried, r.output
     assert shown["count"] == len(shown["ids"]) == len(now_pending) - retried and set(shown["ids"]) <= now_pending
     assert f"interrupted after retrying {shown['count']:,} of {2500 - retried:,} jobs" in r.one_error_line()
+
+
+def test_a_window_in_durations_is_the_one_of_the_moment_the_jobs_were_found(any_db):
+    """`retry --since 1s`: "that long ago" is counted from when the command found its jobs, so a
+    job found at the edge of the window is acted on even if the window moves on while the action
+    runs; it is not skipped as changed meanwhile, since it did not change."""
+    import time
+
+    from jobctl.selection import parse
+
+    with Queue.open(any_db, create=True) as q:
+        job = q.enqueue("t", {})
+        sel = parse(since="1s")
+        ids = q.matching_ids(sel)
+        assert ids == [job.id]
+        time.sleep(1.2)  # the job's last change is now more than 1 s ago
+        assert [outcome for _, outcome, _ in q.act("bury", ids, sel)] == ["changed"]
+        assert q.get(job.id).status == "buried"

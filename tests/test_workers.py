@@ -141,6 +141,14 @@ def test_jobs_claimed_by_a_script_show_under_their_worker_id(tmp_path, any_db):
     assert r.exit_code == 0 and "cron-7" in r.stdout and "1 t" in r.stdout, r.output
 
 
+def test_an_empty_worker_id_or_host_is_a_usage_error(tmp_path, any_db):
+    cli = on_db(run_inproc, any_db)
+    assert cli("init").exit_code == 0
+    for args in (("drain", ""), ("stop", "--now", "wa", ""), ("drain", "--host", "")):
+        r = cli("workers", *args)
+        assert r.exit_code == 2 and "empty" in r.one_error_line(), r.output
+
+
 def test_states_from_the_renewal_period():
     row = {"state": "running", "last_seen": 10_000, "renew_ms": 1000, "request": None, "stopped_at": None}
     assert registry.state_of(row, 13_000) == "running"

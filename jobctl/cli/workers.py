@@ -69,6 +69,8 @@ def _order(ctx: typer.Context, request: str, worker: Optional[List[str]], host: 
     chosen = [bool(worker), host is not None, all_]
     if sum(chosen) != 1:
         raise InvalidInput(f"name the workers to {command}: WORKER..., --host HOST or --all (one of them)")
+    if any(not w for w in worker or []) or host == "":
+        raise InvalidInput(f"an empty worker id or host: name the workers to {command} as `jobctl workers` shows them")
     st = state(ctx)
     with st.open_queue() as q:
         rows = q.order_workers(request, workers=list(worker) if worker else None, host=host)

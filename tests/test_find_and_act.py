@@ -376,6 +376,11 @@ def test_an_action_interrupted_says_how_many_jobs_it_changed(any_db, monkeypatch
     assert r.exit_code == 130 and 0 < shown["count"] < 2500 - retried, r.output
     assert shown["count"] == len(shown["ids"]) == len(now_pending) - retried and set(shown["ids"]) <= now_pending
     assert f"interrupted after retrying {shown['count']:,} of {2500 - retried:,} jobs" in r.one_error_line()
+    # Ctrl-C in the last transaction: nothing is left to stop; the action ends as it would have
+    with Queue.open(any_db) as q:
+        q.insert([q.prepare("small", {})])
+    r = run_inproc("bury", "--type", "small", db=any_db)
+    assert (r.exit_code, r.stdout, r.stderr) == (0, "1\n", ""), r.output
 
 
 def test_a_window_in_durations_is_the_one_of_the_moment_the_jobs_were_found(any_db):

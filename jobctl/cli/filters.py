@@ -201,7 +201,7 @@ def acting(q, action: str, ids: list[int], sel, *, dry_run: bool, **inputs):
         def on_progress(done: int, total: int) -> None:  # (after each transaction, its jobs yielded)
             if bar is not None:
                 bar(done, total)
-            if asked:
+            if asked and done < total:  # (after the last one: all done, nothing to stop)
                 raise Interrupted
 
         yield from q.act(action, ids, sel, dry_run=dry_run, on_progress=on_progress, **inputs)

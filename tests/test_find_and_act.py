@@ -144,6 +144,16 @@ def test_on_a_terminal_it_asks_before_acting_on_several_jobs(db):
     assert (r.exit_code, r.stdout) == (0, "0\n"), r.output
 
 
+def test_nothing_to_act_on_names_the_states_looked_in(db):
+    """A filter whose jobs are all in states the action does not take by default says so: `cancel
+    --type import` finds the buried import, but cancels pending jobs unless told otherwise."""
+    buried_fixture(db)
+    code, shown, _ = run_on_pty([*JOBCTL, "--db", str(db), "cancel", "--type", "import"], timeout=30)
+    assert code == 0 and "cancelled 0 jobs; no pending job matches" in shown, shown
+    code, shown, _ = run_on_pty([*JOBCTL, "--db", str(db), "retry", "--type", "report"], timeout=30)
+    assert code == 0 and "retried 0 jobs; no buried job matches" in shown, shown
+
+
 HANDLER = """import os, sys, time
 time.sleep(0.05)
 with open(sys.argv[1], "a") as f:

@@ -184,7 +184,7 @@ def act(ctx, action: str, sel, *, dry_run: bool, yes: bool, as_json: bool, **inp
         emit(str(_changed(counts)))
     from jobctl.cli.state import tell
 
-    tell(report(action, len(ids), counts, dry_run))
+    tell(report(action, len(ids), counts, dry_run, states=sel.statuses))
 
 
 class Interrupted(Exception):
@@ -255,7 +255,7 @@ def _word(action: str, outcome: str, detail) -> str:
     return DONE[action]
 
 
-def report(action: str, matched: int, counts: dict[str, int], dry_run: bool) -> str:
+def report(action: str, matched: int, counts: dict[str, int], dry_run: bool, states: Optional[List[str]] = None) -> str:
     """`retried 1,234 jobs; skipped 3 (changed meanwhile)`, `would cancel 2 jobs; --dry-run: nothing changed`."""
     why = {"skipped": "changed meanwhile", "refused": "not allowed in their state", "unchanged": "nothing to change"}
     done = sum(n for word, n in counts.items() if word not in why)
@@ -264,7 +264,7 @@ def report(action: str, matched: int, counts: dict[str, int], dry_run: bool) -> 
         line += f" ({counts['cancel_requested']:,} running: cancellation requested)"
     line += "".join(f"; {word} {counts[word]:,} ({reason})" for word, reason in why.items() if counts.get(word))
     if not matched:
-        line += "; no job matches"
+        line += f"; no {' or '.join(states or [])}{' ' if states else ''}job matches"  # (states: those looked in)
     return line + ("; --dry-run: nothing changed" if dry_run else "")
 
 

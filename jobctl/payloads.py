@@ -200,3 +200,17 @@ def stored_damage(text, stored_hash, *, check_hash: bool = True) -> str | None:
         return "payload damaged: it no longer matches the hash stored when it was enqueued"
     return None
 
+
+
+def same_value(a: object, b: object) -> bool:
+    """Whether two JSON values are equal by value, as PostgreSQL's jsonb compares them: objects
+    whatever their keys' order, numbers by value (1 and 1.0), and true or false never a number."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_value(v, b[k]) for k, v in a.items())
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b

@@ -17,6 +17,7 @@ from jobctl.engines.base import ClaimRequest, Decision, Engine, Inserted, NewJob
 from jobctl.errors import CancelRequested, InvalidInput, JobctlError, NoSuchJob, PermissionDenied
 from jobctl.jobspec import reschedule_when, validate_job_id
 from jobctl.models import Event, Job, Record
+from jobctl.selection import ACTS_ON
 from jobctl.transitions import backoff_delay, one_line  # noqa: F401  (re-exported: tests and scripts use them)
 
 if TYPE_CHECKING:
@@ -458,13 +459,7 @@ class Queue:
 
     # -- find and act: a selection (jobctl/selection.py) ------------------------------------
 
-    # What each action can act on, and what it acts on when no --status is given.
-    ACTS_ON = {
-        "retry": (("buried",), ("buried",)),
-        "cancel": (("pending", "scheduled", "blocked", "held", "buried"), ("pending",)),
-        "reschedule": (("pending", "scheduled", "blocked", "held"), ("pending",)),
-        "bury": (("pending", "scheduled", "blocked", "held"), ("pending",)),
-    }
+    ACTS_ON = ACTS_ON  # (selection.ACTS_ON: what each action can act on, and takes without --status)
 
     @staticmethod
     def _asks_held(selection) -> bool:
@@ -480,7 +475,9 @@ class Queue:
         return figures["admission"] if figures else None
 
     def matching_ids(self, selection) -> list[int]:
-        """The ids of the jobs a selection matches now, in id order."""
+        """The ids of the jobs a selection matches now, in id order. Its durations are pinned to
+        now (Selection.pin): acting on these ids then judges them with the same window."""
+        selection.pin(self.engine.now())
         return self.engine.select_ids(selection, admission=self.admission_for(selection))
 
     def act(self, action: str, ids: list[int], selection, *, dry_run: bool = False, actor: str | None = None,
@@ -718,21 +715,35 @@ class Queue:
     def order_workers(self, request: str, *, workers: list[str] | None = None, host: str | None = None,
                       actor: str | None = None) -> list[dict]:
         """Ask workers to drain or stop ("drain", "stop"): those named, those on `host`, or every
-        one (neither). A name or host with no worker that is not stopped is NoSuchWorker (exit 3),
-        and nothing is asked of anyone. Returns the registry rows ordered."""
+        one (neither). Only live workers are asked: a lost one (jobctl.workers.state_of) has no
+        process left to hear it. A name or host with no live worker is NoSuchWorker (exit 3), and
+        nothing is asked of anyone. Returns the registry rows ordered."""
+        from jobctl import workers as registry
         from jobctl.errors import NoSuchWorker
 
         rows, missing = self.engine.order_workers(request, workers=workers, host=host, actor=actor or operator_name())
-        if missing:
-            _, _, held = self.engine.worker_rows()
-            scripts = sorted({w for _, _, w in held if w in missing})
-            name = missing[0]
-            if name in scripts:
+        if missing or (host is not None and not rows):
+            now, known, held = self.engine.worker_rows()
+            lost = [r for r in known if registry.state_of(r, now) == "lost" and not registry.forgotten(r, now)
+                    and (r["worker"] in missing if missing else r["host"] == host)]
+            name = missing[0] if missing else None
+            if name is not None and name in {w for _, _, w in held} and not any(r["worker"] == name for r in lost):
                 raise NoSuchWorker(f"worker {name} is not a `jobctl work` process (its running jobs were claimed "
                                    "by a script with `jobctl claim`); nothing was asked of any worker")
-            raise NoSuchWorker(f"no running worker {name}; nothing was asked of any worker; `jobctl workers` "
-                               "lists them")
-        if host is not None and not rows:
+            gone = [r for r in lost if name is None or r["worker"] == name]
+            if gone:
+                from jobctl.durations import format_duration
+
+                names = ", ".join(dict.fromkeys(r["worker"] for r in gone))
+                who = f"worker {name} is" if name is not None else \
+                    f"no running worker on host {host}: {names} {'is' if len(gone) == 1 else 'are'}"
+                since = format_duration((now - max(r["last_seen"] for r in gone)) / 1000)
+                raise NoSuchWorker(f"{who} lost (not seen for {since}: killed, its host down, or cut off from the "
+                                   "database): no process is left to tell, nothing was asked of any worker; jobs it "
+                                   "ran go back to pending once their leases expire (`jobctl recover`)")
+            if name is not None:
+                raise NoSuchWorker(f"no running worker {name}; nothing was asked of any worker; `jobctl workers` "
+                                   "lists them")
             raise NoSuchWorker(f"no running worker on host {host}; nothing was asked; `jobctl workers` lists them")
         return rows
 

@@ -21,6 +21,13 @@ from jobctl.models import STATES, Record
 # waiting on `after` jobs, or ready but held back by a pause or a limit.
 VIEWS = ("scheduled", "blocked", "held")
 STATUSES = STATES + VIEWS
+# What each action by filter can act on (its --status values), and what it acts on without --status.
+ACTS_ON = {
+    "retry": (("buried",), ("buried",)),
+    "cancel": (("pending", "scheduled", "blocked", "held", "buried"), ("pending",)),
+    "reschedule": (("pending", "scheduled", "blocked", "held"), ("pending",)),
+    "bury": (("pending", "scheduled", "blocked", "held"), ("pending",)),
+}
 # A view no --status offers, for `jobctl top`'s aging tab: ready jobs that nothing holds back, which
 # wait for a worker (pending, not blocked, due, and not held).
 WAITING = "waiting"
@@ -58,6 +65,13 @@ class Selection(Record):
     def bounds(self, now: int) -> tuple[int | None, int | None]:
         """(since, before) in ms since the epoch, durations counted back from `now`."""
         return _at(self.since, now), _at(self.before, now)
+
+    def pin(self, now: int) -> None:
+        """Durations ("1h": that long ago) become the times they mean at `now`, so that an action
+        found and then acts on its jobs with one window, however long it runs."""
+        since, before = self.bounds(now)
+        self.since = None if since is None else ("at", since)
+        self.before = None if before is None else ("at", before)
 
     def describe(self) -> str:
         """The filters as options, for messages ("--type a --error timeout")."""
@@ -159,6 +173,8 @@ def parse(*, queues: Iterable[str] | None = None, types: Iterable[str] | None = 
 class Dialect(Protocol):
     """What where_sql needs from an engine: the SQL that differs between databases."""
 
+    UNICODE_LOWER: str  # the SQL function that lowers text in every alphabet
+
     def _payload_equals(self, path: list, value: object) -> tuple[str, list]:
         """SQL true when the payload's value at `path` equals `value` (a JSON value)."""
         ...
@@ -181,8 +197,7 @@ STATUS_SQL = {
 
 def where_sql(sel: Selection, now: int, dialect: Dialect, admission=None) -> tuple[list[str], list]:
     """The clauses (to AND) and their parameters that select `sel`'s jobs at `now`. The error
-    filter is case-insensitive (the database's lower() on both sides: for ASCII letters on SQLite,
-    for every letter on PostgreSQL)."""
+    filter is case-insensitive in every alphabet (the same lower() on both sides)."""
     clauses: list[str] = []
     params: list = []
 
@@ -213,9 +228,10 @@ def where_sql(sel: Selection, now: int, dialect: Dialect, admission=None) -> tup
             params.extend([now, *held_params])
         clauses.append(ors[0] if len(ors) == 1 else "(" + " OR ".join(ors) + ")")
     if sel.errors:
-        # (the database folds both sides: SQLite's lower() folds ASCII only, so a Python lower() of
-        # the text would miss an error holding a capital beyond ASCII, such as "Échec")
-        clauses.append("(" + " OR ".join(["lower(error) LIKE lower(?) ESCAPE '!'"] * len(sel.errors)) + ")")
+        # (the database folds both sides alike; a text beyond ASCII needs a lower() of every
+        # alphabet, which on SQLite is jobctl's own: the ASCII one is SQLite's, the quicker)
+        lower = "lower" if all(e.isascii() for e in sel.errors) else dialect.UNICODE_LOWER
+        clauses.append("(" + " OR ".join([f"{lower}(error) LIKE {lower}(?) ESCAPE '!'"] * len(sel.errors)) + ")")
         params.extend("%" + _like_escape(e) + "%" for e in sel.errors)
     if sel.payload:
         # The same path repeated ORs (user.id=1 or user.id=2); different paths AND.

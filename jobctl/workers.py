@@ -29,7 +29,7 @@ def state_of(row: dict, now: int) -> str:
     return "running"
 
 
-def _forgotten(row: dict, now: int) -> bool:
+def forgotten(row: dict, now: int) -> bool:
     seen = row["stopped_at"] if row["state"] == "stopped" and row["stopped_at"] is not None else row["last_seen"]
     return now - seen > FORGET_MS
 
@@ -46,7 +46,7 @@ def view(now: int, rows: list[dict], held: list[tuple[int, str, str | None]], *,
     entries: list[dict] = []
     holder: dict[str, dict] = {}  # worker id -> the entry its jobs are shown under (its latest process not stopped)
     for row in rows:
-        if _forgotten(row, now):
+        if forgotten(row, now):
             continue
         state = state_of(row, now)
         entry = {"worker": row["worker"], "host": row["host"], "pid": row["pid"], "state": state,
@@ -77,7 +77,7 @@ def summary(now: int, rows: list[dict]) -> dict:
     """stats' `workers`: {"alive", "lost"} (processes; scripts have none)."""
     alive = lost = 0
     for row in rows:
-        if _forgotten(row, now):
+        if forgotten(row, now):
             continue
         state = state_of(row, now)
         if state in ALIVE:

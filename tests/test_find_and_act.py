@@ -144,6 +144,16 @@ def test_on_a_terminal_it_asks_before_acting_on_several_jobs(db):
     assert (r.exit_code, r.stdout) == (0, "0\n"), r.output
 
 
+def test_nothing_to_act_on_names_the_states_looked_in(db):
+    """A filter whose jobs are all in states the action does not take by default says so: `cancel
+    --type import` finds the buried import, but cancels pending jobs unless told otherwise."""
+    buried_fixture(db)
+    code, shown, _ = run_on_pty([*JOBCTL, "--db", str(db), "cancel", "--type", "import"], timeout=30)
+    assert code == 0 and "cancelled 0 jobs; no pending job matches" in shown, shown
+    code, shown, _ = run_on_pty([*JOBCTL, "--db", str(db), "retry", "--type", "report"], timeout=30)
+    assert code == 0 and "retried 0 jobs; no buried job matches" in shown, shown
+
+
 HANDLER = """import os, sys, time
 time.sleep(0.05)
 with open(sys.argv[1], "a") as f:
@@ -282,8 +292,8 @@ def test_a_dry_run_reads_and_never_waits_for_the_write_lock(tmp_path):
 
 
 def test_an_error_with_letters_beyond_ascii_is_found_by_its_own_text(any_db):
-    """--error folds case on both sides the database's way: a text with a non-ASCII capital
-    (SQLite's lower() folds ASCII only) is still found by itself, in any ASCII case."""
+    """--error folds case on both sides: a text with a non-ASCII capital is found by itself and in
+    any case (SQLite's own lower() folds ASCII only)."""
     with Queue.open(any_db, create=True) as q:
         q.enqueue("t", {})
         job = q.claim(worker="w-1")
@@ -291,6 +301,11 @@ def test_an_error_with_letters_beyond_ascii_is_found_by_its_own_text(any_db):
     cli = cli_on(any_db)
     assert ids_of(cli("list", "--json", "--error", "Échec")) == [job.id]
     assert ids_of(cli("list", "--json", "--error", "Échec DE CONNEXION")) == [job.id]
+    # in any case beyond ASCII too, on SQLite as on PostgreSQL, for listing and acting alike
+    assert ids_of(cli("list", "--json", "--error", "échec")) == [job.id]
+    assert ids_of(cli("list", "--json", "--error", "ÉCHEC DE")) == [job.id]
+    r = cli("retry", "--error", "échec", "--dry-run", "--json")
+    assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == [job.id], r.output
 
 
 def test_a_bad_time_is_refused_before_asking(db):
@@ -303,8 +318,94 @@ def test_a_bad_time_is_refused_before_asking(db):
     assert code == 2 and "[y/N]" not in shown and "invalid --in 'garbage'" in shown, shown
 
 
-def test_purge_help_names_only_the_states_it_takes():
+def test_purge_and_action_help_name_only_the_states_they_take():
     shown = " ".join(run_cli("purge", "--help").stdout.split())
     assert "completed, cancelled or buried" in shown and "held" not in shown, shown
+    listing = " ".join(run_cli("list", "--help").stdout.split())
+    assert "scheduled, blocked, held" in listing, listing
+    # an action's --status names the states it acts on, as its refusal of any other says
     retry = " ".join(run_cli("retry", "--help").stdout.split())
-    assert "scheduled, blocked, held" in retry, retry
+    assert "(repeatable): buried only" in retry and "held" not in retry, retry
+    cancel = " ".join(run_cli("cancel", "--help").stdout.split())
+    assert "pending, scheduled, blocked, held or buried; without it, pending jobs" in cancel, cancel
+
+
+def test_a_payload_value_is_compared_by_value_the_same_on_both_engines(any_db):
+    """--payload PATH=VALUE with an object or a list: keys in any order, 1 and 1.0 the same number
+    (as a single number already is), true never 1; a number in the path is a list index, so it
+    finds nothing in a single value or an object, on SQLite as on PostgreSQL."""
+    with Queue.open(any_db, create=True) as q:
+        ids = [q.enqueue("t", p).id for p in (
+            {"u": {"id": 4, "x": [1, 2]}}, {"u": {"x": [1, 2], "id": 4}}, {"u": {"id": 4, "x": [1.0, 2]}},
+            {"u": {"id": 4}}, {"f": [True]}, {"n": 1}, {"n": {"0": 1}}, {"n": [1]}, {"u": {"id": 4, "x": [2, 1]}})]
+    cli = cli_on(any_db)
+
+    def found(value):
+        return sorted(ids_of(cli("list", "--json", "--payload", value)))
+
+    assert found('u={"x": [1, 2], "id": 4}') == ids[:3]
+    assert found('u={"id": 4, "x": [1.0, 2.0]}') == ids[:3]
+    assert found("u.x=[1,2]") == ids[:3]
+    assert found('u={"id": 4.0}') == [ids[3]]
+    assert found("f=[1]") == [] and found("f=[true]") == [ids[4]]
+    assert found("n.0=1") == [ids[7]]  # the list, not the single 1 nor the object's key "0"
+    r = cli("cancel", "--payload", 'u={"x": [1, 2], "id": 4}', "--dry-run", "--json")  # the action agrees
+    assert [json.loads(line)["id"] for line in r.stdout.splitlines()] == ids[:3], r.output
+
+
+def test_an_action_interrupted_says_how_many_jobs_it_changed(any_db, monkeypatch):
+    """Ctrl-C in the middle of an action by filter: the transactions done stay done, the one under
+    way is undone, and the command says how many it changed (stdout: that count; stderr: one
+    line), exit 130, so that the admin knows to run it again for the rest."""
+    import contextlib
+    import os
+    import signal
+
+    from jobctl.cli import progress
+
+    with Queue.open(any_db, create=True) as q:
+        q.insert([q.prepare("t", {"n": i}) for i in range(2500)])
+    assert run_inproc("bury", "--type", "t", db=any_db).stdout == "2500\n"
+
+    @contextlib.contextmanager
+    def ctrl_c_after_the_first_transaction(*args, **kwargs):
+        yield lambda done, total: os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(progress, "progress_bar", ctrl_c_after_the_first_transaction)
+    r = run_inproc("retry", "--type", "t", db=any_db)
+    with Queue.open(any_db) as q:
+        retried = q.count_jobs(statuses=["pending"])
+    assert 0 < retried < 2500
+    assert (r.exit_code, r.stdout) == (130, f"{retried}\n"), r.output
+    line = r.one_error_line()
+    assert f"interrupted after retrying {retried:,} of 2,500 jobs" in line and "again" in line, line
+    r = run_inproc("retry-buried", "--type", "t", "--json", db=any_db)  # the same with retry-buried
+    with Queue.open(any_db) as q:
+        now_pending = {j.id for j in q.list_jobs(statuses=["pending"], limit=0)}
+    shown = json.loads(r.stdout)
+    assert r.exit_code == 130 and 0 < shown["count"] < 2500 - retried, r.output
+    assert shown["count"] == len(shown["ids"]) == len(now_pending) - retried and set(shown["ids"]) <= now_pending
+    assert f"interrupted after retrying {shown['count']:,} of {2500 - retried:,} jobs" in r.one_error_line()
+    # Ctrl-C in the last transaction: nothing is left to stop; the action ends as it would have
+    with Queue.open(any_db) as q:
+        q.insert([q.prepare("small", {})])
+    r = run_inproc("bury", "--type", "small", db=any_db)
+    assert (r.exit_code, r.stdout, r.stderr) == (0, "1\n", ""), r.output
+
+
+def test_a_window_in_durations_is_the_one_of_the_moment_the_jobs_were_found(any_db):
+    """`retry --since 1s`: "that long ago" is counted from when the command found its jobs, so a
+    job found at the edge of the window is acted on even if the window moves on while the action
+    runs; it is not skipped as changed meanwhile, since it did not change."""
+    import time
+
+    from jobctl.selection import parse
+
+    with Queue.open(any_db, create=True) as q:
+        job = q.enqueue("t", {})
+        sel = parse(since="1s")
+        ids = q.matching_ids(sel)
+        assert ids == [job.id]
+        time.sleep(1.2)  # the job's last change is now more than 1 s ago
+        assert [outcome for _, outcome, _ in q.act("bury", ids, sel)] == ["changed"]
+        assert q.get(job.id).status == "buried"

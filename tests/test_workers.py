@@ -63,6 +63,16 @@ def test_a_killed_worker_turns_lost_and_its_job_is_recovered(tmp_path, any_db):
     assert json.loads(r.stdout)["workers"] == {"alive": 0, "lost": 1}
     r = cli("stats", "--check", "--min-workers", "1")
     assert r.exit_code == 9 and "0 worker(s) alive, 1 lost (min 1)" in r.stdout, r.output
+    # A lost worker cannot be told anything: named, it is exit 3 saying so, never "draining"; with
+    # --host or --all it is not among the workers told.
+    for order in (("drain", "wa"), ("stop", "wa", "--now")):
+        r = cli("workers", *order)
+        assert r.exit_code == 3 and "wa is lost" in r.one_error_line() and "draining" not in r.stdout, r.output
+    r = cli("workers", "drain", "--host", os.uname().nodename)
+    assert r.exit_code == 3 and "lost" in r.one_error_line(), r.output
+    r = cli("workers", "stop", "--now", "--all", "--json")
+    assert (r.exit_code, r.stdout) == (0, ""), r.output
+    assert entries(cli)["wa"]["request"] is None
     # Another worker recovers the job (its lease expired) and runs it again, as before.
     b = start_worker(tmp_path, any_db, "--worker", "wb", "--stop-when-empty", name="b")
     code, log = finish(b)
@@ -129,6 +139,14 @@ def test_jobs_claimed_by_a_script_show_under_their_worker_id(tmp_path, any_db):
     assert r.exit_code == 3 and "claimed by a script" in r.one_error_line()
     r = cli("workers")
     assert r.exit_code == 0 and "cron-7" in r.stdout and "1 t" in r.stdout, r.output
+
+
+def test_an_empty_worker_id_or_host_is_a_usage_error(tmp_path, any_db):
+    cli = on_db(run_inproc, any_db)
+    assert cli("init").exit_code == 0
+    for args in (("drain", ""), ("stop", "--now", "wa", ""), ("drain", "--host", "")):
+        r = cli("workers", *args)
+        assert r.exit_code == 2 and "empty" in r.one_error_line(), r.output
 
 
 def test_states_from_the_renewal_period():

@@ -4,10 +4,10 @@ on a terminal, short transactions with a progress bar, and the report per outcom
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import sys
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, TypeVar
 
 import typer
@@ -77,10 +77,17 @@ class _Place:
             self.params = [p.replace(default=option) if p.name == "status" else p for p in self.params]
 
 
-def options(*, status: bool = True, states: Optional[str] = None) -> Any:
+def options(*, status: bool = True, states: Optional[str] = None, acts: Optional[str] = None) -> Any:
     """The default of the one parameter that stands for all the filter options in a command decorated
     with `with_filters`; status=False leaves --status out (a command that chooses the state itself);
-    states: the states --status takes, in words, where a command takes fewer than every one."""
+    states: the states --status takes, in words, where a command takes fewer than every one; acts:
+    the action by filter (retry, cancel, ...) whose states --status takes (selection.ACTS_ON)."""
+    if acts is not None:
+        from jobctl.selection import ACTS_ON
+
+        allowed, default = ACTS_ON[acts]
+        states = (", ".join(allowed[:-1]) + " or " + allowed[-1] if len(allowed) > 1 else f"{allowed[0]} only")
+        states += f"; without it, {' and '.join(default)} jobs" if default != allowed else ""
     return _Place(status, states)
 
 
@@ -98,9 +105,9 @@ class Filters:
     def for_action(self, action: str, job_ids) -> Selection:
         """The selection of retry, cancel, reschedule or bury (the states it may act on: Queue.ACTS_ON),
         checked against the job ids given: ids or a filter."""
-        from jobctl.queue import Queue
+        from jobctl.selection import ACTS_ON
 
-        sel = self.selection(allowed=Queue.ACTS_ON[action][0])
+        sel = self.selection(allowed=ACTS_ON[action][0])
         ids_or_filter(job_ids, sel, action)
         return sel
 
@@ -163,38 +170,94 @@ def act(ctx, action: str, sel, *, dry_run: bool, yes: bool, as_json: bool, **inp
                 sys.stderr.write("not confirmed: nothing changed\n")
                 return
         counts: dict[str, int] = {}
-        from jobctl.cli.progress import progress_bar
-
-        with progress_bar(DOING[action], unit="jobs") as on_progress, stopped_part_way(DONE[action], len(ids)) as done:
-            for job_id, outcome, detail in q.act(action, ids, sel, dry_run=dry_run, on_progress=on_progress, **inputs):
+        try:
+            for job_id, outcome, detail in acting(q, action, ids, sel, dry_run=dry_run, **inputs):
                 word = _word(action, outcome, detail)
                 counts[word] = counts.get(word, 0) + 1
-                if not dry_run and word not in ("skipped", "refused", "unchanged"):
-                    done[0] += 1
                 if as_json:
                     emit_json({"id": job_id, "action": word, **({"dry_run": True} if dry_run else {})})
-    changed = sum(n for word, n in counts.items() if word not in ("skipped", "refused", "unchanged"))
+        except (Interrupted, KeyboardInterrupt) as e:
+            if not as_json:
+                emit(str(_changed(counts)))
+            interrupted(e, action, _changed(counts), len(ids), dry_run)
     if not as_json:
-        emit(str(changed))
+        emit(str(_changed(counts)))
     from jobctl.cli.state import tell
 
-    tell(report(action, len(ids), counts, dry_run))
+    tell(report(action, len(ids), counts, dry_run, states=sel.statuses))
 
 
-@contextmanager
-def stopped_part_way(done_word: str, matched: int):
-    """Around an action's short transactions: yields [count], which the caller raises per job
-    changed. An error (a lock, a lost connection) that stops the action after some transactions
-    committed says how many jobs they changed: its own "nothing changed" speaks of the last
-    transaction only. Running the action again goes on with the rest."""
-    done = [0]
+class Interrupted(Exception):
+    """Ctrl-C was pressed during an action (`acting`): it stopped after the transaction under way."""
+
+
+def acting(q, action: str, ids: list[int], sel, *, dry_run: bool, **inputs):
+    """Queue.act with a progress bar on a terminal, stopped by a first Ctrl-C once the transaction
+    under way is done and every one of its jobs yielded (then Interrupted is raised); a second
+    Ctrl-C raises KeyboardInterrupt at once. An error that stops it part way says how many jobs
+    the transactions before had changed."""
+    from jobctl.cli import progress
+
+    with _ctrl_c_between_transactions() as asked, progress.progress_bar(DOING[action], unit="jobs") as bar:
+        def on_progress(done: int, total: int) -> None:  # (after each transaction, its jobs yielded)
+            if bar is not None:
+                bar(done, total)
+            if asked and done < total:  # (after the last one: all done, nothing to stop)
+                raise Interrupted
+
+        changed = 0
+        try:
+            for item in q.act(action, ids, sel, dry_run=dry_run, on_progress=on_progress, **inputs):
+                changed += item[1] == "changed" and not dry_run
+                yield item
+        except JobctlError as e:
+            # An error (a lock, a lost connection) that stops the action after some transactions
+            # committed: its own "nothing changed" speaks of the last transaction only. Running
+            # the action again goes on with the rest.
+            if changed:
+                e.args = (f"{DONE[action]} {changed:,} of {len(ids):,} jobs, then stopped: "
+                          + str(e).replace("nothing changed", "nothing more changed"),)
+            raise
+
+
+def interrupted(e: BaseException, action: str, changed: int, matched: int, dry_run: bool):
+    """The error line of an action stopped by Ctrl-C (`acting`), and exit 130."""
+    from jobctl.cli import _fail
+
+    # (a second Ctrl-C stops at once: a transaction under way may have been kept, or not)
+    n = f"{changed:,}" if isinstance(e, Interrupted) else f"at least {changed:,}"
+    _fail("interrupted; --dry-run: nothing changed" if dry_run else
+          f"interrupted after {DOING[action]} {n} of {matched:,} jobs; the others are unchanged: "
+          "run the same command again for the rest", 130)
+    raise typer.Exit(130) from None
+
+
+@contextlib.contextmanager
+def _ctrl_c_between_transactions():
+    """While an action runs, a first Ctrl-C (SIGINT) only asks it to stop once the transaction under
+    way is done and counted (the list yielded is then true); a second one interrupts at once."""
+    import signal
+    import threading
+
+    asked: list[bool] = []
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield asked
+        return
+
+    def on_sigint(signum, frame):
+        if asked:
+            raise KeyboardInterrupt
+        asked.append(True)
+
+    before = signal.signal(signal.SIGINT, on_sigint)
     try:
-        yield done
-    except JobctlError as e:
-        if done[0]:
-            e.args = (f"{done_word} {done[0]:,} of {matched:,} jobs, then stopped: "
-                      + str(e).replace("nothing changed", "nothing more changed"),)
-        raise
+        yield asked
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _changed(counts: dict[str, int]) -> int:
+    return sum(n for word, n in counts.items() if word not in ("skipped", "refused", "unchanged"))
 
 
 def _word(action: str, outcome: str, detail) -> str:
@@ -205,7 +268,7 @@ def _word(action: str, outcome: str, detail) -> str:
     return DONE[action]
 
 
-def report(action: str, matched: int, counts: dict[str, int], dry_run: bool) -> str:
+def report(action: str, matched: int, counts: dict[str, int], dry_run: bool, states: Optional[List[str]] = None) -> str:
     """`retried 1,234 jobs; skipped 3 (changed meanwhile)`, `would cancel 2 jobs; --dry-run: nothing changed`."""
     why = {"skipped": "changed meanwhile", "refused": "not allowed in their state", "unchanged": "nothing to change"}
     done = sum(n for word, n in counts.items() if word not in why)
@@ -214,7 +277,7 @@ def report(action: str, matched: int, counts: dict[str, int], dry_run: bool) -> 
         line += f" ({counts['cancel_requested']:,} running: cancellation requested)"
     line += "".join(f"; {word} {counts[word]:,} ({reason})" for word, reason in why.items() if counts.get(word))
     if not matched:
-        line += "; no job matches"
+        line += f"; no {' or '.join(states or [])}{' ' if states else ''}job matches"  # (states: those looked in)
     return line + ("; --dry-run: nothing changed" if dry_run else "")
 
 

@@ -421,7 +421,7 @@ def cancel(
     reason: Optional[str] = typer.Option(None, "--reason", metavar="R", help="Why, kept in the job's history."),
     token: Optional[str] = typer.Option(None, "--token", metavar="T", help="As the claim's holder: confirm that the job stopped."),
     with_dependents: bool = typer.Option(False, "--with-dependents", help="Also cancel every job that waits on it, directly or not (one transaction)."),
-    by: filters.Filters = filters.options(),
+    by: filters.Filters = filters.options(acts="cancel"),
     yes: bool = filters.YES, dry_run: bool = filters.DRY_RUN,
     as_json: bool = filters.JSON_EACH,
 ):
@@ -456,7 +456,7 @@ def reschedule(
     now: bool = typer.Option(False, "--now", help="Ready at once."),
     delay: Optional[str] = typer.Option(None, "--in", metavar="DUR", help="Ready this long from now (90s, 5m, 2h)."),
     at: Optional[str] = typer.Option(None, "--at", metavar="TIME", help="Ready at this time (ISO 8601)."),
-    by: filters.Filters = filters.options(),
+    by: filters.Filters = filters.options(acts="reschedule"),
     yes: bool = filters.YES, dry_run: bool = filters.DRY_RUN,
     as_json: bool = filters.JSON_EACH,
 ):
@@ -494,7 +494,7 @@ def retry(
     ctx: typer.Context,
     job_ids: Optional[List[int]] = typer.Argument(None, metavar="ID...", help="One or more job ids (or a filter)."),
     reset_attempts: bool = typer.Option(False, "--reset-attempts", help="Start counting runs from zero again."),
-    by: filters.Filters = filters.options(),
+    by: filters.Filters = filters.options(acts="retry"),
     yes: bool = filters.YES, dry_run: bool = filters.DRY_RUN,
     as_json: bool = filters.JSON_EACH,
 ):
@@ -515,7 +515,7 @@ def bury(
     ctx: typer.Context,
     job_ids: Optional[List[int]] = typer.Argument(None, metavar="ID...", help="One or more job ids (or a filter)."),
     reason: Optional[str] = typer.Option(None, "--reason", metavar="R", help="Why, kept in the job's history."),
-    by: filters.Filters = filters.options(),
+    by: filters.Filters = filters.options(acts="bury"),
     yes: bool = filters.YES, dry_run: bool = filters.DRY_RUN,
     as_json: bool = filters.JSON_EACH,
 ):
@@ -582,18 +582,18 @@ def retry_buried(
 
     Example: jobctl retry-buried -q billing --error timeout --dry-run
     """
-    from jobctl.cli.progress import progress_bar
-
     sel = by.selection(status=["buried"])
     ids: list[int] = []
-    with state(ctx).open_queue() as q, progress_bar("retrying", unit="jobs") as on_progress:
+    with state(ctx).open_queue() as q:
         matched = q.matching_ids(sel)
-        with filters.stopped_part_way("retried", len(matched)) as done:
-            for job_id, outcome, _ in q.act("retry", matched, sel, dry_run=dry_run, on_progress=on_progress,
-                                            reset_attempts=reset_attempts):
+        try:
+            for job_id, outcome, _ in filters.acting(q, "retry", matched, sel, dry_run=dry_run,
+                                                     reset_attempts=reset_attempts):
                 if outcome == "changed":
                     ids.append(job_id)
-                    done[0] += not dry_run
+        except (filters.Interrupted, KeyboardInterrupt) as e:
+            emit_json({"count": len(ids), "ids": ids, "dry_run": dry_run}) if as_json else emit(str(len(ids)))
+            filters.interrupted(e, "retry", len(ids), len(matched), dry_run)
     if as_json:
         emit_json({"count": len(ids), "ids": ids, "dry_run": dry_run})
     else:

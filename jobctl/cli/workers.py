@@ -69,6 +69,8 @@ def _order(ctx: typer.Context, request: str, worker: Optional[List[str]], host: 
     chosen = [bool(worker), host is not None, all_]
     if sum(chosen) != 1:
         raise InvalidInput(f"name the workers to {command}: WORKER..., --host HOST or --all (one of them)")
+    if any(not w for w in worker or []) or host == "":
+        raise InvalidInput(f"an empty worker id or host: name the workers to {command} as `jobctl workers` shows them")
     st = state(ctx)
     with st.open_queue() as q:
         rows = q.order_workers(request, workers=list(worker) if worker else None, host=host)
@@ -103,8 +105,9 @@ def drain(
     """Tell workers to claim nothing more, finish the jobs they run and exit, as after SIGTERM.
 
     Jobs still running after the worker's --grace are stopped and released, as after SIGTERM.
-    Each worker notices within 2 seconds, on whatever host it runs. A worker id with no worker
-    that is not stopped is exit 3, and nothing is asked of anyone.
+    Each worker notices within 2 seconds, on whatever host it runs. Only live workers are told:
+    a worker id (or --host) with none, only stopped ones or only lost ones (killed, not seen for
+    three renewals) is exit 3, saying which, and nothing is asked of anyone.
 
     Example: jobctl workers drain --host web-3
     """

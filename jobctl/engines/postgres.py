@@ -743,8 +743,14 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         text = payload_json(value)
         if holds_nul(text) or any(isinstance(p, str) and "\x00" in p for p in path):
             return "1 = 0", []  # (no payload here holds a NUL, and jsonb cannot even read one)
-        steps = "".join(" -> ?::int" if isinstance(p, int) else " -> ?::text" for p in path)
-        sql, params = f"(payload::jsonb{steps}) = ?::jsonb", [*path, text]
+        # (`-> 0` on a single value, 1 or "a", gives that value back: a list index looks into a list only)
+        at, guards, guard_params = "payload::jsonb", [], []
+        for i, p in enumerate(path):
+            if isinstance(p, int):
+                guards.append(f"jsonb_typeof({at}) = 'array' AND ")
+                guard_params += path[:i]
+            at += " -> ?::int" if isinstance(p, int) else " -> ?::text"
+        sql, params = f"({''.join(guards)}({at}) = ?::jsonb)", [*guard_params, *path, text]
         hint = payload_hint(value)
         if hint is None:
             return sql, params

@@ -63,13 +63,17 @@ PAUSED = ("(queue IN (SELECT name FROM queues WHERE paused = 1 AND (paused_until
 
 def payload_hint(value: object) -> str | None:
     """Text that a stored payload (compact JSON, as jobctl writes it) must contain to hold `value`
-    anywhere, or None when there is no such sure text (a float, a big number, a list or object)."""
+    anywhere, or None when there is no such sure text (a float, a big number, an empty list or object)."""
     from jobctl.selection import payload_json
 
     if value is None or isinstance(value, (bool, str)):
         return payload_json(value)
     if isinstance(value, int) and abs(value) < 10**15:  # (a float 42.0 is written "42.0": it holds "42")
         return str(value)
+    if isinstance(value, dict) and value:  # (an object holds each of its keys, written "key":)
+        return payload_json(next(iter(value))) + ":"
+    if isinstance(value, list) and value:
+        return payload_hint(value[0])
     return None
 
 
@@ -283,6 +287,9 @@ class SQLEngine:
     # 130 ms, so it gets its turn within about one transaction. (PostgreSQL: rows are locked one by
     # one, and a worker's claim skips locked rows: no pause.)
     TURN_S = 0.025
+    # The SQL function that lowers text in every alphabet, for `--error TEXT` beyond ASCII
+    # (selection.where_sql): PostgreSQL's lower(); SQLite's folds ASCII only (SQLiteEngine's own).
+    UNICODE_LOWER = "lower"
     # What one transaction of such an action may spend deciding and writing (its commit comes on
     # top): with TURN_S, a worker waits about one transaction for the write lock (measured beside a
     # retry of 100,000 jobs: 85 ms at most). PostgreSQL: no worker waits for it; larger steps.
@@ -1352,9 +1359,12 @@ class SQLEngine:
             if isinstance(value, int) and not -2**63 <= value < 2**63:
                 value = float(value)  # (SQLite reads an integer past 64 bits as a real, and binds none)
             return "(json_type(payload, ?) IN ('integer', 'real') AND json_extract(payload, ?) = ?)", [where, where, value]
+        # By value, as on PostgreSQL (keys in any order, 1 = 1.0): the same text at once, else
+        # jobctl_same_json (SQLiteEngine registers it: payloads.same_value) decides.
         kind = "object" if isinstance(value, dict) else "array"
-        return (f"(json_type(payload, ?) = '{kind}' AND json_extract(payload, ?) = json(?))",
-                [where, where, payload_json(value)])
+        text = payload_json(value)
+        return (f"(json_type(payload, ?) = '{kind}' AND (json_extract(payload, ?) = json(?) "
+                "OR jobctl_same_json(json_extract(payload, ?), ?)))", [where, where, text, where, text])
 
     def _last_worker_where(self, workers: list[str]) -> tuple[str, list]:
         """A job that a worker of `workers` holds now, or, held by none, whose latest run was one
@@ -2010,11 +2020,15 @@ class SQLEngine:
 
     def order_workers(self, request: str, *, workers: list[str] | None = None, host: str | None = None,
                       actor: str) -> tuple[list[dict], list[str]]:
-        """Ask every worker not stopped that is named (`workers`), or on `host`, or all of them
-        (neither given), to drain or stop, in one transaction; a stop is never turned back into a
-        drain. Returns (the rows ordered, as they were, the named workers with no such row)."""
+        """Ask every worker alive (neither stopped nor lost) that is named (`workers`), or on
+        `host`, or all of them (neither given), to drain or stop, in one transaction; a stop is never
+        turned back into a drain. Returns (the rows ordered, as they were, the named workers with
+        no such row)."""
+        from jobctl.workers import LOST_AFTER
+
         with self._write() as (c, now):
-            where, params = "state <> 'stopped'", []
+            # (lost: not seen for LOST_AFTER renewal periods, as jobctl.workers.state_of says)
+            where, params = f"state <> 'stopped' AND last_seen >= ? - {LOST_AFTER} * renew_ms", [now]
             if workers is not None:
                 where += " AND worker IN (" + ", ".join("?" * len(workers)) + ")"
                 params += workers

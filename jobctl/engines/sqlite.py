@@ -22,7 +22,7 @@ import stat
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from functools import partial
+from functools import lru_cache, partial
 from itertools import chain
 from operator import attrgetter
 from pathlib import Path
@@ -51,6 +51,29 @@ _EVENT_AHEAD_SQL = {False: _EVENT_AHEAD + "(?,?,?,?,?,?,?)", True: _EVENT_AHEAD 
 
 # RETURNING (the one-statement claim) came in SQLite 3.35; Debian 11 and Ubuntu 20.04 ship 3.31-3.34.
 MIN_SQLITE = (3, 35, 0)
+
+
+@lru_cache(maxsize=8)
+def _json_value(text: str) -> object:
+    return json.loads(text)
+
+
+def _same_json(stored, given) -> bool:
+    """SQL jobctl_same_json(a, b): two JSON texts hold the same value (payloads.same_value); false,
+    never an error, for anything that is not JSON text."""
+    from jobctl.payloads import same_value
+
+    if not isinstance(stored, str) or not isinstance(given, str):
+        return False
+    try:
+        return same_value(json.loads(stored), _json_value(given))
+    except (ValueError, RecursionError):
+        return False
+
+
+def _lower(text):
+    """SQL jobctl_lower(text): lower() in every alphabet (SQLite's own folds ASCII letters only)."""
+    return text.lower() if isinstance(text, str) else text
 
 
 def check_sqlite_version(found: tuple[int, int, int] | None = None) -> None:
@@ -255,6 +278,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
     wakes = True  # has_changed: PRAGMA data_version, no I/O
     reconnects = False  # a file: no connection to lose
     on_reconnect: Callable[[str], None] | None = None  # (never called)
+    UNICODE_LOWER = "jobctl_lower"  # (registered on each connection: _lower)
 
     def __init__(self, conn: sqlite3.Connection, path: str, busy_timeout: float, clock=None):
         self.conn = conn
@@ -437,6 +461,8 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         try:
             with engine._errors():
                 conn.row_factory = sqlite3.Row
+                conn.create_function("jobctl_same_json", 2, _same_json, deterministic=True)  # (--payload)
+                conn.create_function("jobctl_lower", 1, _lower, deterministic=True)  # (--error beyond ASCII)
                 # Text that is not UTF-8 (a damaged row) is read with its bad bytes kept as lone
                 # surrogates, so that Job.from_row can name the job instead of the fetch failing.
                 conn.text_factory = _TEXT

@@ -66,3 +66,16 @@ def test_json_for_every_command_that_changes_something(cli, running):
     assert paused == {"queue": "default", "type": "t", "paused": True, "until": None}
     assert json.loads(cli("resume", "default", "--type", "t", "--json").stdout) == \
         {"queue": "default", "type": "t", "paused": False}
+
+
+@pytest.mark.parametrize("args", [["list", "--limit", "0", "--json"], ["list", "--limit", "0"]])
+def test_a_reader_that_stops_early_is_no_error(cli, db, args):
+    """`jobctl list --json | head -1` under `set -o pipefail`: the reader went away after what it
+    wanted; jobctl stops writing and exits 0, silently (it is not an internal error, exit 1)."""
+    lines = "".join(json.dumps({"type": "t", "payload": {"pad": "x" * 200}}) + "\n" for _ in range(3000))
+    assert cli("enqueue", "--batch", "-", input=lines).exit_code == 0
+    proc = subprocess.Popen([*JOBCTL, "--db", db, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does once it has its line
+    code = proc.wait(timeout=60)
+    assert (code, proc.stderr.read().decode()) == (0, "")

@@ -187,6 +187,12 @@ def run(argv: list[str] | None = None) -> int:
         return _fail(" ".join(e.format_message().split()), e.exit_code)
     except Abort:
         return _fail("interrupted", 130)
+    except SystemExit as e:
+        # typer turns a broken pipe met in a command into exit 1; it is the reader going away
+        # (`jobctl list --json | head -1`), which _common_error answers.
+        if isinstance(e.__context__, BrokenPipeError):
+            return _common_error(e.__context__, debug) or 0
+        raise
     except BaseException as e:
         code = _common_error(e, debug)
         if code is None:

@@ -177,3 +177,17 @@ def test_the_worker_defaults_are_written_once():
     assert WORKER_KEYS == WorkerSettings.__slots__
     assert {k: getattr(options, k) for k in WORKER_KEYS} == {k: getattr(defaults, k) for k in WORKER_KEYS}
     assert (defaults.poll, defaults.grace, defaults.lease, defaults.purge_every) == (1.0, 30.0, 60.0, 600.0)
+
+
+@pytest.mark.parametrize("option", ["--db", "--config"])
+@pytest.mark.parametrize("command", [["enqueue", "t"], ["list"], ["work", "--stop-when-empty"]])
+def test_an_empty_db_or_config_option_is_refused_not_taken_for_the_default(tmp_path, option, command):
+    """`jobctl --db "$QUEUE_DB" enqueue ...` with the variable unset must not put the job into the
+    default database (nor read the default config): an empty value is a usage error, as for
+    --busy-timeout, and nothing is created."""
+    (tmp_path / "jobctl.toml").write_text('[types.t]\ncommand = ["true"]\n')  # (found in the working folder)
+    r = run_inproc(option, "", *command)
+    assert r.exit_code == 2, r.output
+    assert r.stdout == "" and r.stderr.startswith(f"jobctl: error: {option} is empty"), r.stderr
+    assert len(r.stderr.splitlines()) == 1
+    assert not (tmp_path / "xdg-data" / "jobctl").exists()

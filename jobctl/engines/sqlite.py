@@ -463,6 +463,9 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
                 created = _initialise_empty(real, busy_timeout)
             except sqlite3.Error as e:
                 raise translate(e, str(p), busy_timeout) from e
+            except OSError as e:  # (its mode could not be made private: a file root owns, say)
+                raise DatabaseUnusable(f"cannot make the empty file {p} a database: {e.strerror}; nothing was "
+                                       "written") from None
         if create:
             files.clean_stale_temps(real)
         try:

@@ -101,7 +101,9 @@ def _usage_error(e) -> str:
     param = getattr(e, "param", None)
     name = None
     if param is not None:
-        name = max(param.opts, key=len) if param.param_type_name == "option" else param.human_readable_name
+        # an argument by its name alone: `invalid ID 'abc'`, not the usage line's `[ID...]`
+        name = (max(param.opts, key=len) if param.param_type_name == "option"
+                else param.human_readable_name.strip("[]").removesuffix("..."))
     if isinstance(e, NoSuchOption):
         text = f"no such option {e.option_name}"
         if e.possibilities:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -277,6 +278,10 @@ def config_show(
 
     st = state(ctx)
     rows = effective(st)
+    # A config of an older jobctl still works, silently everywhere else (cron mails stderr): here,
+    # where a person reads the config, it says what moved.
+    for note in st.settings.notes:
+        sys.stderr.write(f"jobctl: note: {note}\n")
     if st.settings.config_path is not None:
         emit(f"# config file: {st.settings.config_path}")
     else:

@@ -400,3 +400,28 @@ def test_a_network_filesystem_is_refused(tmp_path, monkeypatch):
     with Queue.open(f, create=True, allow_network_fs=True) as q:
         assert q.enqueue("t").id == 1
     assert engine_sqlite  # imported for the module under test
+
+
+def test_a_link_to_a_database_on_a_network_filesystem_is_refused(tmp_path, monkeypatch):
+    """`~/jobs.db -> /mnt/nfs/jobs.db`: the file SQLite locks is on NFS, wherever the link is."""
+    from jobctl.errors import DatabaseUnusable
+    from jobctl.queue import Queue
+
+    remote = tmp_path / "remote"
+    f = make_db(remote / "jobs.db")
+    local = tmp_path / "local"
+    local.mkdir(mode=0o700)
+    link = local / "jobs.db"
+    link.symlink_to(f)
+    real_read_text = Path.read_text
+
+    def fake_read_text(self, *a, **kw):
+        if str(self) == "/proc/mounts":
+            return f"/dev/sda1 / ext4 rw 0 0\nserver:/x {remote} nfs rw 0 0\n"
+        return real_read_text(self, *a, **kw)
+
+    monkeypatch.setattr(Path, "read_text", fake_read_text)
+    with pytest.raises(DatabaseUnusable, match="network filesystem.*--allow-network-fs"):
+        Queue.open(link)
+    with Queue.open(link, allow_network_fs=True) as q:
+        assert q.list_jobs() is not None

@@ -30,12 +30,19 @@ DEFAULT_SECRET_KEYS = ["password", "passwd", "token", "secret", "api_key", "apik
 BACKOFF_NAMES = ("exponential", "linear", "fixed")
 
 
+def _xdg(variable: str, default: Path) -> Path:
+    """An XDG base folder: its variable when that is an absolute path (the XDG rules ignore an
+    empty or relative one), else the default under the home folder."""
+    value = os.environ.get(variable)
+    return Path(value) if value and os.path.isabs(value) else default
+
+
 def data_home() -> Path:
-    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return _xdg("XDG_DATA_HOME", Path.home() / ".local" / "share")
 
 
 def config_home() -> Path:
-    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return _xdg("XDG_CONFIG_HOME", Path.home() / ".config")
 
 
 def default_db_path() -> Path:

@@ -3,6 +3,7 @@ and only here; JOBCTL_DEBUG=1 shows the traceback instead."""
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -217,6 +218,15 @@ def _common_error(e: BaseException, debug: bool) -> int | None:
         except OSError:
             pass
         return 0
+    if (isinstance(e, OSError) and e.filename is None and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO)
+            and not debug):
+        # Writing the answer failed (stdout on a full disk): what the command changed stays changed.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return _fail(f"cannot write to standard output: {e.strerror}; any change the command made was kept "
+                     "(`jobctl list` shows the jobs)", 1)
     if isinstance(e, UnicodeEncodeError) and e.reason == "surrogates not allowed" and not debug:
         # Bytes that are not UTF-8 in an argument (the shell passes them as they are): a database
         # takes only text; the statement was refused before it ran.
@@ -251,6 +261,11 @@ def _fast_work(argv: list[str]) -> int | None:
 
 
 def main() -> None:
+    # Started with stdout or stderr closed (`jobctl enqueue t >&-`): Python leaves it None; the
+    # caller wants no output there, as with > /dev/null.
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))
     code = _fast_work(sys.argv[1:])
     if code is None:
         code = run()
@@ -258,4 +273,7 @@ def main() -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         pass
+    except OSError as e:  # the last of the answer could not be written (a full disk): said, as in run()
+        code = _common_error(e, False) or 1
+        sys.stdout = open(os.devnull, "w")  # (so that the interpreter's own flush at exit is quiet)
     sys.exit(code)

@@ -107,3 +107,13 @@ def test_output_that_cannot_be_written_says_so_and_that_the_change_was_kept(cli,
     assert "cannot write to standard output" in lines[0] and "internal" not in lines[0], lines[0]
     assert "kept" in lines[0] and "jobctl list" in lines[0], lines[0]
     assert cli("list", "--json").stdout.count("\n") == 1
+
+
+def test_json_for_the_commands_that_print_a_path(cli, db, tmp_path):
+    """init, backup and config init print a path; with --json, an object a script can read."""
+    assert json.loads(cli("init", "--json").stdout) == {"path": str(db), "created": True}
+    assert json.loads(cli("init", "--json").stdout) == {"path": str(db), "created": False}
+    copy = tmp_path / "copy.db"
+    assert json.loads(cli("backup", str(copy), "--json").stdout) == {"path": str(copy)}
+    cfg = tmp_path / "c.toml"
+    assert json.loads(cli("config", "init", str(cfg), "--json").stdout) == {"path": str(cfg)}

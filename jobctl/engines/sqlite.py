@@ -186,9 +186,11 @@ def _create_database(path: Path) -> bool:
 def _empty_file(real: str) -> bool:
     """A file of no bytes, beside no -wal that holds some: no one's data, so a database to be."""
     try:
-        return os.stat(real).st_size == 0 and os.stat(f"{real}-wal").st_size == 0
-    except FileNotFoundError:
-        return True
+        if os.stat(real).st_size != 0:
+            return False
+        return os.stat(f"{real}-wal").st_size == 0
+    except FileNotFoundError:  # (no -wal beside it)
+        return os.path.isfile(real)
     except OSError:
         return False
 

@@ -550,3 +550,17 @@ def test_parse_json_depth_limit_exactly_at_the_shortest_texts(wrapper):
 def test_a_line_like_the_ones_before_it_is_still_checked_whole(line, error):
     with pytest.raises(InvalidInput, match=error):
         batch_lines(['{"type": "t", "payload": {}}', line])
+
+
+def test_a_payload_file_far_too_large_says_what_was_not_done_by_each_command(cli, db, tmp_path):
+    """edit changes nothing and run runs nothing: their refusal says so, not "nothing was enqueued"."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('max_payload_bytes = 100\n[types.t]\ncommand = ["true"]\n')
+    big = tmp_path / "big.json"
+    big.write_text('"' + "x" * 5000 + '"')
+    assert cli("--config", cfg, "enqueue", "t").exit_code == 0
+    for args, said in ((["edit", "1"], "nothing was changed"), (["run", "t"], "nothing was run"),
+                       (["enqueue", "t"], "nothing was enqueued")):
+        r = cli("--config", cfg, *args, "--payload-file", big)
+        line = refused_line(r, "too large", said)
+        assert "enqueued" not in line or args[0] == "enqueue", line

@@ -28,7 +28,7 @@ def open_source(path: str):
 RAW_PAYLOAD_ROOM = 16
 
 
-def read_payload_file(path: str, limit: int) -> bytes:
+def read_payload_file(path: str, limit: int, not_done: str = "nothing was enqueued") -> bytes:
     """The file's bytes, read only up to RAW_PAYLOAD_ROOM times `limit` (never /dev/zero in
     memory); the limit itself is checked on the compact form, by the caller."""
     most = limit * RAW_PAYLOAD_ROOM
@@ -43,7 +43,7 @@ def read_payload_file(path: str, limit: int) -> bytes:
     if len(data) > most:
         raise InvalidInput(
             f"payload too large: {'stdin' if path == '-' else path} holds more than {most} bytes, far over "
-            f"the limit of {limit} bytes in compact form (max_payload_bytes in the config); nothing was enqueued")
+            f"the limit of {limit} bytes in compact form (max_payload_bytes in the config); {not_done}")
     return data
 
 

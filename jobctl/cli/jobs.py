@@ -559,7 +559,7 @@ def edit(
     if payload_file is not None:
         from jobctl.cli.inputs import read_payload_file
 
-        text = read_payload_file(payload_file, st.settings.max_payload_bytes)
+        text = read_payload_file(payload_file, st.settings.max_payload_bytes, "nothing was changed")
     with st.open_queue() as q:
         job = q.edit(job_id, payload_text=text, queue=queue, priority=priority, max_attempts=max_attempts,
                      timeout=timeout, backoff=backoff)

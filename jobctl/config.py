@@ -30,12 +30,19 @@ DEFAULT_SECRET_KEYS = ["password", "passwd", "token", "secret", "api_key", "apik
 BACKOFF_NAMES = ("exponential", "linear", "fixed")
 
 
+def _xdg(variable: str, default: Path) -> Path:
+    """An XDG base folder: its variable when that is an absolute path (the XDG rules ignore an
+    empty or relative one), else the default under the home folder."""
+    value = os.environ.get(variable)
+    return Path(value) if value and os.path.isabs(value) else default
+
+
 def data_home() -> Path:
-    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return _xdg("XDG_DATA_HOME", Path.home() / ".local" / "share")
 
 
 def config_home() -> Path:
-    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return _xdg("XDG_CONFIG_HOME", Path.home() / ".config")
 
 
 def default_db_path() -> Path:
@@ -174,6 +181,8 @@ class Settings(Record):
 
 def find_config_file(flag: str | None, env=os.environ) -> tuple[Path | None, bool]:
     """The config file to read and whether it was named explicitly (then it must exist)."""
+    if flag == "":  # `--config "$VAR"` with the variable unset: not the default config
+        raise ConfigError("--config is empty; give the config file's path (is the variable it came from set?)")
     if flag:
         return Path(flag).expanduser(), True
     if env.get("JOBCTL_CONFIG"):
@@ -646,6 +655,8 @@ def _reaction_loop(types: dict) -> list[str] | None:
 def resolve_db_path(flag: str | None, settings: Settings, env=os.environ) -> tuple[str, str]:
     """The database (a path or a URL, as given: engines.open reads it) and where that choice came
     from: --db, JOBCTL_DB, config, default."""
+    if flag == "":  # `--db "$VAR"` with the variable unset: never the default database
+        raise InvalidInput("--db is empty; give the database's path or URL (is the variable it came from set?)")
     if flag:
         return flag, "--db"
     if env.get("JOBCTL_DB"):

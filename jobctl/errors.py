@@ -50,6 +50,16 @@ class InvalidState(JobctlError):
     exit_code = 4
 
 
+class KeyConflict(InvalidState):
+    """the idempotency key belongs to a job with another type or payload"""
+
+    def __init__(self, key: str, job_id: int):
+        super().__init__(f"idempotency key {key!r} already belongs to job {job_id} with a different type or payload; "
+                         f"use another key, or `jobctl show {job_id}`")
+        self.key = key
+        self.job_id = job_id
+
+
 class StaleToken(InvalidState):
     """the token is from an older claim"""
 

@@ -14,7 +14,7 @@ from jobctl import jobspec, payloads, transitions
 from jobctl.config import Settings, duration_in_range
 from jobctl.durations import parse_duration, parse_time, validate_name
 from jobctl.engines.base import ClaimRequest, Decision, Engine, Inserted, NewJob
-from jobctl.errors import CancelRequested, InvalidInput, JobctlError, NoSuchJob, PermissionDenied
+from jobctl.errors import CancelRequested, DatabaseBusy, InvalidInput, JobctlError, NoSuchJob, PermissionDenied
 from jobctl.jobspec import reschedule_when, validate_job_id
 from jobctl.models import Event, Job, Record
 from jobctl.selection import ACTS_ON
@@ -254,10 +254,18 @@ class Queue:
     def claim_wait(self, wait: float, poll: float = 0.5, **claim_options) -> Job | None:
         """Claim, waiting up to `wait` seconds (monotonic clock) for a job to become ready. Between
         claims it sleeps on the engine's wake-up (a commit by anyone) or `poll`, whichever is first:
-        a job scheduled to run later, or one whose queue is resumed, is claimed by the next poll."""
+        a job scheduled to run later, or one whose queue is resumed, is claimed by the next poll.
+        A lock held past the busy timeout (nothing changed) is waited out too, while time is left."""
         deadline = time.monotonic() + wait
         while True:
-            job = self.claim(**claim_options)
+            try:
+                job = self.claim(**claim_options)
+            except DatabaseBusy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise  # (never "no job is ready": it could not look)
+                self.wait_for_change(min(poll, left))
+                continue
             if job is not None:
                 return job
             left = deadline - time.monotonic()

@@ -123,6 +123,8 @@ def release(job: Job, now: int, *, token: str, reason: str) -> Change:
 
 def cancel(job: Job, now: int, *, token: str | None, reason: str | None) -> Change | None:
     note = f": {reason}" if reason else ""
+    if token is not None and job.status in ("completed", "cancelled") and job.token is None:
+        raise refuse(job, "cancel it (it has finished)")  # the holder's run ended: no token is current
     if token is not None:
         check_token(job, token, "cancel")
     if job.status in ("pending", "buried"):

@@ -186,6 +186,41 @@ def test_wait_returns_a_job_enqueued_meanwhile(cli, db):
     assert time.monotonic() - start < 20  # it did not sit out the whole wait
 
 
+def test_wait_outlasts_a_lock_held_past_the_busy_timeout(cli, db):
+    """`claim --wait 20s` polls for 20 s: another process holding the write lock for longer than
+    the busy timeout (a purge, a bulk retry) is a moment to wait out, not exit 6 after 500 ms."""
+    import sqlite3
+
+    assert cli("enqueue", "t").exit_code == 0
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        waiting = subprocess.Popen([*JOBCTL, "--db", str(db), "--busy-timeout", "500ms", "claim", "--wait", "20s"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(2)  # four busy timeouts
+        assert waiting.poll() is None, waiting.communicate()
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
+    out, err = waiting.communicate(timeout=30)
+    assert (waiting.returncode, err) == (0, ""), err
+    assert json.loads(out)["id"] == 1
+
+
+def test_wait_that_ends_while_the_lock_is_held_is_busy(cli, db):
+    import sqlite3
+
+    assert cli("enqueue", "t").exit_code == 0
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        r = cli("--busy-timeout", "200ms", "claim", "--wait", "1s")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert r.exit_code == 6 and "locked by another process" in r.one_error_line(), r.output
+
+
 def test_wait_runs_out(cli):
     """It waits the whole time it was given (not a claim that gave up at once), then exits 5."""
     cli("init")

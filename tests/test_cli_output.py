@@ -66,3 +66,54 @@ def test_json_for_every_command_that_changes_something(cli, running):
     assert paused == {"queue": "default", "type": "t", "paused": True, "until": None}
     assert json.loads(cli("resume", "default", "--type", "t", "--json").stdout) == \
         {"queue": "default", "type": "t", "paused": False}
+
+
+@pytest.mark.parametrize("args", [["list", "--limit", "0", "--json"], ["list", "--limit", "0"]])
+def test_a_reader_that_stops_early_is_no_error(cli, db, args):
+    """`jobctl list --json | head -1` under `set -o pipefail`: the reader went away after what it
+    wanted; jobctl stops writing and exits 0, silently (it is not an internal error, exit 1)."""
+    lines = "".join(json.dumps({"type": "t", "payload": {"pad": "x" * 200}}) + "\n" for _ in range(3000))
+    assert cli("enqueue", "--batch", "-", input=lines).exit_code == 0
+    proc = subprocess.Popen([*JOBCTL, "--db", db, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does once it has its line
+    code = proc.wait(timeout=60)
+    assert (code, proc.stderr.read().decode()) == (0, "")
+
+
+def test_a_closed_stdout_is_output_nobody_reads_never_a_traceback(cli, db):
+    """`jobctl enqueue t >&-` (a script that wants no output): as `> /dev/null`, exit 0, the job
+    enqueued once; a closed stderr too. Never a Python traceback."""
+    assert cli("init").exit_code == 0
+    for args, close in ((["enqueue", "t"], "1>&-"), (["list"], "1>&-"), (["enqueue", "t"], "2>&-"),
+                        (["show", "99"], "1>&-")):
+        shell = " ".join([*JOBCTL, "--db", str(db), *args]) + f" {close}; echo rc=$?"
+        r = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=60)
+        assert "Traceback" not in r.stderr, r.stderr
+        expected = 3 if args[0] == "show" else 0
+        assert f"rc={expected}" in r.stdout, (args, close, r.stdout, r.stderr)
+    assert [json.loads(line)["id"] for line in cli("list", "--json").stdout.splitlines()] == [2, 1]
+
+
+def test_output_that_cannot_be_written_says_so_and_that_the_change_was_kept(cli, db):
+    """stdout on a full disk (`> /dev/full`): one line saying the output could not be written and
+    that the enqueue was made (so that nobody enqueues it again blindly), not an internal error."""
+    assert cli("init").exit_code == 0
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([*JOBCTL, "--db", str(db), "enqueue", "t"], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=60)
+    lines = r.stderr.splitlines()
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert "cannot write to standard output" in lines[0] and "internal" not in lines[0], lines[0]
+    assert "kept" in lines[0] and "jobctl list" in lines[0], lines[0]
+    assert cli("list", "--json").stdout.count("\n") == 1
+
+
+def test_json_for_the_commands_that_print_a_path(cli, db, tmp_path):
+    """init, backup and config init print a path; with --json, an object a script can read."""
+    assert json.loads(cli("init", "--json").stdout) == {"path": str(db), "created": True}
+    assert json.loads(cli("init", "--json").stdout) == {"path": str(db), "created": False}
+    copy = tmp_path / "copy.db"
+    assert json.loads(cli("backup", str(copy), "--json").stdout) == {"path": str(copy)}
+    cfg = tmp_path / "c.toml"
+    assert json.loads(cli("config", "init", str(cfg), "--json").stdout) == {"path": str(cfg)}

@@ -177,3 +177,33 @@ def test_the_worker_defaults_are_written_once():
     assert WORKER_KEYS == WorkerSettings.__slots__
     assert {k: getattr(options, k) for k in WORKER_KEYS} == {k: getattr(defaults, k) for k in WORKER_KEYS}
     assert (defaults.poll, defaults.grace, defaults.lease, defaults.purge_every) == (1.0, 30.0, 60.0, 600.0)
+
+
+@pytest.mark.parametrize("option", ["--db", "--config"])
+@pytest.mark.parametrize("command", [["enqueue", "t"], ["list"], ["work", "--stop-when-empty"]])
+def test_an_empty_db_or_config_option_is_refused_not_taken_for_the_default(tmp_path, option, command):
+    """`jobctl --db "$QUEUE_DB" enqueue ...` with the variable unset must not put the job into the
+    default database (nor read the default config): an empty value is a usage error, as for
+    --busy-timeout, and nothing is created."""
+    (tmp_path / "jobctl.toml").write_text('[types.t]\ncommand = ["true"]\n')  # (found in the working folder)
+    r = run_inproc(option, "", *command)
+    assert r.exit_code == 2, r.output
+    assert r.stdout == "" and r.stderr.startswith(f"jobctl: error: {option} is empty"), r.stderr
+    assert len(r.stderr.splitlines()) == 1
+    assert not (tmp_path / "xdg-data" / "jobctl").exists()
+
+
+def test_a_relative_xdg_folder_is_ignored_as_the_xdg_rules_say(tmp_path, monkeypatch):
+    """XDG_DATA_HOME=data (relative) would put the default database wherever the command runs (a
+    cron job's home, a person's project): the XDG rules say to ignore a relative value, so the
+    defaults under the home folder apply."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_DATA_HOME", "data")
+    monkeypatch.setenv("XDG_CONFIG_HOME", "conf")
+    r = run_inproc("init")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == str(tmp_path / "home" / ".local" / "share" / "jobctl" / "jobctl.db")
+    r = run_inproc("config", "init")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == str(tmp_path / "home" / ".config" / "jobctl" / "config.toml")
+    assert not (tmp_path / "data").exists() and not (tmp_path / "conf").exists()

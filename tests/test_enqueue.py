@@ -276,8 +276,20 @@ def test_batch_with_a_missing_after_inserts_nothing(cli, db):
 def test_batch_with_a_conflicting_key_inserts_nothing(cli, db):
     ok(cli("enqueue", "t", "--key", "k"))
     text = '{"type": "t"}\n{"type": "t", "key": "k", "payload": {"other": 1}}\n'
-    one_error_line(cli("enqueue", "--batch", "-", input=text), 4)
+    line = one_error_line(cli("enqueue", "--batch", "-", input=text), 4)
     assert count(db) == 1
+    # which line of a long input, and the job that holds the key (one that stays)
+    assert "line 2: idempotency key 'k' already belongs to job 1" in line and "nothing was enqueued" in line, line
+
+
+def test_batch_with_a_key_given_twice_differently_names_both_lines_not_a_job_that_was_not_kept(cli, db):
+    ok(cli("enqueue", "t"))
+    text = '{"type": "t"}\n{"type": "a", "key": "k"}\n\n{"type": "b", "key": "k"}\n'
+    for flag in ("--batch", "--chain"):
+        line = one_error_line(cli("enqueue", flag, "-", input=text), 4)
+        assert count(db) == 1
+        assert "line 4: idempotency key 'k' is also on line 2 with a different type or payload" in line, line
+        assert "nothing was enqueued" in line and "job 3" not in line, line  # job 3 was never kept
 
 
 def test_batch_and_a_type_together_are_a_usage_error(cli):

@@ -131,6 +131,19 @@ def test_a_config_of_0_1_0_still_loads_with_a_note(tmp_path, db):
     assert len(notes) == 2 and "[sqlite]" in notes[0], r.output
 
 
+def test_the_top_level_synchronous_key_is_silent_in_the_commands_cron_runs(tmp_path, db):
+    """`synchronous = "normal"` at the top of the config is how the short form reads (and how 0.1.0
+    read it): it works, and cron, which mails stderr, gets no note on every enqueue for it; only
+    `config show` (above) says where it now belongs."""
+    cfg = tmp_path / "old.toml"
+    cfg.write_text('synchronous = "normal"\nbusy_timeout = "7s"\n')
+    assert run_cli("--db", db, "init").exit_code == 0
+    for args in (["enqueue", "t"], ["claim"], ["list"], ["stats", "--json"]):
+        r = run_cli("--config", cfg, "--db", db, *args)
+        assert r.exit_code == 0, (args, r.output)
+        assert "note" not in r.stderr and "[sqlite]" not in r.stderr, (args, r.stderr)
+
+
 def test_the_sqlite_table(tmp_path, db):
     from jobctl.config import load_settings
 

@@ -105,6 +105,29 @@ def test_a_foreign_sqlite_file(tmp_path):
     conn.close()
 
 
+@pytest.mark.parametrize("command", [["init"], ["enqueue", "t"]])
+def test_an_empty_file_is_made_a_database_by_the_commands_that_create_one(tmp_path, command):
+    """`touch jobs.db` or `mktemp`, then `jobctl --db jobs.db init`: an empty file holds no one's
+    data (only a non-empty file without jobctl's mark is refused), so init, enqueue and work make it
+    a jobctl database, private (0600) like a new one; the other commands still say there is no
+    database there, and change nothing."""
+    f = tmp_path / "jobs.db"
+    f.touch(mode=0o644)
+    os.chmod(f, 0o644)
+    line = one_line(run_inproc("list", db=f), 8)
+    assert "empty" in line and "init" in line, line
+    assert f.stat().st_size == 0
+    r = run_inproc(*command, db=f)
+    assert r.exit_code == 0, r.output
+    assert stat.S_IMODE(f.stat().st_mode) == 0o600
+    assert run_inproc("init", db=f).exit_code == 0  # idempotent: now a jobctl file like any other
+    r = run_inproc("list", "--json", db=f)
+    assert r.exit_code == 0 and r.stdout.count("\n") == (1 if command[0] == "enqueue" else 0), r.output
+    conn = sqlite3.connect(f)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+
 def test_a_symlink_is_followed_only_when_it_and_its_target_pass(tmp_path):
     # 0.1.0 refused every link; now a link of ours to a good file is used, one of another user's is not
     real = make_db(tmp_path / "real.db")
@@ -377,3 +400,28 @@ def test_a_network_filesystem_is_refused(tmp_path, monkeypatch):
     with Queue.open(f, create=True, allow_network_fs=True) as q:
         assert q.enqueue("t").id == 1
     assert engine_sqlite  # imported for the module under test
+
+
+def test_a_link_to_a_database_on_a_network_filesystem_is_refused(tmp_path, monkeypatch):
+    """`~/jobs.db -> /mnt/nfs/jobs.db`: the file SQLite locks is on NFS, wherever the link is."""
+    from jobctl.errors import DatabaseUnusable
+    from jobctl.queue import Queue
+
+    remote = tmp_path / "remote"
+    f = make_db(remote / "jobs.db")
+    local = tmp_path / "local"
+    local.mkdir(mode=0o700)
+    link = local / "jobs.db"
+    link.symlink_to(f)
+    real_read_text = Path.read_text
+
+    def fake_read_text(self, *a, **kw):
+        if str(self) == "/proc/mounts":
+            return f"/dev/sda1 / ext4 rw 0 0\nserver:/x {remote} nfs rw 0 0\n"
+        return real_read_text(self, *a, **kw)
+
+    monkeypatch.setattr(Path, "read_text", fake_read_text)
+    with pytest.raises(DatabaseUnusable, match="network filesystem.*--allow-network-fs"):
+        Queue.open(link)
+    with Queue.open(link, allow_network_fs=True) as q:
+        assert q.list_jobs() is not None

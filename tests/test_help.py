@@ -71,6 +71,8 @@ def test_the_options_show_what_their_values_are():
     (["show"], "give a job id or --key K (one of them)"),
     (["show", "abc"], "invalid ID 'abc': must be a whole number; see `jobctl show --help`"),
     (["show", "1", "2"], "unexpected extra argument(s): 2; see `jobctl show --help`"),
+    (["cancel", "abc"], "invalid ID 'abc': must be a whole number; see `jobctl cancel --help`"),
+    (["retry", "1", "x"], "invalid ID 'x': must be a whole number; see `jobctl retry --help`"),
     (["list", "--limit", "abc"], "invalid --limit 'abc': must be a whole number from 0 to 1,000,000; "
                                  "see `jobctl list --help`"),
     (["stats", "--max-stuck", "-1"], "invalid --max-stuck -1: must be a whole number of at least 0; "

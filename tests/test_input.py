@@ -94,6 +94,23 @@ def test_oversized_payload_default_limit(cli, db, running, tmp_path):
     assert "too large" in line and str(limit) in line
 
 
+def test_a_payload_file_is_measured_in_its_compact_form(cli, db, tmp_path):
+    """A file written by `jq .` (indented, a newline at the end) whose compact form fits is taken,
+    from a file as from stdin: the limit counts the compact form, as for an argument."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("max_payload_bytes = 100\n")
+    pretty = json.dumps({"k": "x" * 92}, indent=8) + "\n"  # 100 bytes compact, more as typed
+    assert len(pretty.encode()) > 100
+    f = tmp_path / "p.json"
+    f.write_text(pretty)
+    for args, given in ((("--payload-file", f), None), (("--payload-file", "-"), pretty)):
+        r = cli("--config", cfg, "enqueue", "t", *args, "--json", input=given)
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["payload"] == {"k": "x" * 92}
+    f.write_text(json.dumps({"k": "x" * 93}, indent=8))  # 101 bytes compact: refused, in those words
+    assert "101 bytes in compact form" in refused(cli, db, "--config", cfg, "enqueue", "t", "--payload-file", f)
+
+
 def test_oversized_payload_config_limit(cli, db, running, tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text("max_payload_bytes = 100\n")
@@ -340,7 +357,7 @@ def _limited_memory():
 
 def test_payload_file_dev_zero_is_refused_without_reading_it_all(cli, db):
     r = cli("enqueue", "t", "--payload-file", "/dev/zero", preexec_fn=_limited_memory, timeout=30)
-    refused_line(r, "too large: /dev/zero", "more than 1048576 bytes", "max_payload_bytes")
+    refused_line(r, "too large: /dev/zero", f"more than {16 * 1048576} bytes", "limit of 1048576 bytes", "max_payload_bytes")
     assert not db.exists()
 
 
@@ -353,8 +370,8 @@ def test_batch_of_dev_zero_is_refused_at_its_first_line(cli, db):
 def test_payload_on_stdin_is_read_only_up_to_the_limit(cli, db, tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text("max_payload_bytes = 100\n")
-    refused_line(cli("--config", cfg, "enqueue", "t", "--payload-file", "-", input='"' + "x" * 200 + '"'),
-            "too large: stdin", "more than 100 bytes")
+    refused_line(cli("--config", cfg, "enqueue", "t", "--payload-file", "-", input='"' + "x" * 2000 + '"'),
+            "too large: stdin", "more than 1600 bytes", "limit of 100 bytes")
     r = cli("--config", cfg, "enqueue", "t", "--payload-file", "-", input='"' + "x" * 98 + '"')
     assert r.exit_code == 0, r.output
 
@@ -533,3 +550,17 @@ def test_parse_json_depth_limit_exactly_at_the_shortest_texts(wrapper):
 def test_a_line_like_the_ones_before_it_is_still_checked_whole(line, error):
     with pytest.raises(InvalidInput, match=error):
         batch_lines(['{"type": "t", "payload": {}}', line])
+
+
+def test_a_payload_file_far_too_large_says_what_was_not_done_by_each_command(cli, db, tmp_path):
+    """edit changes nothing and run runs nothing: their refusal says so, not "nothing was enqueued"."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('max_payload_bytes = 100\n[types.t]\ncommand = ["true"]\n')
+    big = tmp_path / "big.json"
+    big.write_text('"' + "x" * 5000 + '"')
+    assert cli("--config", cfg, "enqueue", "t").exit_code == 0
+    for args, said in ((["edit", "1"], "nothing was changed"), (["run", "t"], "nothing was run"),
+                       (["enqueue", "t"], "nothing was enqueued")):
+        r = cli("--config", cfg, *args, "--payload-file", big)
+        line = refused_line(r, "too large", said)
+        assert "enqueued" not in line or args[0] == "enqueue", line

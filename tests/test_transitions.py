@@ -180,6 +180,19 @@ def test_holder_confirms_cancellation(cli, q, start):
     assert job["status"] == "cancelled" and job["token"] is None and job["finished_at"] is not None
 
 
+@pytest.mark.parametrize("status", ["completed", "cancelled"])
+def test_holder_confirming_a_cancel_after_its_job_finished_is_told_it_finished(cli, q, db, status):
+    """The claim's own token, after the run ended: refused (exit 4) for what is true, that the
+    job has finished, not as a token of an older claim "recovered or claimed again"."""
+    job_id, token = job_in(q, status)
+    before = snapshot(db)
+    r = cli("cancel", job_id, "--token", token)
+    assert r.exit_code == 4, r.output
+    line = r.one_error_line()
+    assert f"job {job_id} is {status}" in line and "recovered" not in line, line
+    assert snapshot(db) == before
+
+
 def test_cancel_requested_to_completed(cli, q):
     job_id, token = job_in(q, "cancel_requested")
     ok(cli("complete", job_id, "--token", token))

@@ -3,6 +3,7 @@ and only here; JOBCTL_DEBUG=1 shows the traceback instead."""
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -101,7 +102,9 @@ def _usage_error(e) -> str:
     param = getattr(e, "param", None)
     name = None
     if param is not None:
-        name = max(param.opts, key=len) if param.param_type_name == "option" else param.human_readable_name
+        # an argument by its name alone: `invalid ID 'abc'`, not the usage line's `[ID...]`
+        name = (max(param.opts, key=len) if param.param_type_name == "option"
+                else param.human_readable_name.strip("[]").removesuffix("..."))
     if isinstance(e, NoSuchOption):
         text = f"no such option {e.option_name}"
         if e.possibilities:
@@ -187,6 +190,12 @@ def run(argv: list[str] | None = None) -> int:
         return _fail(" ".join(e.format_message().split()), e.exit_code)
     except Abort:
         return _fail("interrupted", 130)
+    except SystemExit as e:
+        # typer turns a broken pipe met in a command into exit 1; it is the reader going away
+        # (`jobctl list --json | head -1`), which _common_error answers.
+        if isinstance(e.__context__, BrokenPipeError):
+            return _common_error(e.__context__, debug) or 0
+        raise
     except BaseException as e:
         code = _common_error(e, debug)
         if code is None:
@@ -209,6 +218,15 @@ def _common_error(e: BaseException, debug: bool) -> int | None:
         except OSError:
             pass
         return 0
+    if (isinstance(e, OSError) and e.filename is None and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO)
+            and not debug):
+        # Writing the answer failed (stdout on a full disk): what the command changed stays changed.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return _fail(f"cannot write to standard output: {e.strerror}; any change the command made was kept "
+                     "(`jobctl list` shows the jobs)", 1)
     if isinstance(e, UnicodeEncodeError) and e.reason == "surrogates not allowed" and not debug:
         # Bytes that are not UTF-8 in an argument (the shell passes them as they are): a database
         # takes only text; the statement was refused before it ran.
@@ -243,6 +261,11 @@ def _fast_work(argv: list[str]) -> int | None:
 
 
 def main() -> None:
+    # Started with stdout or stderr closed (`jobctl enqueue t >&-`): Python leaves it None; the
+    # caller wants no output there, as with > /dev/null.
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))
     code = _fast_work(sys.argv[1:])
     if code is None:
         code = run()
@@ -250,4 +273,7 @@ def main() -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         pass
+    except OSError as e:  # the last of the answer could not be written (a full disk): said, as in run()
+        code = _common_error(e, False) or 1
+        sys.stdout = open(os.devnull, "w")  # (so that the interpreter's own flush at exit is quiet)
     sys.exit(code)

@@ -16,7 +16,10 @@ from jobctl.errors import CheckFailed, InvalidInput
 
 
 @app.command()
-def init(ctx: typer.Context):
+def init(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print {\"path\", \"created\"} as JSON."),
+):
     """Create the database if it does not exist (never touches an existing file's jobs); print its path.
 
     Example: jobctl --db /var/lib/jobctl/jobs.db init
@@ -28,7 +31,10 @@ def init(ctx: typer.Context):
             from jobctl.errors import DatabaseUnusable
 
             raise DatabaseUnusable(f"the database {q.location} is corrupt ({integrity.detail}); restore it from a backup")
-        emit(q.location)
+        if as_json:
+            emit_json({"path": q.location, "created": bool(q.created)})
+        else:
+            emit(q.location)
 
 
 @app.command()
@@ -216,6 +222,7 @@ def backup(
     ctx: typer.Context,
     path: str = typer.Argument(..., metavar="PATH", help="The file to write (refused if it exists, unless --force)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing file at PATH (a regular file only, never the database)."),
+    as_json: bool = typer.Option(False, "--json", help="Print {\"path\"} as JSON."),
 ):
     """Write a consistent copy of the live database (safe while workers run); print its path.
 
@@ -237,7 +244,10 @@ def backup(
 
     with state(ctx).open_queue() as q, progress_bar("backing up") as on_progress:
         q.backup(dest, on_progress=on_progress)
-    emit(str(dest))
+    if as_json:
+        emit_json({"path": str(dest)})
+    else:
+        emit(str(dest))
 
 
 @app.command()

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from jobctl.cli.app import app, emit, state
+from jobctl.cli.app import app, emit, emit_json, state
 from jobctl.errors import InvalidInput
 
 config_app = typer.Typer(
@@ -116,6 +117,7 @@ def config_init(
     ctx: typer.Context,
     path: Optional[str] = typer.Argument(None, metavar="[PATH]", help="Where to write it (default ~/.config/jobctl/config.toml)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
+    as_json: bool = typer.Option(False, "--json", help="Print {\"path\"} as JSON."),
 ):
     """Write a commented starter config file; print its path.
 
@@ -136,7 +138,10 @@ def config_init(
         os.replace(tmp, target)
     except OSError as e:
         raise InvalidInput(f"cannot write {target}: {e.strerror}") from None
-    emit(str(target))
+    if as_json:
+        emit_json({"path": str(target)})
+    else:
+        emit(str(target))
 
 
 def _priority_text(value: int):
@@ -277,6 +282,10 @@ def config_show(
 
     st = state(ctx)
     rows = effective(st)
+    # A config of an older jobctl still works, silently everywhere else (cron mails stderr): here,
+    # where a person reads the config, it says what moved.
+    for note in st.settings.notes:
+        sys.stderr.write(f"jobctl: note: {note}\n")
     if st.settings.config_path is not None:
         emit(f"# config file: {st.settings.config_path}")
     else:

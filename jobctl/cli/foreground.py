@@ -86,7 +86,7 @@ def run(
     settings = st.settings
     if payload is not None and payload_file is not None:
         raise InvalidInput("give the payload either as an argument or with --payload-file, not both")
-    text = read_payload_file(payload_file, settings.max_payload_bytes) if payload_file is not None else payload
+    text = read_payload_file(payload_file, settings.max_payload_bytes, "nothing was run") if payload_file is not None else payload
     from jobctl.worker.foreground import run_foreground
 
     code = run_foreground(settings, type, text, db=st.db_path(),

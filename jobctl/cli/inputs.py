@@ -23,20 +23,27 @@ def open_source(path: str):
         raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
 
 
-def read_payload_file(path: str, limit: int) -> bytes:
-    """At most `limit` bytes: one more byte says the payload is too large (never /dev/zero in memory)."""
+# The limit counts a payload's compact form, but a file may be indented (`jq .`): it is read up to
+# this many times the limit, and only a file larger than that is refused unread.
+RAW_PAYLOAD_ROOM = 16
+
+
+def read_payload_file(path: str, limit: int, not_done: str = "nothing was enqueued") -> bytes:
+    """The file's bytes, read only up to RAW_PAYLOAD_ROOM times `limit` (never /dev/zero in
+    memory); the limit itself is checked on the compact form, by the caller."""
+    most = limit * RAW_PAYLOAD_ROOM
     f = open_source(path)
     try:
-        data = f.read(limit + 1)
+        data = f.read(most + 1)
     except OSError as e:
         raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
     finally:
         if f is not sys.stdin.buffer:
             f.close()
-    if len(data) > limit:
+    if len(data) > most:
         raise InvalidInput(
-            f"payload too large: {'stdin' if path == '-' else path} holds more than {limit} bytes, the limit "
-            "(max_payload_bytes in the config); nothing was enqueued")
+            f"payload too large: {'stdin' if path == '-' else path} holds more than {most} bytes, far over "
+            f"the limit of {limit} bytes in compact form (max_payload_bytes in the config); {not_done}")
     return data
 
 

@@ -268,7 +268,7 @@ def claim(
     type: Optional[List[str]] = typer.Option(None, "--type", "-t", autocompletion=complete_type, help="Only this type (repeatable)."),
     worker: Optional[str] = typer.Option(None, "--worker", metavar="ID", help="Who claims (default JOBCTL_WORKER_ID, else host:pid of the shell)."),
     lease: Optional[str] = typer.Option(None, "--lease", metavar="DUR", help="Lease length (default: the job's timeout)."),
-    wait: Optional[str] = typer.Option(None, "--wait", metavar="DUR", help="Poll up to this long for a ready job."),
+    wait: Optional[str] = typer.Option(None, "--wait", metavar="DUR", help="Poll up to this long for a ready job (a database locked meanwhile is waited out too)."),
     as_json: bool = typer.Option(True, "--json", help="Print the job as JSON (always; accepted for symmetry)."),
 ):
     """Take the best ready job; print it as one line of JSON (exit 5 when none is ready).
@@ -559,7 +559,7 @@ def edit(
     if payload_file is not None:
         from jobctl.cli.inputs import read_payload_file
 
-        text = read_payload_file(payload_file, st.settings.max_payload_bytes)
+        text = read_payload_file(payload_file, st.settings.max_payload_bytes, "nothing was changed")
     with st.open_queue() as q:
         job = q.edit(job_id, payload_text=text, queue=queue, priority=priority, max_attempts=max_attempts,
                      timeout=timeout, backoff=backoff)

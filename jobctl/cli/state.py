@@ -28,9 +28,7 @@ class State:
         if self._settings is None:
             from jobctl.config import load_settings
 
-            self._settings = load_settings(self.config)
-            for note in self._settings.notes:  # a config of an older jobctl: still works, says what moved
-                sys.stderr.write(f"jobctl: note: {note}\n")
+            self._settings = load_settings(self.config)  # (its notes: said by `config show` alone)
         return self._settings
 
     def db_path(self):

@@ -38,7 +38,9 @@ def check_filesystem(path: Path) -> None:
         mounts = Path("/proc/mounts").read_text()
     except OSError:
         return  # not Linux, or /proc hidden: nothing to check against
-    fstype = filesystem_type(os.path.realpath(path.parent), mounts)
+    # The file's own real path: through a link (~/jobs.db -> /mnt/nfs/jobs.db) the file SQLite
+    # locks is where the link points, not beside the link.
+    fstype = filesystem_type(os.path.realpath(path), mounts)
     if fstype and fstype.lower() in NETWORK_FS:
         raise DatabaseUnusable(
             f"{path} is on a network filesystem ({fstype}), where SQLite's locking is unsafe and jobs "

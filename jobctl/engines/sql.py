@@ -34,7 +34,7 @@ from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache, partial
 
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, Decision, Inserted, NewJob, RunLog
-from jobctl.errors import DamagedJob, InvalidState, JobctlError, NoSuchJob
+from jobctl.errors import DamagedJob, InvalidState, JobctlError, KeyConflict, NoSuchJob
 from jobctl.models import FINISHED, HELD, JOB_COLUMNS, REACTING, Event, Job, row_damage
 from jobctl import payloads
 from jobctl.payloads import sha256
@@ -252,6 +252,17 @@ def completed(job: Job, fields: dict, now: int) -> Job:
     return job.updated({**fields, "status": "completed", "updated_at": now, "finished_at": now})
 
 
+def _key_conflict_of_a_line(e: KeyConflict, j: NewJob, keyed: dict[str, str]) -> InvalidState:
+    """A key conflict met on a line of --batch/--chain, named by that line: against an earlier line
+    of the same input (whose job is not kept, so no id is named), or against a job in the database."""
+    if not j.source:
+        return e
+    if e.key in keyed:
+        return InvalidState(f"{j.source}: idempotency key {e.key!r} is also on {keyed[e.key]} with a different type "
+                            "or payload; give each job its own key; nothing was enqueued")
+    return InvalidState(f"{j.source}: {e.message}; nothing was enqueued")
+
+
 def _chunks(jobs: Iterable[NewJob], size: int) -> Iterator[list[NewJob]]:
     """Lists of at most `size` jobs, in order (a stream is never held whole)."""
     it = iter(jobs)
@@ -460,6 +471,7 @@ class SQLEngine:
     def insert_stream(self, jobs: Iterable[NewJob], total: int, actor: str, *,
                       on_progress: Callable[[int, int], None] | None = None) -> Inserted:
         done = Inserted()
+        keyed: dict[str, str] = {}  # idempotency key -> the line of this input that created its job
         chunks = _chunks(jobs, self.PROGRESS_STEP if on_progress is not None else self.BULK_STEP)
         first = next(chunks, None)
         if first is None:
@@ -479,7 +491,13 @@ class SQLEngine:
                         if j.after_previous and done:
                             j = NewJob(**{k: getattr(j, k) for k in NewJob.__slots__})
                             j.after = [*j.after, done.last_id]
-                        done.append(*self._insert_one(c, j, now, actor))
+                        try:
+                            job_id, created = self._insert_one(c, j, now, actor)
+                        except KeyConflict as e:
+                            raise _key_conflict_of_a_line(e, j, keyed) from None
+                        done.append(job_id, created)
+                        if created and j.idempotency_key is not None and j.source:
+                            keyed[j.idempotency_key] = j.source
                 if on_progress is not None:
                     on_progress(len(done), max(total, len(done)))
         return done
@@ -491,10 +509,7 @@ class SQLEngine:
             ).fetchone()
             if row:
                 if row["type"] != j.type or row["payload_hash"] != j.payload_hash:
-                    raise InvalidState(
-                        f"idempotency key {j.idempotency_key!r} already belongs to job {row['id']} with a "
-                        f"different type or payload; use another key, or `jobctl show {row['id']}`"
-                    )
+                    raise KeyConflict(j.idempotency_key, row["id"])
                 return row["id"], False
         unique_key = None
         if j.unique:

@@ -206,6 +206,40 @@ def _create_database(path: Path) -> bool:
                 pass
 
 
+def _empty_file(real: str) -> bool:
+    """A file of no bytes, beside no -wal that holds some: no one's data, so a database to be."""
+    try:
+        if os.stat(real).st_size != 0:
+            return False
+        return os.stat(f"{real}-wal").st_size == 0
+    except FileNotFoundError:  # (no -wal beside it)
+        return os.path.isfile(real)
+    except OSError:
+        return False
+
+
+def _initialise_empty(real: str, busy_timeout: float) -> bool:
+    """Make the empty file `real` (`touch`, `mktemp`) a jobctl database, private like a new one, in
+    one transaction; False when another process did it first. Only an empty file is written to:
+    SQLite's write lock is taken before looking again, so two processes never both do it."""
+    from jobctl.engines import schema
+
+    conn = sqlite3.connect(f"file:{quote(real)}?mode=rw", uri=True, isolation_level=None, timeout=busy_timeout)
+    try:
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("BEGIN IMMEDIATE")
+        if (conn.execute("PRAGMA application_id").fetchone()[0] != 0
+                or conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] != 0):
+            conn.execute("ROLLBACK")
+            return False
+        os.chmod(real, 0o600)
+        schema.migrate(conn, 0)
+        conn.execute("COMMIT")
+        return True
+    finally:
+        conn.close()
+
+
 def _cannot_write(dest, folder: str, e: OSError) -> Exception:
     """The error of a copy that could not be created or named at `dest` (the database is not to blame)."""
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -447,6 +481,17 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
                 raise DatabaseUnusable(f"cannot create the database {p}: {e.strerror}") from None
             real = files.check_file(p)
         files.check_db_folder(real)
+        if not created and _empty_file(real):
+            if not create:
+                raise DatabaseUnusable(f"{p} is an empty file, not a jobctl database yet; make it one with "
+                                       f"`jobctl --db {p} init`")
+            try:
+                created = _initialise_empty(real, busy_timeout)
+            except sqlite3.Error as e:
+                raise translate(e, str(p), busy_timeout) from e
+            except OSError as e:  # (its mode could not be made private: a file root owns, say)
+                raise DatabaseUnusable(f"cannot make the empty file {p} a database: {e.strerror}; nothing was "
+                                       "written") from None
         if create:
             files.clean_stale_temps(real)
         try:

@@ -338,6 +338,9 @@ class Queue:
              bury_reason: str | None = None, output=None) -> Job:
         """bury_reason: why `bury` was asked, for the history ("exit code 65 is in bury_exit_codes");
         without it the history says --bury."""
+        if bury and retry_in is not None:
+            raise InvalidInput("--bury and --retry-in cannot be used together: a buried job is not retried; "
+                               "give one of them")
         retry_s = parse_duration(retry_in, what="retry delay") if retry_in is not None else None
         jitter = 1.0
         if self.settings.backoff_jitter and retry_s is None:

@@ -153,6 +153,15 @@ def test_running_to_buried_by_fail(cli, q, how):
     assert job["status"] == "buried" and job["error"] == "bad input" and job["finished_at"] is not None
 
 
+def test_fail_with_bury_and_retry_in_is_refused_and_changes_nothing(cli, q):
+    """--retry-in has no meaning for a job that is buried: the two together are a usage error,
+    not --retry-in silently dropped."""
+    job_id, token = job_in(q, "running")
+    r = cli("fail", job_id, "--token", token, "--bury", "--retry-in", "5m")
+    assert r.exit_code == 2 and "--bury and --retry-in" in r.one_error_line(), r.output
+    assert show(cli, job_id)["status"] == "running"
+
+
 def test_running_to_buried_by_recover_with_no_runs_left(cli, db):
     with Queue.open(db, create=True, clock=Clock(time.time() - 3600)) as old:
         job_id = old.enqueue("t", max_attempts=1).id

@@ -859,14 +859,21 @@ class Queue:
                    for j in ready}
         return {i: why for i, why in reasons.items() if why}
 
-    def next_admission_in(self, types: list[str] | None = None) -> float | None:
+    def next_admission_in(self, types: list[str] | None = None, queues: list[str] | None = None) -> float | None:
         """Seconds until the earliest rate window of a shut type (of `types`) opens; None when no
-        rate limit holds anything back. A freed concurrency slot is a commit: wait_for_change sees it."""
+        rate limit holds a ready job (of `queues`; None or empty: every queue) back. A freed
+        concurrency slot is a commit: wait_for_change sees it."""
+        from jobctl.selection import Selection
+
         figures = self.limit_figures(held_ready=False)
         if figures is None:
             return None
         shut = [t for t in figures["admission"].shut_types if types is None or t in types]
         if not shut:
+            return None
+        # A full window over no ready job holds nothing back: nothing to wait for (--stop-when-empty).
+        held = Selection(queues=list(queues or []), types=sorted(shut), statuses=["held"])
+        if not self.engine.count_jobs(selection=held, admission=figures["admission"], at_most=0):
             return None
         return max(min(figures["opens_at"][t] for t in shut) - figures["now"], 0) / 1000
 

@@ -804,10 +804,23 @@ class Queue:
             if differs:
                 more = f" and {n - 1} more" if n > 1 else ""
                 found.append(f"job {first}{more} of type {type}: {', '.join(differs)}")
-        return Check("limits", not found,
-                     "every unfinished job of a limited type counts as its type's config says" if not found else
-                     "; ".join(found) + " (set on the job, so it wins over the config; if that is not meant, "
-                     "cancel and enqueue it again without --group/--cost)")
+        if found:
+            found[-1] += (" (set on the job, so it wins over the config; if that is not meant, "
+                          "cancel and enqueue it again without --group/--cost)")
+        # Pending jobs whose cost is over the limit they count against: held for ever (a reaction,
+        # or a job enqueued without this config, was not refused at enqueue).
+        never = []
+        for type, group, cost, n, first in (self.engine.pending_costs() if limits.groups or limits.types else ()):
+            group, cost = limits.resolve(type, group, cost)
+            kind, name = limits.key(type, group)
+            limit = (limits.groups if kind == "group" else limits.types).get(name)
+            if limit is not None and cost > limit:
+                more = f" and {n - 1} more" if n > 1 else ""
+                never.append(f"job {first}{more} of type {type} needs {cost} units, more than the limit of "
+                             f"{kind} {name} ({limit}): it can never start (raise the limit, or cancel it)")
+        return Check("limits", not (found or never),
+                     "every unfinished job of a limited type counts as its type's config says" if not (found or never)
+                     else "; ".join(found + never))
 
     def backup(self, dest, *, on_progress: Callable[[int, int], None] | None = None) -> None:
         """A consistent copy of a file database; a server database has its own tools (exit 2)."""

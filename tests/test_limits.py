@@ -182,6 +182,18 @@ def test_list_held(limited):
     assert sorted(json.loads(line)["id"] for line in r.stdout.splitlines()) == [ids[1], ids[3]]
 
 
+def test_a_claim_that_finds_only_held_jobs_says_so(limited):
+    # "no job is ready" alone, while `list` shows pending jobs, sends the person on call looking
+    # for a broken worker: the claim says that ready jobs wait for a limit, and where to see why.
+    cli, ids = limited
+    r = cli("claim", "--type", "api", "--type", "render")
+    assert r.exit_code == 5 and r.stdout == "", r.output
+    assert r.one_error_line() == ("jobctl: error: no job is ready; 2 ready job(s) are held back by a limit or a "
+                                  "pause (`jobctl list --held` says why)")
+    r = cli("claim", "--type", "api", "--queue", "elsewhere")  # none of what it asked for is held
+    assert r.exit_code == 5 and r.one_error_line() == "jobctl: error: no job is ready", r.output
+
+
 def test_list_held_without_limits_is_empty(cli):
     cli("enqueue", "t")
     r = cli("list", "--held", "--json")

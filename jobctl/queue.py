@@ -826,10 +826,23 @@ class Queue:
             if differs:
                 more = f" and {n - 1} more" if n > 1 else ""
                 found.append(f"job {first}{more} of type {type}: {', '.join(differs)}")
-        return Check("limits", not found,
-                     "every unfinished job of a limited type counts as its type's config says" if not found else
-                     "; ".join(found) + " (set on the job, so it wins over the config; if that is not meant, "
-                     "cancel and enqueue it again without --group/--cost)")
+        if found:
+            found[-1] += (" (set on the job, so it wins over the config; if that is not meant, "
+                          "cancel and enqueue it again without --group/--cost)")
+        # Pending jobs whose cost is over the limit they count against: held for ever (a reaction,
+        # or a job enqueued without this config, was not refused at enqueue).
+        never = []
+        for type, group, cost, n, first in (self.engine.pending_costs() if limits.groups or limits.types else ()):
+            group, cost = limits.resolve(type, group, cost)
+            kind, name = limits.key(type, group)
+            limit = (limits.groups if kind == "group" else limits.types).get(name)
+            if limit is not None and cost > limit:
+                more = f" and {n - 1} more" if n > 1 else ""
+                never.append(f"job {first}{more} of type {type} needs {cost} units, more than the limit of "
+                             f"{kind} {name} ({limit}): it can never start (raise the limit, or cancel it)")
+        return Check("limits", not (found or never),
+                     "every unfinished job of a limited type counts as its type's config says" if not (found or never)
+                     else "; ".join(found + never))
 
     def backup(self, dest, *, on_progress: Callable[[int, int], None] | None = None) -> None:
         """A consistent copy of a file database; a server database has its own tools (exit 2)."""
@@ -881,14 +894,21 @@ class Queue:
                    for j in ready}
         return {i: why for i, why in reasons.items() if why}
 
-    def next_admission_in(self, types: list[str] | None = None) -> float | None:
+    def next_admission_in(self, types: list[str] | None = None, queues: list[str] | None = None) -> float | None:
         """Seconds until the earliest rate window of a shut type (of `types`) opens; None when no
-        rate limit holds anything back. A freed concurrency slot is a commit: wait_for_change sees it."""
+        rate limit holds a ready job (of `queues`; None or empty: every queue) back. A freed
+        concurrency slot is a commit: wait_for_change sees it."""
+        from jobctl.selection import Selection
+
         figures = self.limit_figures(held_ready=False)
         if figures is None:
             return None
         shut = [t for t in figures["admission"].shut_types if types is None or t in types]
         if not shut:
+            return None
+        # A full window over no ready job holds nothing back: nothing to wait for (--stop-when-empty).
+        held = Selection(queues=list(queues or []), types=sorted(shut), statuses=["held"])
+        if not self.engine.count_jobs(selection=held, admission=figures["admission"], at_most=0):
             return None
         return max(min(figures["opens_at"][t] for t in shut) - figures["now"], 0) / 1000
 

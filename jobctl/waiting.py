@@ -88,8 +88,12 @@ def never_runs(q, job: Job, most: int = 200) -> str | None:
 def _stuck(job: Job, via: list[int], dep_id: int, what: str) -> str:
     """The sentence: job X can never run: it waits on job A, which waits on job B, which was cancelled."""
     chain = ", which waits on ".join(f"job {i}" for i in [*via, dep_id])
-    return (f"job {job.id} can never run: it waits on {chain}, which {what}; `jobctl cancel {job.id}` cancels "
-            f"it, `jobctl cancel {dep_id} --with-dependents` every job that waits on job {dep_id}")
+    if what == "was cancelled":
+        tree = f"`jobctl cancel {dep_id} --with-dependents` every job that waits on job {dep_id}"
+    else:  # a deleted job cannot be named: the job that waits on it directly stands for it
+        waiter = via[-1] if via else job.id
+        tree = f"`jobctl cancel {waiter} --with-dependents` job {waiter} and every job that waits on it"
+    return f"job {job.id} can never run: it waits on {chain}, which {what}; `jobctl cancel {job.id}` cancels it, {tree}"
 
 
 def _sleep_until_change(q, seconds: float, tick: float = 0.02) -> None:

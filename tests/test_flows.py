@@ -439,6 +439,29 @@ def test_wait_on_a_job_whose_dependency_was_purged_before_it_completed_says_so(a
                                       "before it completed")
 
 
+@pytest.mark.parametrize("upstream", [False, True])
+def test_what_wait_offers_for_a_purged_dependency_works(on_any, upstream):
+    # The dependency is gone: `jobctl cancel ID --with-dependents` on its id is "no such job"
+    # (exit 3). What the message offers must be commands that work, each as it says.
+    import re
+    import time
+
+    dropped = _enq(on_any, "step")
+    middle = _enq(on_any, "step", "--after", dropped)
+    child = _enq(on_any, "step", "--after", middle) if upstream else middle
+    assert on_any("cancel", dropped).exit_code == 0
+    time.sleep(0.01)
+    assert on_any("purge", "--cancelled-older-than", "0s").exit_code == 0
+    r = on_any("wait", child, "--timeout", "20s")
+    assert r.exit_code == 4, r.output
+    offered = re.findall(r"`jobctl ([^`]*)`", r.one_error_line())
+    assert offered and all(str(dropped) not in cmd.split() for cmd in offered), offered
+    tree = next(cmd for cmd in offered if "--with-dependents" in cmd)
+    r = on_any(*tree.split())
+    assert r.exit_code == 0, r.output
+    assert {on_any("show", j, "--json").stdout.count('"status":"cancelled"') for j in (middle, child)} == {1}
+
+
 # -- enqueue after a job that will never complete --------------------------------------------------
 
 def test_enqueue_after_a_cancelled_job_is_refused(on_any, tmp_path):

@@ -182,6 +182,18 @@ def test_list_held(limited):
     assert sorted(json.loads(line)["id"] for line in r.stdout.splitlines()) == [ids[1], ids[3]]
 
 
+def test_a_claim_that_finds_only_held_jobs_says_so(limited):
+    # "no job is ready" alone, while `list` shows pending jobs, sends the person on call looking
+    # for a broken worker: the claim says that ready jobs wait for a limit, and where to see why.
+    cli, ids = limited
+    r = cli("claim", "--type", "api", "--type", "render")
+    assert r.exit_code == 5 and r.stdout == "", r.output
+    assert r.one_error_line() == ("jobctl: error: no job is ready; 2 ready job(s) are held back by a limit or a "
+                                  "pause (`jobctl list --held` says why)")
+    r = cli("claim", "--type", "api", "--queue", "elsewhere")  # none of what it asked for is held
+    assert r.exit_code == 5 and r.one_error_line() == "jobctl: error: no job is ready", r.output
+
+
 def test_list_held_without_limits_is_empty(cli):
     cli("enqueue", "t")
     r = cli("list", "--held", "--json")
@@ -525,3 +537,20 @@ def test_a_claim_past_a_full_limit_takes_the_same_job_whether_it_seeks_or_walks(
     taken = [q.claim(worker="w", types=types) for _ in range(5)]
     assert [j.id for j in taken[:3]] == first
     assert taken[3].type == "free" and taken[4] is None  # the second `full` waits for its slot
+
+
+def test_stop_when_empty_does_not_wait_for_a_rate_window_when_nothing_is_left(any_db, tmp_path):
+    # A cron worker that ran the last jobs of a rate-limited type exits at once: no job waits for
+    # the window, so there is nothing to wait for (it waited out the whole window, an hour here).
+    # A job of that type in a queue the worker does not serve is not its to wait for either.
+    import time
+
+    cfg = tmp_path / "jobctl.toml"
+    cfg.write_text('[types.api]\ncommand = ["true"]\nrate_limit = [2, "1h"]\n')
+    for queue in ("default", "default", "other"):
+        assert run_cli("--config", cfg, "--db", any_db, "enqueue", "--quiet", "-q", queue, "api").exit_code == 0
+    started = time.monotonic()
+    r = run_cli("--config", cfg, "--db", any_db, "work", "--queue", "default", "--stop-when-empty", timeout=60)
+    assert r.exit_code == 0, r.output
+    assert time.monotonic() - started < 20, "the worker waited for a rate window that holds back no job of its own"
+    assert "2 job(s) started" in r.stderr

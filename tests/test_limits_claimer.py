@@ -115,3 +115,22 @@ def test_four_workers_hold_to_the_claimers_limit_for_jobs_enqueued_without_its_c
         held += units
         most = max(most, held)
     assert most <= 3, f"{most} units of group gpu held at once (limit 3)"
+
+
+def test_doctor_names_jobs_that_no_worker_could_ever_start_under_the_limits(any_db, tmp_path):
+    # A reaction cannot take --cost, and a job enqueued without the config is not checked at
+    # enqueue: one of a type whose cost is over its group's limit waits for ever, held, while
+    # doctor and `stats --check --max-ready-age` said all was well.
+    cfg = tmp_path / "jobctl.toml"
+    cfg.write_text('[types.job]\ncommand = ["false"]\nmax_attempts = 1\non_buried = "alarm"\n'
+                   '[types.alarm]\ncommand = ["true"]\nconcurrency_group = "pager"\nconcurrency_limit = 1\n'
+                   'cost_units = 2\n')
+    assert run_cli("--db", any_db, "--config", cfg, "enqueue", "job").exit_code == 0
+    r = run_cli("--db", any_db, "--config", cfg, "doctor", "--json")
+    assert [c for c in json.loads(r.stdout)["checks"] if c["check"] == "limits"][0]["ok"] is True, r.output
+    r = run_cli("--db", any_db, "--config", cfg, "work", "--type", "job", "--stop-when-empty")
+    assert r.exit_code == 0, r.output
+    r = run_cli("--db", any_db, "--config", cfg, "doctor", "--json")
+    check = [c for c in json.loads(r.stdout)["checks"] if c["check"] == "limits"][0]
+    assert r.exit_code == 9 and check["ok"] is False, r.output
+    assert "job 2 of type alarm" in check["detail"] and "can never start" in check["detail"], check

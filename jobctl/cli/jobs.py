@@ -261,6 +261,21 @@ def enqueue(
             emit(str(r.id))
 
 
+def _held_by_limits(q, queues: list[str] | None, types: list[str] | None) -> str:
+    """For `claim` that found nothing under the config's limits: how many ready jobs of what it
+    asked for are held back (`; 2 ready job(s) are held back ...`), or ""."""
+    if not q.limits:
+        return ""
+    from jobctl.selection import Selection
+
+    most = 999
+    n = q.count_jobs(selection=Selection(queues=queues, types=types, statuses=["held"]), at_most=most)
+    if not n:
+        return ""
+    count = f"more than {most}" if n > most else str(n)
+    return f"; {count} ready job(s) are held back by a limit or a pause (`jobctl list --held` says why)"
+
+
 @app.command()
 def claim(
     ctx: typer.Context,
@@ -284,7 +299,7 @@ def claim(
         if job is None:
             from jobctl.pauses import pauses_in_the_way
 
-            why = pauses_in_the_way(q.pauses(), queue, type, q.now())
+            why = pauses_in_the_way(q.pauses(), queue, type, q.now()) + _held_by_limits(q, queue, type)
             raise NothingToClaim("no job is ready" + (f" after waiting {wait}" if wait else "") + why)
         emit_json(job.to_dict(claim=True))
 

@@ -525,6 +525,10 @@ class Engine(Protocol):
         (type, group, cost units (0: not set), how many, the first id) per distinct pair."""
         ...
 
+    def pending_costs(self) -> list[tuple[str, str | None, int, int, int]]:
+        """Pending jobs per distinct (type, group, cost units (0: not set)): how many, the first id."""
+        ...
+
     def health_checks(self) -> list[Check]:
         """The engine's own checks for `doctor`: integrity, schema version, file modes, WAL size
         (SQLite); connection, vacuum, dead rows (a server engine)."""

@@ -2094,6 +2094,12 @@ class SQLEngine:
                 f"AND type IN ({','.join('?' * len(types))}) AND (concurrency_group IS NOT NULL OR cost_units <> 0) "
                 "GROUP BY type, concurrency_group, cost_units ORDER BY type, min(id)", types)]
 
+    def pending_costs(self) -> list[tuple[str, str | None, int, int, int]]:
+        with self._read() as c:
+            return [tuple(r) for r in c.execute(
+                "SELECT type, concurrency_group, cost_units, count(*), min(id) FROM jobs WHERE status = 'pending' "
+                "GROUP BY type, concurrency_group, cost_units ORDER BY type, min(id)")]
+
 
 _KINDS = ("table", "column", "index", "trigger", "function")
 

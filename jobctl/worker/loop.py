@@ -797,7 +797,7 @@ class Worker:
             # the next claim is when the window opens, not a poll later. A freed concurrency slot
             # is a commit, which the idle look at has_changed() sees meanwhile (empty stays True).
             try:
-                opens_in = self.rec.db(self.q.next_admission_in, self.types)
+                opens_in = self.rec.db(self.q.next_admission_in, self.types, self.o.queues)
             except Retry:
                 return
             if opens_in is not None:

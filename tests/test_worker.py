@@ -130,6 +130,27 @@ def test_last_stdout_line_only_becomes_result_when_json(tmp_path, cli, db):
     assert job["status"] == "completed" and job["result"] is None
 
 
+@pytest.mark.parametrize("concurrency", ["1", "2"])
+def test_a_json_string_as_the_last_line_is_the_result_as_it_is(tmp_path, cli, db, concurrency):
+    # A JSON string is a JSON value like any other: it is the result, kept as a string (never
+    # read a second time as JSON text, which crashed the worker and left the job running).
+    says = script(tmp_path, "says.py", """
+        import json, sys
+        print(json.dumps(json.load(sys.stdin)["say"]))
+    """)
+    write_config(tmp_path, f"""
+        [types.says]
+        command = {toml_argv(PY, says)}
+    """)
+    ids = {said: int(cli("enqueue", "says", json.dumps({"say": said})).stdout)
+           for said in ("just a string", "123", '{"a": 1}')}
+    r = work(db, "--stop-when-empty", "--concurrency", concurrency)
+    assert r.exit_code == 0 and "Traceback" not in r.stderr, r.output
+    for said, job_id in ids.items():
+        job = show(db, job_id)
+        assert (job["status"], job["result"]) == ("completed", said), job
+
+
 def test_missing_command_is_a_config_error_and_the_job_is_not_charged(tmp_path, cli, db):
     write_config(tmp_path, f"""
         [types.gone]

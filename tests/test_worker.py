@@ -331,6 +331,33 @@ def test_cancel_of_a_running_job_stops_the_handler(tmp_path, cli, db):
     assert "cancelled job" in log
 
 
+def test_a_cancel_noticed_while_a_timed_out_handler_is_stopped_cancels_the_job(tmp_path, cli, db):
+    # The handler timed out and ignores SIGTERM: while the worker waits to SIGKILL it, the operator
+    # cancels the job. Once the worker has seen that, the job ends cancelled as asked, not buried
+    # (a failure parked for a person, that fires on_buried and `stats --check --max-buried`).
+    handler = script(tmp_path, "stubborn.py", """
+        import signal, time
+        signal.signal(signal.SIGTERM, lambda *a: open("term", "w").close())
+        while True:
+            time.sleep(0.05)
+    """)
+    write_config(tmp_path, f"""
+        [types.stubborn]
+        command = {toml_argv(PY, handler)}
+        timeout = "1s"
+    """, worker='lease = "1s"\nkill_grace = "4s"\nrecover_every = "200ms"\npoll = "100ms"')
+    job_id = int(cli("enqueue", "stubborn").stdout)
+    worker = start_worker(tmp_path, db, "--stop-when-empty")
+    wait_for(lambda: (tmp_path / "term").exists(), 10, "the timeout's SIGTERM")
+    r = cli("cancel", job_id)
+    assert r.exit_code == 0 and "cancel_requested" in r.stdout, r.output
+    code, log = finish(worker)
+    assert code == 0, log
+    job = show(db, job_id)
+    assert job["status"] == "cancelled", log
+    assert "cancel" in log
+
+
 # -- 7. stopping the worker -----------------------------------------------------------------
 
 

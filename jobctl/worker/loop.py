@@ -646,7 +646,10 @@ class Worker:
                 if r.stop_reason is None:
                     self.log("cancel", "cancellation requested; stopping the handler", r.job)
                     self.sup.stop(r, "cancel", now)
-                elif r.stop_reason == "shutdown":
+                elif r.stop_reason in ("shutdown", "timeout"):
+                    # Already being stopped: once it exits, the job ends cancelled as asked.
+                    if r.stop_reason == "timeout":
+                        self.log("cancel", "cancellation requested while the timed-out handler is stopped", r.job)
                     r.stop_reason = "cancel"
             except (InvalidState, NoSuchJob) as e:
                 self.log("lost", f"the claim is no longer ours, stopping the handler: {e}", r.job)

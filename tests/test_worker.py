@@ -151,6 +151,22 @@ def test_a_json_string_as_the_last_line_is_the_result_as_it_is(tmp_path, cli, db
         assert (job["status"], job["result"]) == ("completed", said), job
 
 
+def test_a_long_last_stderr_line_still_gives_the_error_and_the_stderr_tail(tmp_path, cli, db):
+    # One stderr line longer than the tail the worker keeps (a stack trace on one line, a JSON
+    # blob): its end is still the error line and the stderr tail of the history, not nothing.
+    write_config(tmp_path, """
+        [types.loud]
+        command = ["sh", "-c", "printf 'first line\\n' >&2; head -c 20000 /dev/zero | tr '\\\\0' E >&2; echo ' the end' >&2; exit 2"]
+        max_attempts = 1
+    """)
+    job_id = int(cli("enqueue", "loud").stdout)
+    assert work(db, "--stop-when-empty").exit_code == 0
+    job = show(db, job_id)
+    assert job["status"] == "buried"
+    assert job["error"].startswith("exit 2: EEE") and len(job["error"]) <= 500, job["error"]
+    assert job["events"][-1]["details"]["stderr_tail"].endswith("EEE the end")
+
+
 def test_missing_command_is_a_config_error_and_the_job_is_not_charged(tmp_path, cli, db):
     write_config(tmp_path, f"""
         [types.gone]

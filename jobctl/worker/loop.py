@@ -528,19 +528,17 @@ class Worker:
                 return Outcome(r, "cancel", rc, duration)
             if rc == 0 and reason is None:
                 result, problem = handlers.result_of(out.stdout.data(), out.stdout.total, self.settings.max_payload_bytes)
-                if problem is None:
-                    text = payloads.compact(result, what="result") if result is not None else None
-                    if text is not None and not self.q.stores(text):
-                        # The run succeeded: as for a result too large to keep, the job completes
-                        # without it, rather than run again (a handler's side effects twice).
-                        self.log("result", f"not stored: {payloads.NUL_REFUSED.split(';')[0]}; the job "
-                                           "completes without a result", r.job)
-                        result = None
-                    elif isinstance(result, str):
-                        result = text  # a JSON string: the queue reads a str result as JSON text
-                    return Outcome(r, "complete", rc, duration, result=result)
-                return Outcome(r, "fail", rc, duration, error=problem,
-                               details={"exit_code": 0, "duration": round(duration, 3)})
+                text = payloads.compact(result, what="result") if result is not None else None
+                if text is not None and not self.q.stores(text):
+                    problem = payloads.NUL_REFUSED.split(';')[0]
+                if problem is not None:
+                    # The run succeeded: as for a result too large to keep, the job completes
+                    # without it, rather than run again (a handler's side effects twice).
+                    self.log("result", f"not stored: {problem}; the job completes without a result", r.job)
+                    result = None
+                elif isinstance(result, str):
+                    result = text  # a JSON string: the queue reads a str result as JSON text
+                return Outcome(r, "complete", rc, duration, result=result)
             tail = handlers.tail_of(out.stderr.data(), out.stderr.total, STDERR_TAIL_BYTES)
             details: dict[str, object] = (
                 {"exit_code": rc} if rc >= 0 else {"exit_code": None, "signal": handlers.signal_name(-rc)})

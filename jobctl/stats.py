@@ -419,8 +419,13 @@ def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]
             # (its wall-clock end may look ahead when the wall clock stepped back: no "ago" then)
             ago = now - job.lease_expires_at if job.lease_expires_at is not None else 0
             when = f" {format_duration(ago / 1000)} ago" if ago > 0 else ""
+            from jobctl.transitions import recover
+
+            change = recover(job, now, expired=True)
+            does = {"buried": "bury it (no runs left)", "cancelled": "mark it cancelled (as asked)"}.get(
+                change.to_status if change is not None else "", "requeue it")
             reasons.append(f"lease expired{when}: worker {job.worker} looks lost; `jobctl recover` (or any "
-                           "worker) will requeue it")
+                           f"worker) will {does}")
         elif job.claimed_at is not None and job.claimed_at + job.timeout_ms < now:
             reasons.append(f"running for {format_duration((now - job.claimed_at) / 1000)}, past its timeout of "
                            f"{format_duration(job.timeout)}")

@@ -427,6 +427,36 @@ def test_second_signal_stops_at_once(tmp_path, cli, db):
     assert show(db, job_id)["status"] == "pending"
 
 
+SIGNALLED_WHILE_STARTING = textwrap.dedent("""
+    import os, signal, sys
+    from jobctl.cli import main, state
+    opened, signum = state.State.open_queue, getattr(signal, sys.argv[1])
+    def open_queue(self, *args, **kwargs):  # the signal arrives while the worker opens the database
+        os.kill(os.getpid(), signum)
+        return opened(self, *args, **kwargs)
+    state.State.open_queue = open_queue
+    sys.argv = ["jobctl", *sys.argv[2:]]
+    main()
+""")
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_signal_while_the_worker_starts_stops_it_cleanly(tmp_path, cli, db, signame):
+    # Stopped before it ran anything: exit 0, as for any stop by a signal, with its log lines
+    # (not killed by the signal, nor "interrupted" with exit 130), and no job started.
+    write_config(tmp_path, """
+        [types.quick]
+        command = ["true"]
+    """)
+    job_id = int(cli("enqueue", "quick").stdout)
+    r = subprocess.run([sys.executable, "-c", SIGNALLED_WHILE_STARTING, signame, "--db", str(db), "work"],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"stopping: {signame} received" in r.stderr and "stopped: 0 job(s) started" in r.stderr, r.stderr
+    job = show(db, job_id)
+    assert job["status"] == "pending" and job["attempts"] == 0
+
+
 def test_limits_stop_the_worker(tmp_path, cli, db):
     write_config(tmp_path, """
         [types.t]

@@ -565,6 +565,33 @@ def test_worker_waits_out_a_write_lock_held_by_another_process(tmp_path, cli, db
     assert statuses == {"completed"}
 
 
+def test_signals_sent_while_the_worker_waits_on_a_lock_each_count(tmp_path, cli, db):
+    # Two SIGTERMs while the worker waits for the write lock (a heartbeat blocked inside SQLite)
+    # reach Python as one call of its handler: they are still two signals, so the second stops
+    # the handler at once instead of after the 10-minute grace.
+    write_config(tmp_path, """
+        [types.slow]
+        command = ["sh", "-c", "echo $$ > handler.pid; sleep 600"]
+
+        [sqlite]
+        busy_timeout = "20s"
+    """)  # lease 1s: a heartbeat every third of a second meets the lock at once
+    job_id = int(cli("enqueue", "slow").stdout)
+    worker = start_worker(tmp_path, db, "--grace", "10m")
+    wait_for(lambda: (tmp_path / "handler.pid").exists(), what="the handler to start")
+    locker = subprocess.Popen([PY, "-c", LOCKER, str(db), "3"], stdout=subprocess.PIPE, text=True)
+    assert locker.stdout.readline().strip() == "locked"
+    time.sleep(0.8)  # the worker is now waiting for the lock
+    worker.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    worker.send_signal(signal.SIGTERM)
+    assert locker.wait(timeout=30) == 0
+    code, log = finish(worker, timeout=15)
+    assert code == 0, log
+    assert "second signal" in log
+    assert show(db, job_id)["status"] == "pending"
+
+
 # -- retention, recovery, logs, configuration problems ----------------------------------------
 
 

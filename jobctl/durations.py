@@ -142,11 +142,10 @@ _SIZE_UNITS = {"b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024**2, "mb": 1
 
 def parse_size(value, *, what: str = "size", least: int = 1, most: int = 1024**5) -> int:
     """Bytes from `512MiB`, `64KiB`, `1.5 KiB`, `2G` (binary), `500MB` (decimal) or a number of bytes."""
-    if isinstance(value, bool):
-        value = None
-    m = _SIZE.match(str(value)) if isinstance(value, (int, str)) else None
+    m = _SIZE.match(str(value)) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
     if m is None:
-        raise InvalidInput(f"invalid {what} {value!r}: use bytes or a size such as 64KiB, 512MiB, 2GiB")
+        shown = str(value).lower() if isinstance(value, bool) else repr(value)  # (as TOML writes it)
+        raise InvalidInput(f"invalid {what} {shown}: use bytes or a size such as 64KiB, 512MiB, 2GiB")
     n = int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "b").lower()])
     if not least <= n <= most:
         raise InvalidInput(f"invalid {what} {value!r}: must be from {format_size(least)} to {format_size(most)}")

@@ -323,7 +323,8 @@ def tail_text(f, limit: int) -> str:
     data = f.read()
     if size > limit:
         cut = data.find(b"\n")
-        data = data[cut + 1:] if cut >= 0 else data
+        if cut >= 0 and data[cut + 1:].strip():  # (a last line longer than the tail: its end is kept)
+            data = data[cut + 1:]
     return data.decode("utf-8", errors="replace").strip()
 
 
@@ -379,7 +380,8 @@ def tail_of(data: bytes, size: int, limit: int) -> str:
     data = data[-limit:] if limit else b""
     if size > limit:
         cut = data.find(b"\n")
-        data = data[cut + 1:] if cut >= 0 else data
+        if cut >= 0 and data[cut + 1:].strip():  # (a last line longer than the tail: its end is kept)
+            data = data[cut + 1:]
     return data.decode("utf-8", errors="replace").strip()
 
 

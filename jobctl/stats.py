@@ -85,7 +85,8 @@ def collect(snap: dict, *, queues: list[str] | None = None, limit: int = 10,
 
     stuck = []
     for j in keep(snap["stuck"]):
-        expired = j.lease_expires_at is not None and j.lease_expires_at < now
+        expired = (j.id in snap["stuck_expired"] if "stuck_expired" in snap
+                   else j.lease_expires_at is not None and j.lease_expires_at < now)
         stuck.append({**j.to_dict(), "stuck_reason": "lease expired" if expired else "over its timeout",
                       "running_for": _seconds(now - (j.claimed_at or now))})
     stuck_total = snap["stuck_total"]
@@ -386,9 +387,11 @@ def prometheus(stats: dict) -> str:
 
 def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]] = (),
             paused: set[str] | frozenset = frozenset(), held: str | None = None,
-            pauses: Sequence[tuple[str, str | None, int | None]] = ()) -> str | None:
+            pauses: Sequence[tuple[str, str | None, int | None]] = (),
+            lease_expired: bool | None = None) -> str | None:
     """One or two sentences saying why this job is where it is and what would move it; None for a
-    running job that is fine, or a finished job."""
+    running job that is fine, or a finished job. lease_expired: whether its lease expired as
+    `recover` judges it (the engine's lease clock); None: judged on lease_expires_at."""
     reasons = []
     if job.status == "pending":
         waiting = [(d, s) for d, s in dependencies if s != "completed"]
@@ -425,9 +428,19 @@ def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]
             reasons.append(f"buried without retry ({job.attempts} of {job.max_attempts} runs used; "
                            f"--bury or a bury exit code): `jobctl retry {job.id}`")
     elif job.status in ("running", "cancel_requested"):
-        if job.lease_expires_at is not None and job.lease_expires_at < now:
-            reasons.append(f"lease expired {format_duration((now - job.lease_expires_at) / 1000)} ago: worker "
-                           f"{job.worker} looks lost; `jobctl recover` (or any worker) will requeue it")
+        if lease_expired is None:
+            lease_expired = job.lease_expires_at is not None and job.lease_expires_at < now
+        if lease_expired:
+            # (its wall-clock end may look ahead when the wall clock stepped back: no "ago" then)
+            ago = now - job.lease_expires_at if job.lease_expires_at is not None else 0
+            when = f" {format_duration(ago / 1000)} ago" if ago > 0 else ""
+            from jobctl.transitions import recover
+
+            change = recover(job, now, expired=True)
+            does = {"buried": "bury it (no runs left)", "cancelled": "mark it cancelled (as asked)"}.get(
+                change.to_status if change is not None else "", "requeue it")
+            reasons.append(f"lease expired{when}: worker {job.worker} looks lost; `jobctl recover` (or any "
+                           f"worker) will {does}")
         elif job.claimed_at is not None and job.claimed_at + job.timeout_ms < now:
             reasons.append(f"running for {format_duration((now - job.claimed_at) / 1000)}, past its timeout of "
                            f"{format_duration(job.timeout)}")

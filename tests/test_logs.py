@@ -94,7 +94,8 @@ def test_head_and_tail_are_kept_with_a_marker_for_what_was_dropped(tmp_path, db)
 def test_bad_log_sizes_are_refused_naming_the_key(tmp_path, db):
     for extra, type_extra, key in (("[defaults]\nlog_head = \"lots\"\n", "", "defaults.log_head"),
                                    ("", "log_tail = -1", "types.t.log_tail"),
-                                   ("", "log_tail = \"2GiB\"", "types.t.log_tail")):
+                                   ("", "log_tail = \"2GiB\"", "types.t.log_tail"),
+                                   ("[defaults]\nlog_tail = true\n", "", "defaults.log_tail true")):
         cfg = setup(tmp_path, "print(1)", extra=extra, type_extra=type_extra)
         r = run_inproc(*cfg, "work", "--stop-when-empty", db=db)
         assert r.exit_code == 2, r.output

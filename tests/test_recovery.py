@@ -120,6 +120,7 @@ def test_dry_run_changes_nothing(cli, db, past):
     assert r.exit_code == 0 and "would be requeued" in r.stdout and "would be buried" in r.stdout
     assert snapshot(db) == before
     assert [x["action"] for x in recover(cli)] == ["requeued", "buried", "cancelled"]
+    assert '"dry_run": true' in " ".join(cli("recover", "--help").stdout.split())  # the extra key is told
 
 
 def test_human_output(cli, db, past):

@@ -102,6 +102,23 @@ def test_explain_running_jobs_only_when_something_is_wrong(db):
         assert "lease expired 1m ago" in explain(job, q.now() + 120_000)
 
 
+def test_explain_says_what_recover_will_do_with_an_expired_lease(db):
+    # recover requeues a job with runs left, buries one with none, finishes a cancellation:
+    # `show` promises what it will do, not a requeue in every case.
+    with Queue.open(db, create=True) as q:
+        q.enqueue("a", {})
+        q.enqueue("a", {}, max_attempts=1)
+        q.enqueue("a", {})
+        left, last, asked = (q.claim(lease="1m") for _ in range(3))
+        q.cancel(asked.id)
+        later = q.now() + 120_000
+        assert "will requeue it" in explain(left, later)
+        assert "will bury it" in explain(last, later) and "requeue" not in explain(last, later)
+        asked = q.get(asked.id)
+        assert asked.status == "cancel_requested"
+        assert "will mark it cancelled" in explain(asked, later) and "requeue" not in explain(asked, later)
+
+
 # -- the list table on a screen and in a pipe ---------------------------------------------
 
 

@@ -130,6 +130,43 @@ def test_last_stdout_line_only_becomes_result_when_json(tmp_path, cli, db):
     assert job["status"] == "completed" and job["result"] is None
 
 
+@pytest.mark.parametrize("concurrency", ["1", "2"])
+def test_a_json_string_as_the_last_line_is_the_result_as_it_is(tmp_path, cli, db, concurrency):
+    # A JSON string is a JSON value like any other: it is the result, kept as a string (never
+    # read a second time as JSON text, which crashed the worker and left the job running).
+    says = script(tmp_path, "says.py", """
+        import json, sys
+        print(json.dumps(json.load(sys.stdin)["say"]))
+    """)
+    write_config(tmp_path, f"""
+        [types.says]
+        command = {toml_argv(PY, says)}
+    """)
+    ids = {said: int(cli("enqueue", "says", json.dumps({"say": said})).stdout)
+           for said in ("just a string", "123", '{"a": 1}')}
+    r = work(db, "--stop-when-empty", "--concurrency", concurrency)
+    assert r.exit_code == 0 and "Traceback" not in r.stderr, r.output
+    for said, job_id in ids.items():
+        job = show(db, job_id)
+        assert (job["status"], job["result"]) == ("completed", said), job
+
+
+def test_a_long_last_stderr_line_still_gives_the_error_and_the_stderr_tail(tmp_path, cli, db):
+    # One stderr line longer than the tail the worker keeps (a stack trace on one line, a JSON
+    # blob): its end is still the error line and the stderr tail of the history, not nothing.
+    write_config(tmp_path, """
+        [types.loud]
+        command = ["sh", "-c", "printf 'first line\\n' >&2; head -c 20000 /dev/zero | tr '\\\\0' E >&2; echo ' the end' >&2; exit 2"]
+        max_attempts = 1
+    """)
+    job_id = int(cli("enqueue", "loud").stdout)
+    assert work(db, "--stop-when-empty").exit_code == 0
+    job = show(db, job_id)
+    assert job["status"] == "buried"
+    assert job["error"].startswith("exit 2: EEE") and len(job["error"]) <= 500, job["error"]
+    assert job["events"][-1]["details"]["stderr_tail"].endswith("EEE the end")
+
+
 def test_missing_command_is_a_config_error_and_the_job_is_not_charged(tmp_path, cli, db):
     write_config(tmp_path, f"""
         [types.gone]
@@ -310,6 +347,33 @@ def test_cancel_of_a_running_job_stops_the_handler(tmp_path, cli, db):
     assert "cancelled job" in log
 
 
+def test_a_cancel_noticed_while_a_timed_out_handler_is_stopped_cancels_the_job(tmp_path, cli, db):
+    # The handler timed out and ignores SIGTERM: while the worker waits to SIGKILL it, the operator
+    # cancels the job. Once the worker has seen that, the job ends cancelled as asked, not buried
+    # (a failure parked for a person, that fires on_buried and `stats --check --max-buried`).
+    handler = script(tmp_path, "stubborn.py", """
+        import signal, time
+        signal.signal(signal.SIGTERM, lambda *a: open("term", "w").close())
+        while True:
+            time.sleep(0.05)
+    """)
+    write_config(tmp_path, f"""
+        [types.stubborn]
+        command = {toml_argv(PY, handler)}
+        timeout = "1s"
+    """, worker='lease = "1s"\nkill_grace = "4s"\nrecover_every = "200ms"\npoll = "100ms"')
+    job_id = int(cli("enqueue", "stubborn").stdout)
+    worker = start_worker(tmp_path, db, "--stop-when-empty")
+    wait_for(lambda: (tmp_path / "term").exists(), 10, "the timeout's SIGTERM")
+    r = cli("cancel", job_id)
+    assert r.exit_code == 0 and "cancel_requested" in r.stdout, r.output
+    code, log = finish(worker)
+    assert code == 0, log
+    job = show(db, job_id)
+    assert job["status"] == "cancelled", log
+    assert "cancel" in log
+
+
 # -- 7. stopping the worker -----------------------------------------------------------------
 
 
@@ -361,6 +425,36 @@ def test_second_signal_stops_at_once(tmp_path, cli, db):
     code, log = finish(worker, timeout=10)
     assert code == 0, log
     assert show(db, job_id)["status"] == "pending"
+
+
+SIGNALLED_WHILE_STARTING = textwrap.dedent("""
+    import os, signal, sys
+    from jobctl.cli import main, state
+    opened, signum = state.State.open_queue, getattr(signal, sys.argv[1])
+    def open_queue(self, *args, **kwargs):  # the signal arrives while the worker opens the database
+        os.kill(os.getpid(), signum)
+        return opened(self, *args, **kwargs)
+    state.State.open_queue = open_queue
+    sys.argv = ["jobctl", *sys.argv[2:]]
+    main()
+""")
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_signal_while_the_worker_starts_stops_it_cleanly(tmp_path, cli, db, signame):
+    # Stopped before it ran anything: exit 0, as for any stop by a signal, with its log lines
+    # (not killed by the signal, nor "interrupted" with exit 130), and no job started.
+    write_config(tmp_path, """
+        [types.quick]
+        command = ["true"]
+    """)
+    job_id = int(cli("enqueue", "quick").stdout)
+    r = subprocess.run([sys.executable, "-c", SIGNALLED_WHILE_STARTING, signame, "--db", str(db), "work"],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"stopping: {signame} received" in r.stderr and "stopped: 0 job(s) started" in r.stderr, r.stderr
+    job = show(db, job_id)
+    assert job["status"] == "pending" and job["attempts"] == 0
 
 
 def test_limits_stop_the_worker(tmp_path, cli, db):
@@ -469,6 +563,33 @@ def test_worker_waits_out_a_write_lock_held_by_another_process(tmp_path, cli, db
     assert log.count("db-busy") == 1, log  # logged once, not once per retry
     statuses = {json.loads(line)["status"] for line in cli("list", "--json").stdout.splitlines()}
     assert statuses == {"completed"}
+
+
+def test_signals_sent_while_the_worker_waits_on_a_lock_each_count(tmp_path, cli, db):
+    # Two SIGTERMs while the worker waits for the write lock (a heartbeat blocked inside SQLite)
+    # reach Python as one call of its handler: they are still two signals, so the second stops
+    # the handler at once instead of after the 10-minute grace.
+    write_config(tmp_path, """
+        [types.slow]
+        command = ["sh", "-c", "echo $$ > handler.pid; sleep 600"]
+
+        [sqlite]
+        busy_timeout = "20s"
+    """)  # lease 1s: a heartbeat every third of a second meets the lock at once
+    job_id = int(cli("enqueue", "slow").stdout)
+    worker = start_worker(tmp_path, db, "--grace", "10m")
+    wait_for(lambda: (tmp_path / "handler.pid").exists(), what="the handler to start")
+    locker = subprocess.Popen([PY, "-c", LOCKER, str(db), "3"], stdout=subprocess.PIPE, text=True)
+    assert locker.stdout.readline().strip() == "locked"
+    time.sleep(0.8)  # the worker is now waiting for the lock
+    worker.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    worker.send_signal(signal.SIGTERM)
+    assert locker.wait(timeout=30) == 0
+    code, log = finish(worker, timeout=15)
+    assert code == 0, log
+    assert "second signal" in log
+    assert show(db, job_id)["status"] == "pending"
 
 
 # -- retention, recovery, logs, configuration problems ----------------------------------------

@@ -55,7 +55,9 @@ def alive(pid: int) -> bool:
 # -- result lines and bury reasons ---------------------------------------------------------------
 
 
-def test_a_result_line_jobctl_cannot_keep_fails_the_run_instead_of_crashing_the_worker(tmp_path, cli, db):
+def test_a_result_line_jobctl_cannot_keep_completes_the_job_without_it(tmp_path, cli, db):
+    # exit 0 is `completed`: a result line jobctl cannot read back (digits past Python's limit)
+    # is left out and the log says why; running the job again would repeat its side effects.
     write_config(tmp_path, """
         [types.big]
         command = ["sh", "-c", "printf '1%.0s' $(seq 5000); echo"]
@@ -66,8 +68,8 @@ def test_a_result_line_jobctl_cannot_keep_fails_the_run_instead_of_crashing_the_
     assert r.exit_code == 0, r.output
     assert "Traceback" not in r.stderr
     job = show(db, job_id)
-    assert job["status"] == "buried", job
-    assert job["error"].startswith("result line is not valid JSON: "), job["error"]
+    assert job["status"] == "completed" and job["result"] is None, job
+    assert "result line is not valid JSON" in r.stderr and "completes without a result" in r.stderr, r.stderr
 
 
 def test_a_bury_by_exit_code_says_which_code_buried_it(tmp_path, cli, db):

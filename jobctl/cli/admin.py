@@ -42,7 +42,7 @@ def recover(
     ctx: typer.Context,
     older_than: Optional[str] = typer.Option(None, "--older-than", metavar="DUR", help="Also treat jobs silent this long as lost."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be done; change nothing."),
-    as_json: bool = typer.Option(False, "--json", help="One {\"id\", \"action\"} per line."),
+    as_json: bool = typer.Option(False, "--json", help="One {\"id\", \"action\"} per line (with --dry-run, also \"dry_run\": true)."),
     quiet: bool = typer.Option(False, "--quiet", help="Print nothing when no lease expired (for cron: mail only when it acted)."),
 ):
     """Requeue (or bury) running jobs whose lease expired: their worker is gone.

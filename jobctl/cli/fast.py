@@ -101,6 +101,19 @@ def start_worker(st: State, *, queue: list[str] | None = None, type: list[str] |
                  stop_when_empty: bool = False, poll: str | None = None, worker: str | None = None,
                  grace: str | None = None, log_format: str | None = None) -> int:
     """Check the options, open the queue and run the worker until it stops; its exit code."""
+    early = _EarlySignals()
+    try:
+        early.hold()
+        return _start_worker(st, early, queue=queue, type=type, concurrency=concurrency, max_jobs=max_jobs,
+                             max_time=max_time, stop_when_empty=stop_when_empty, poll=poll, worker=worker,
+                             grace=grace, log_format=log_format)
+    finally:
+        early.let_go()
+
+
+def _start_worker(st: State, early: "_EarlySignals", *, queue: list[str] | None, type: list[str] | None,
+                  concurrency: int | None, max_jobs: int | None, max_time: str | None, stop_when_empty: bool,
+                  poll: str | None, worker: str | None, grace: str | None, log_format: str | None) -> int:
     from jobctl.config import duration_in_range
     from jobctl.durations import parse_duration
     from jobctl.worker import Worker, WorkerOptions, check_commands, handler_types, own_worker_id
@@ -143,4 +156,46 @@ def start_worker(st: State, *, queue: list[str] | None = None, type: list[str] |
     # a config problem (no command, or one that cannot be run) is reported before any file is created
     check_commands(settings, handler_types(settings, options.types))
     with st.open_queue(create=True) as q:
-        return Worker(q, settings, options).run()
+        w = Worker(q, settings, options)
+        early.hand_to(w)
+        return w.run()
+
+
+class _EarlySignals:
+    """A stop signal (SIGTERM, SIGINT, SIGHUP: the worker's own) that arrives while the worker
+    starts (its options checked, the database opened) is kept and handed to the worker, which
+    then stops at once, cleanly, exit 0, having claimed nothing: the signal neither kills the
+    process nor interrupts it half-way through opening the database."""
+
+    def __init__(self) -> None:
+        self.got: list[int] = []
+        self.worker = None
+        self.saved: dict = {}
+
+    def hold(self) -> None:
+        import signal
+
+        try:
+            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # (the worker's STOP_SIGNALS)
+                self.saved[s] = signal.signal(s, self)
+        except ValueError:  # not the main thread (a test's worker): nothing to hold
+            pass
+
+    def let_go(self) -> None:
+        """The handlers found before, back (in a process that goes on after the worker: a test)."""
+        import signal
+
+        for s, h in self.saved.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+    def __call__(self, signum, frame) -> None:
+        if self.worker is not None:
+            self.worker.on_signal(signum)
+        else:
+            self.got.append(signum)
+
+    def hand_to(self, worker) -> None:
+        self.worker = worker
+        for signum in self.got:
+            worker.on_signal(signum)
+

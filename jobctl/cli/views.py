@@ -103,12 +103,14 @@ def show(
         if as_json:
             emit_json({**job.to_dict(), "events": [e.to_dict() for e in events]})
             return
+        from jobctl.models import HELD
         from jobctl.stats import explain
 
         ready = job.status == "pending" and not job.waiting_on and job.run_at <= now
         why = explain(job, now, dependencies=q.dependencies(job.id) if job.after else [],
                       pauses=q.pauses() if job.status == "pending" else [],
-                      held=q.held_because(job) if ready else None)
+                      held=q.held_because(job) if ready else None,
+                      lease_expired=q.engine.lease_expired(job, now) if job.status in HELD else None)
         run_output = q.run_output(job_id)
     from jobctl import output
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from jobctl.models import Job
+from jobctl.models import HELD, Job
 from jobctl.top.filters import WAITING, Filter
 
 ROWS = 200  # rows a jobs tab reads: a screen's worth many times over, cheap on 1,000,000 jobs
@@ -197,7 +197,8 @@ class DataSource:
         ready = job.status == "pending" and not job.waiting_on and job.run_at <= now
         why = explain(job, now, dependencies=q.dependencies(job.id) if job.after else [],
                       pauses=q.pauses() if job.status == "pending" else [],
-                      held=q.held_because(job) if ready else None)
+                      held=q.held_because(job) if ready else None,
+                      lease_expired=q.engine.lease_expired(job, now) if job.status in HELD else None)
         log = q.run_output(job_id)
         lines = runlog.last_lines(log, LOG_LINES, self.settings.secret_keys) if log is not None else []
         return Detail(job, events, why, log, lines, now)

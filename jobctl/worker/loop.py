@@ -44,6 +44,7 @@ RENEW_MAX_INTERVAL = 10.0  # the registry row's last_seen is renewed at least th
 RENEW_MIN_INTERVAL = 1.0  # and at most this often (a third of the lease between the two)
 ORDERS_CHECK = 0.5  # how often the worker looks whether an operator ordered it to drain or stop (noticed within 2 s)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_NUMBERS = frozenset(int(s) for s in STOP_SIGNALS)  # as the wake-up pipe writes them (a byte each)
 EXIT_UNUSABLE = DatabaseUnusable.exit_code
 
 
@@ -150,7 +151,8 @@ class Worker:
         if queue.engine.reconnects:  # an engine on a server: a lost connection is made again
             queue.engine.on_reconnect = self.rec.reconnected
         self.claimed = 0
-        self.signals = 0
+        self.signals = 0  # stop signals seen by the Python-level handler (or handed in by on_signal)
+        self.piped = 0  # stop signals counted on the wake-up pipe (or handed in by on_signal)
         self.signals_seen = 0
         self.last_signal = signal.SIGTERM
         self.stopping = False
@@ -320,24 +322,32 @@ class Worker:
     # -- signals ---------------------------------------------------------------------------
 
     def on_signal(self, signum) -> None:
+        """A stop signal that will not show on the wake-up pipe (received before the worker ran)."""
         self.signals += 1  # only a count: the loop acts on it
+        self.piped += 1
         self.last_signal = signum
 
     def _install_signals(self):
+        # Python runs a handler once for all the deliveries of a signal that came while the main
+        # thread was inside C code (a statement waiting for the write lock): a second and a third
+        # SIGTERM sent then would be one. The wake-up pipe has a byte per delivery: the loop
+        # counts those (_wait), and a signal counts as soon as either way has seen it.
         def on_stop(signum, frame):
-            self.on_signal(signum)
+            self.signals += 1
+            self.last_signal = signum
 
         old = {s: signal.getsignal(s) for s in (*STOP_SIGNALS, signal.SIGCHLD)}
         try:
-            r, w = os.pipe()
-            os.set_blocking(r, False)
-            os.set_blocking(w, False)
-            old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+            # (the handlers first: a signal delivered before the pipe is set is counted by them)
+            for s in STOP_SIGNALS:
+                signal.signal(s, on_stop)
         except ValueError:  # not the main thread: fall back to short sleeps
             return None, None
-        for s in STOP_SIGNALS:
-            signal.signal(s, on_stop)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # so that it wakes the pipe
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
         return r, (old, old_fd, r, w)
 
     def _restore_signals(self, saved) -> None:
@@ -377,14 +387,20 @@ class Worker:
             if timeout <= 0:
                 break
         try:
-            while len(os.read(wake_r, 512)) == 512:  # a short read emptied it: no read to meet EAGAIN
-                pass
+            while True:
+                got = os.read(wake_r, 512)
+                for signum in got:
+                    if signum in STOP_NUMBERS:
+                        self.piped += 1
+                if len(got) < 512:  # a short read emptied it: no read to meet EAGAIN
+                    break
         except (BlockingIOError, InterruptedError):
             pass
 
     def _check_stop(self, now: float) -> None:
-        if self.signals > self.signals_seen:
-            self.signals_seen = self.signals
+        signals = max(self.signals, self.piped)
+        if signals > self.signals_seen:
+            self.signals_seen = signals
             name = handlers.signal_name(self.last_signal)
             level = self.signals_seen + self.ordered  # a drain ordered counts as a first signal
             if level == 1:
@@ -529,16 +545,17 @@ class Worker:
                 return Outcome(r, "cancel", rc, duration)
             if rc == 0 and reason is None:
                 result, problem = handlers.result_of(out.stdout.data(), out.stdout.total, self.settings.max_payload_bytes)
-                if problem is None:
-                    if result is not None and not self.q.stores(payloads.compact(result, what="result")):
-                        # The run succeeded: as for a result too large to keep, the job completes
-                        # without it, rather than run again (a handler's side effects twice).
-                        self.log("result", f"not stored: {payloads.NUL_REFUSED.split(';')[0]}; the job "
-                                           "completes without a result", r.job)
-                        result = None
-                    return Outcome(r, "complete", rc, duration, result=result)
-                return Outcome(r, "fail", rc, duration, error=problem,
-                               details={"exit_code": 0, "duration": round(duration, 3)})
+                text = payloads.compact(result, what="result") if result is not None else None
+                if text is not None and not self.q.stores(text):
+                    problem = payloads.NUL_REFUSED.split(';')[0]
+                if problem is not None:
+                    # The run succeeded: as for a result too large to keep, the job completes
+                    # without it, rather than run again (a handler's side effects twice).
+                    self.log("result", f"not stored: {problem}; the job completes without a result", r.job)
+                    result = None
+                elif isinstance(result, str):
+                    result = text  # a JSON string: the queue reads a str result as JSON text
+                return Outcome(r, "complete", rc, duration, result=result)
             tail = handlers.tail_of(out.stderr.data(), out.stderr.total, STDERR_TAIL_BYTES)
             details: dict[str, object] = (
                 {"exit_code": rc} if rc >= 0 else {"exit_code": None, "signal": handlers.signal_name(-rc)})
@@ -644,7 +661,10 @@ class Worker:
                 if r.stop_reason is None:
                     self.log("cancel", "cancellation requested; stopping the handler", r.job)
                     self.sup.stop(r, "cancel", now)
-                elif r.stop_reason == "shutdown":
+                elif r.stop_reason in ("shutdown", "timeout"):
+                    # Already being stopped: once it exits, the job ends cancelled as asked.
+                    if r.stop_reason == "timeout":
+                        self.log("cancel", "cancellation requested while the timed-out handler is stopped", r.job)
                     r.stop_reason = "cancel"
             except (InvalidState, NoSuchJob) as e:
                 self.log("lost", f"the claim is no longer ours, stopping the handler: {e}", r.job)

@@ -163,3 +163,27 @@ def test_recover_under_libfaketime(any_db, step):
     time.sleep(2.2)
     assert first + recover() == [{"id": dead, "action": "requeued"}]
     assert show_json(db, live)["status"] == "running"
+
+
+@pytest.mark.parametrize("step", [3600.0, -3600.0], ids=["forward", "back"])
+def test_show_and_stats_judge_a_lease_as_recover_does(tmp_path, step):
+    """Where the wall clock stepped, `show` and `stats` say a lease expired (the worker looks lost,
+    `recover` requeues it) exactly when `recover` would act on it: never of a live 30-minute lease
+    an hour "past" its wall-clock end, always of a dead one whose wall-clock end looks an hour away."""
+    db = tmp_path / "q.db"
+    live, _ = claimed(db, "30m")
+    dead, _ = claimed(db, "1s")
+    time.sleep(1.2)
+
+    def run(*args) -> str:
+        r = subprocess.run(stepped(step, db, *args), capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "COLUMNS": "300"})
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    assert [json.loads(x)["id"] for x in run("recover", "--dry-run", "--json").splitlines()] == [dead]
+    assert "looks lost" not in run("show", live)
+    assert "looks lost" in run("show", dead)
+    stuck = {j["id"]: j["stuck_reason"] for j in json.loads(run("stats", "--json"))["stuck"]}
+    assert stuck[dead] == "lease expired"
+    assert stuck.get(live, "not stuck") != "lease expired"

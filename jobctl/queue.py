@@ -137,6 +137,8 @@ class Queue:
     def _counted(self, job: Job) -> bool:
         """Whether a held job counts against a concurrency limit of this queue's config."""
         limits = self.limits
+        if not (limits.groups or limits.types):
+            return False  # no concurrency limit at all (the usual case: nothing to look up)
         kind, name = limits.key(job.type, job.concurrency_group)
         return name in (limits.groups if kind == "group" else limits.types)
 

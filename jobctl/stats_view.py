@@ -425,10 +425,15 @@ QUEUE_COLUMNS = (  # key, header, drop order on a narrow screen (higher leaves f
 )
 
 
+STAYS = ("held", "cancel_requested")  # columns that never leave a narrow screen while a count in them is not 0
+
+
 def _drop(key: str, drop: int, entries) -> int:
     """A column's drop order on a narrow screen: HELD leaves only when no job is held (ready - held
-    is what waits for a worker, so with held jobs it stays and a long name is cut instead)."""
-    return 0 if key == "held" and any(e["held"] for e in entries) else drop
+    is what waits for a worker, so with held jobs it stays and a long name is cut instead), and
+    STOPPING only when no job is (RUN does not count them: without it, a queue whose only job is
+    being cancelled would read as one where nothing runs); the minor counts leave instead."""
+    return 0 if key in STAYS and any(e.get(key) for e in entries) else drop
 
 
 def queue_lines(stats: dict, width: int, previous: dict | None = None, max_rows: int | None = None) -> list[Text]:

@@ -253,6 +253,26 @@ def test_check_needs_a_threshold_and_thresholds_need_check(cli, db):
     assert cli("stats", "--max-buried", "0").exit_code == 2
 
 
+def test_an_option_that_would_do_nothing_is_a_usage_error(cli_process, db):
+    """-i without --watch, --by or --limit with --check, --limit with Prometheus text: each was
+    accepted and dropped; now exit 2 with one line naming the option and what it needs."""
+    cli = cli_process
+    assert cli("init").exit_code == 0
+    for args, said in ((["-i", "5s"], "--interval"), (["--interval", "5s", "--json"], "--interval"),
+                       (["--by", "type", "--check", "--max-buried", "0"], "--by"),
+                       (["--by", "queue", "--check", "--max-buried", "0"], "--by"),
+                       (["-n", "3", "--check", "--max-buried", "0"], "--limit"),
+                       (["--limit", "3", "--format", "prometheus"], "--limit")):
+        r = cli("stats", *args)
+        assert r.exit_code == 2 and r.stdout == "", (args, r.exit_code, r.stdout, r.stderr)
+        line = r.stderr.strip()
+        assert "\n" not in line and line.startswith(f"jobctl: error: {said} "), (args, r.stderr)
+        assert "Traceback" not in r.stderr
+    for args in (["-w", "-i", "1s"], ["--by", "type"], ["--by", "type", "--json"], ["-n", "3", "--json"],
+                 ["--check", "--max-buried", "0"], ["--format", "prometheus"]):
+        assert cli("stats", *args).exit_code == 0, args  # (piped, --watch prints one snapshot)
+
+
 def test_check_help_names_every_threshold_that_exits_9(cli, db):
     """--min-workers fails a check too (exit 9), and --type does not scope it (workers serve any type)."""
     assert cli("init").exit_code == 0

@@ -165,6 +165,28 @@ def test_at_80_columns_ready_and_held_stay_exact_and_held_is_never_left_out(db):
         assert all(len(line) <= 80 for line in lines), lines
 
 
+def test_at_80_columns_a_job_being_cancelled_stays_in_sight(db):
+    """RUN does not count a running job whose cancellation was requested: at 80 columns STOPPING
+    stays while some job is stopping (minor counts leave instead), so a queue whose only job is
+    being cancelled never reads as one where nothing runs."""
+    busy_database(db)
+    with Queue.open(db) as q:
+        job = q.claim(worker="w9", lease="10m")
+        q.cancel(job.id)
+        figures, now = q.stats()
+    assert figures["queues"][job.queue]["running"] == 0, figures["queues"][job.queue]
+    for width in (80, 200):
+        lines = [line.plain for line in stats_view.screen_lines(figures, now, width=width)]
+        header = lines[0].split()
+        assert "STOPPING" in header and "HELD" in header, (width, lines)
+        at = header.index("STOPPING")
+        row = next(line for line in lines if line.startswith(job.queue + " "))
+        assert row.split()[at] == "1" and row.split()[header.index("RUN")] == "0", (width, lines)
+        assert all(len(line) <= width for line in lines), lines
+        for name in QUEUES:  # and every queue name stays whole
+            assert any(line.startswith(name + " ") for line in lines), (name, lines)
+
+
 def test_at_80_columns_the_summary_line_cuts_a_queue_name_not_the_lost_workers(db):
     """The one line of what needs a person: a long queue name (the oldest ready job's, whole in the
     table above) is what gets cut at the edge, never the held count or the lost workers."""

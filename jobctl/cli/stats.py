@@ -24,7 +24,7 @@ def stats(
     queue: Optional[List[str]] = typer.Option(None, "--queue", "-q", autocompletion=complete_queue,
                                               help="Only this queue (repeatable); --check then looks at it alone."),
     watch: bool = typer.Option(False, "--watch", "-w", help="Redraw in place every --interval until Ctrl-C (on a terminal)."),
-    interval: str = typer.Option("2s", "--interval", "-i", metavar="DUR", help="Time between redraws of --watch (default 2s)."),
+    interval: str = typer.Option("2s", "--interval", "-i", metavar="DUR", help="Time between redraws of --watch (default 2s); only with --watch."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object; same as --format json."),
     fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", autocompletion=complete_stats_format, help="table, json or prometheus (text format for node_exporter's textfile collector)."),
     limit: int = typer.Option(10, "--limit", "-n", min=1, max=1000, help="Rows in the stuck, buried and aging lists (default 10)."),
@@ -36,7 +36,7 @@ def stats(
     max_failure_rate: Optional[str] = typer.Option(None, "--max-failure-rate", metavar="PCT", help="--check: at most PCT percent of a type's runs of the last 15 minutes failed (each type alone)."),
     max_p95: Optional[str] = typer.Option(None, "--max-p95", metavar="DUR", help="--check: a type's 95th percentile run time over the last hour is at most DUR (each type alone)."),
     check_type: Optional[List[str]] = typer.Option(None, "--type", "-t", autocompletion=complete_type, help="--check: only these types (repeatable): every threshold looks at their jobs and runs alone, but --min-workers (workers serve every type)."),
-    by: str = typer.Option("queue", "--by", metavar="queue|type", autocompletion=complete_stats_by, help="The table's rows: one per queue (default) or one per type (ready, held, running, buried, runs, failure rate, run times); --json and Prometheus always have both."),
+    by: str = typer.Option("queue", "--by", metavar="queue|type", autocompletion=complete_stats_by, help="The table's rows: one per queue (default) or one per type (ready, held, running, buried, runs, failure rate, run times); --json and Prometheus always have both; not with --check."),
     quiet: bool = typer.Option(False, "--quiet", help="--check: print nothing when all thresholds hold (a crossing still prints its line)."),
 ):
     """Show the queue at a glance: counts per queue (or per type), stuck, buried and aging jobs, throughput.
@@ -81,6 +81,20 @@ def stats(
         raise InvalidInput("--check prints one summary line; leave out --watch, --json and --format")
     if watch and fmt != "table":
         raise InvalidInput("--watch draws tables on a terminal; for JSON or Prometheus text, call stats repeatedly")
+
+    # An option that would do nothing in this combination is an error, not silently dropped.
+    def given(name: str) -> bool:  # (by the source's name: typer carries its own copy of click's enum)
+        source = ctx.get_parameter_source(name)
+        return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+    if given("interval") and not watch:
+        raise InvalidInput("--interval is the time between redraws of --watch; add --watch")
+    if given("by") and check:
+        raise InvalidInput("--by chooses the rows of the table, which --check does not print; leave out --by "
+                           "(--type scopes the thresholds of --check to types)")
+    if given("limit") and (check or fmt == "prometheus"):
+        raise InvalidInput("--limit sets the rows of the stuck, buried and aging lists, which "
+                           f"{'--check' if check else '--format prometheus'} does not print; leave out --limit")
     from jobctl.durations import validate_name
 
     for name in queue or ():

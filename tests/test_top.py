@@ -786,3 +786,28 @@ def test_a_secret_typed_in_the_filter_is_masked_where_the_view_shows_it(known):
             await press(app, pilot, "escape")
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+def test_the_held_tab_says_why_each_job_is_held(known, size):
+    """The held tab's WHY: the words of `jobctl list --held` (Queue.held_reasons), read in the same
+    look as the list, whole at 80 and at 200 columns."""
+    db, clock = known
+    with Queue.open(db, Settings(), clock=clock) as q:
+        listed = q.held_reasons([q.get(1)], q.now())
+    assert listed == {1: "type t1 paused"}
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=size) as pilot:
+            await settle(app, pilot)
+            assert app.snapshot.held_why == listed
+            await press(app, pilot, "4")
+            lines = screen_text(app).splitlines()
+            assert any("WHY" in line.split() for line in lines), "\n".join(lines)
+            row = next((line for line in lines if line.split()[:1] == ["1"]), "\n".join(lines))
+            assert row.split()[:6] == ["1", "type", "t1", "paused", "billing", "t1"], row  # (ID, WHY whole, ...)
+            assert row.split()[6:8] == (["10", "10m"] if size[0] == 200 else ["10m"]), row
+
+    asyncio.run(go())
+

@@ -786,3 +786,64 @@ def test_a_secret_typed_in_the_filter_is_masked_where_the_view_shows_it(known):
             await press(app, pilot, "escape")
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+def test_the_held_tab_says_why_each_job_is_held(known, size):
+    """The held tab's WHY: the words of `jobctl list --held` (Queue.held_reasons), read in the same
+    look as the list, whole at 80 and at 200 columns."""
+    db, clock = known
+    with Queue.open(db, Settings(), clock=clock) as q:
+        listed = q.held_reasons([q.get(1)], q.now())
+    assert listed == {1: "type t1 paused"}
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=size) as pilot:
+            await settle(app, pilot)
+            assert app.snapshot.held_why == listed
+            await press(app, pilot, "4")
+            lines = screen_text(app).splitlines()
+            assert any("WHY" in line.split() for line in lines), "\n".join(lines)
+            row = next((line for line in lines if line.split()[:1] == ["1"]), "\n".join(lines))
+            assert row.split()[:6] == ["1", "type", "t1", "paused", "billing", "t1"], row  # (ID, WHY whole, ...)
+            assert row.split()[6:8] == (["10", "10m"] if size[0] == 200 else ["10m"]), row
+
+    asyncio.run(go())
+
+
+def test_bury_refuses_a_buried_job_without_asking(known):
+    """b on a job that is buried already: refused at once with the reason (no question, no
+    "now buried"); the job's history gains nothing."""
+    db, clock = known
+    with Queue.open(db, Settings(), clock=clock) as q:
+        before = len(q.events(8))
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await press(app, pilot, "2", "b")  # buried: the group of job 8
+            assert len(app.screen_stack) == 1, screen_text(app)
+            assert app.status_text == "job 8 is buried; cannot bury it (it is buried already; r retries it)"
+
+    asyncio.run(go())
+    with Queue.open(db, Settings(), clock=clock) as q:
+        assert q.get(8).status == "buried" and len(q.events(8)) == before
+
+
+def test_the_questions_say_scheduled_for_a_scheduled_job(known):
+    """c and b on a scheduled job (pending, to run later) name its state as the tabs do."""
+    db, clock = known
+
+    async def go():
+        app = make_app(db, clock)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await press(app, pilot, "5", "c")  # scheduled: job 3
+            assert "Cancel job 3 (t3 in billing, scheduled)?" in screen_text(app), screen_text(app)
+            await press(app, pilot, "n", "b")
+            assert "Bury job 3 (t3 in billing, scheduled)?" in screen_text(app), screen_text(app)
+            await press(app, pilot, "escape")
+
+    asyncio.run(go())

@@ -122,8 +122,9 @@ def edit(q, t: Target) -> Outcome:
 def checked(q, name: str, job_id: int):
     """The job a key that asks first (c, b) or opens an editor (e) would act on, as it is now;
     JobctlError when the command line would refuse it (`jobctl cancel`, `bury`, `edit` of a job
-    that finished, or is running), so that nothing is asked and no editor opens for nothing. The
-    rules are transitions.cancel's, bury's and edit's."""
+    that finished, or is running), or would change nothing (`bury` of a buried job), so that
+    nothing is asked and no editor opens for nothing. The rules are transitions.cancel's, bury's
+    and edit's."""
     from jobctl import transitions
 
     job = q.get(job_id)
@@ -131,7 +132,8 @@ def checked(q, name: str, job_id: int):
     if name == "cancel":
         transitions.cancel(job, now, token=None, reason=None)
     elif name == "bury":
-        transitions.bury(job, now, reason=None)
+        if transitions.bury(job, now, reason=None) is None:  # buried already: `bury` would change nothing
+            raise transitions.refuse(job, "bury it (it is buried already; r retries it)")
     else:
         transitions.edit(job, now, changes={})
     return job

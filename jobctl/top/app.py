@@ -196,7 +196,7 @@ class DataThread(threading.Thread):
             except JobctlError as e:
                 self.post("outcome", actions.Outcome(False, f"edit: {e.message}" if kind == "edit" else e.message))
                 return
-            self.post(kind, job if kind == "edit" else (name, target, job))
+            self.post(kind, job if kind == "edit" else (name, target, job, self.source.queue().now()))
         elif kind == "run":
             self.post("outcome", args[0]())
             self.look()
@@ -585,7 +585,7 @@ class TopApp(App):
 
     def _fill_tab(self, tab: str, snap: Snapshot) -> None:
         table = self.query_one(f"#table-{tab}", JobsTable)
-        rows = [tab_row(tab, r, snap.now, self.wide, self.patterns) for r in snap.tabs[tab]]
+        rows = [tab_row(tab, r, snap.now, self.wide, self.patterns, snap.held_why) for r in snap.tabs[tab]]
         key = (self.wide, tuple((k, tuple(str(c) for c in cells)) for k, cells in rows))
         if self._shown.get(tab) == key:
             return
@@ -682,9 +682,11 @@ class TopApp(App):
         a job the command line would refuse was refused before asking."""
         from jobctl.untrusted import safe
 
-        name, target, job = value
+        name, target, job, now = value
+        state = ("blocked" if job.waiting_on else "scheduled" if job.run_at > now else job.status
+                 ) if job.status == "pending" else job.status  # (the tabs' words)
         what = f"job {job.id} ({safe(job.type)} in {safe(job.queue)}, " + (
-            f"running on {safe(job.worker or '-')})" if job.status == "running" else f"{job.status})")
+            f"running on {safe(job.worker or '-')})" if job.status == "running" else f"{state})")
         if name == "bury":
             def reason_given(reason: str | None) -> None:
                 if reason is None:

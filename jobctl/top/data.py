@@ -26,13 +26,14 @@ class Snapshot:
     """One look at the queue: the stats figures (masked), the jobs of each tab, the database time."""
 
     def __init__(self, *, now: int, location: str, figures: dict, tabs: dict[str, list], workers: dict | None,
-                 notes: list[str]):
+                 notes: list[str], held_why: dict[int, str] | None = None):
         self.now = now
         self.location = location
         self.figures = figures
         self.tabs = tabs  # tab name -> rows (Jobs, or buried groups as dicts)
         self.workers = workers  # {"alive", "lost"}; None where this role may not read the registry
         self.notes = notes  # what the view could not read exactly, said in the status line
+        self.held_why = held_why or {}  # held tab: job id -> why it is held (Queue.held_reasons, as `list --held`)
 
 
 class Detail:
@@ -127,17 +128,20 @@ class DataSource:
         figures, now = masked(raw, now, self.settings.secret_keys)
         notes = [f"job {d['id']} is damaged and left out: {safe(d['why'])}; `jobctl doctor` says more"
                  for d in figures.get("damaged_jobs", [])]  # (as `stats` says on stderr)
+        # (none held, as stats just counted: no need to test every ready job for it)
+        held = self._jobs(q, flt, ["held"], "priority") if figures["totals"].get("held") else []
         tabs: dict[str, list] = {
             # (by run_at, then id: the index of states serves it, where id order walked every job)
             "running": self._jobs(q, flt, ["running", "cancel_requested"], "run-at"),
             "buried": self._buried(q, raw, figures, flt, now),
             "aging": self._aging(q, figures, flt, now),
-            # (none held, as stats just counted: no need to test every ready job for it)
-            "held": self._jobs(q, flt, ["held"], "priority") if figures["totals"].get("held") else [],
+            "held": held,
             "scheduled": self._jobs(q, flt, ["scheduled"], "run-at"),
         }
+        # why each is held, in the words of `list --held`: one read of the pauses and limits for them all
+        held_why = q.held_reasons(held, now) if held else {}
         return Snapshot(now=now, location=q.location, figures=figures, tabs=tabs, workers=figures.get("workers"),
-                        notes=notes)
+                        notes=notes, held_why=held_why)
 
     def workers(self) -> tuple[list[dict], int]:
         """The workers as `jobctl workers` lists them (alive, draining, lost, and scripts' ids), and

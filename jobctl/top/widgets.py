@@ -119,8 +119,8 @@ def tab_columns(tab: str, wide: bool) -> list[str]:
         return ["COUNT", "QUEUE", "TYPE", "LATEST", "AGO", "ERROR"]
     if tab == "aging":
         return ["ID", "QUEUE", "TYPE", "PRI", "WAITING"]
-    if tab == "held":
-        return ["ID", "QUEUE", "TYPE", "PRI", "READY FOR"]
+    if tab == "held":  # why next to the id, whole beside long names; (the rows are by priority: below WIDE
+        return ["ID", "WHY", "QUEUE", "TYPE", *(["PRI"] if wide else []), "READY FOR"]  # its column leaves room)
     return ["ID", "QUEUE", "TYPE", "RUNS IN", *(["RUN AT"] if wide else []), "ATTEMPTS"]
 
 
@@ -156,8 +156,9 @@ def progress_text(job, patterns=()) -> str:
     return safe((f"{pct}% " if pct is not None else "") + mask_text(p.get("message") or "", patterns))
 
 
-def tab_row(tab: str, row, now: int, wide: bool, patterns=()) -> tuple[str, list]:
-    """(row key, cells) of one row of a tab. A buried group's key is its latest job's id."""
+def tab_row(tab: str, row, now: int, wide: bool, patterns=(), held_why: dict[int, str] | None = None) -> tuple[str, list]:
+    """(row key, cells) of one row of a tab. A buried group's key is its latest job's id. held_why:
+    why each held job is held (data.Snapshot.held_why, the words of `jobctl list --held`)."""
     def num(value) -> Text:
         return Text(str(value), justify="right")
 
@@ -181,8 +182,9 @@ def tab_row(tab: str, row, now: int, wide: bool, patterns=()) -> tuple[str, list
         return str(row["id"]), [num(str(row["id"])), name(row["queue"]), name(row["type"]),
                                 num(str(row["priority"])), num(age(row["waiting_for"]))]
     if tab == "held":
-        return str(row.id), [num(str(row.id)), name(row.queue), name(row.type),
-                             num(str(row.priority)), num(since(row.run_at, now))]
+        return str(row.id), [num(str(row.id)), text((held_why or {}).get(row.id) or "", "yellow"),
+                             name(row.queue), name(row.type), *([num(str(row.priority))] if wide else []),
+                             num(since(row.run_at, now))]
     from jobctl.durations import to_rfc3339
 
     return str(row.id), [num(str(row.id)), name(row.queue), name(row.type),

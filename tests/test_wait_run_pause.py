@@ -400,3 +400,39 @@ def test_help_of_the_new_commands_and_options(cli):
                         (["enqueue", "--help"], ["--wait", "--wait-timeout"])):
         out = cli(*args).stdout
         assert all(w in out for w in words), (args, out)
+
+
+def _interrupted_while_waiting(db, *args):
+    """Run `jobctl --db DB ARGS...` as a real process, send it a real SIGINT once it has the
+    database open and waits, and return (exit code, stdout, stderr)."""
+    p = subprocess.Popen([*JOBCTL, "--db", str(db), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # (its open database file is seen in /proc)
+        try:
+            if any(os.readlink(f"/proc/{p.pid}/fd/{fd}") == str(db) for fd in os.listdir(f"/proc/{p.pid}/fd")):
+                break
+        except OSError:
+            pass
+        time.sleep(0.05)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    return p.returncode, out, err
+
+
+@pytest.mark.parametrize("command", ["claim", "wait", "enqueue"])
+def test_ctrl_c_while_waiting_says_what_was_left_and_exits_130(tmp_path, command):
+    """claim --wait and wait --timeout, interrupted by Ctrl-C, exited 130 saying nothing at all."""
+    db = tmp_path / "jobs.db"
+    assert run_cli("--db", db, "init").exit_code == 0
+    if command == "wait":
+        assert run_cli("--db", db, "enqueue", "t").exit_code == 0
+    args = {"claim": ["claim", "--wait", "1h"], "wait": ["wait", "1", "--timeout", "1h"],
+            "enqueue": ["enqueue", "t", "--wait"]}[command]
+    code, out, err = _interrupted_while_waiting(db, *args)
+    assert code == 130 and out == "", (code, out, err)
+    assert err == {"claim": "jobctl: error: interrupted while waiting; nothing was claimed\n",
+                   "wait": "jobctl: error: interrupted while waiting; nothing was changed\n",
+                   "enqueue": "jobctl: error: interrupted; job 1 was enqueued and keeps its place: `jobctl wait 1`\n"}[command]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT status FROM jobs").fetchall() == ([] if command == "claim" else [("pending",)])

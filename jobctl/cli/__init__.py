@@ -169,6 +169,8 @@ def run(argv: list[str] | None = None) -> int:
         rv = app(args=argv, prog_name="jobctl", standalone_mode=False)
         return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
     except Exit as e:
+        if isinstance(e.__cause__, KeyboardInterrupt):  # (typer's answer to a Ctrl-C no command caught: silent)
+            return _fail("interrupted", 130)
         return e.exit_code
     except NoArgsIsHelpError as e:
         # `jobctl` alone: its help, a success (like git). A group alone (`jobctl config`): its usage

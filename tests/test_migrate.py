@@ -519,3 +519,18 @@ def test_a_new_file_that_another_process_has_open_is_left_and_said(tmp_path):
         other.close()
     assert engine._transfer_undo_create() is None and not target.exists() and not target.parent.exists()
     engine.close()
+
+
+def test_a_new_postgresql_schema_another_process_wrote_to_is_left_and_said(pg_base, pg_schema, pg_url):
+    from jobctl import engines
+
+    engine = engines.open(pg_url, create=True)
+    try:
+        assert engine.created and engine.created_schema
+        with Queue.open(pg_url) as q:
+            q.enqueue("t", {})
+        assert engine._transfer_undo_create() == (
+            f"the schema {pg_schema} in {engine.location} was left as it is: another process wrote to it meanwhile")
+        assert sql(pg_base, f'SELECT count(*) FROM "{pg_schema}".jobs') == [(1,)]
+    finally:
+        engine.close()

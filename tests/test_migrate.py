@@ -534,3 +534,24 @@ def test_a_new_postgresql_schema_another_process_wrote_to_is_left_and_said(pg_ba
         assert sql(pg_base, f'SELECT count(*) FROM "{pg_schema}".jobs') == [(1,)]
     finally:
         engine.close()
+
+
+def test_a_migrate_interrupted_by_ctrl_c_drops_the_schema_it_created(files, pg_base, pg_schema, pg_url):
+    import signal
+    import subprocess
+
+    source, _ = files
+    with Queue.open(source, create=True) as q:
+        q.insert([q.prepare("t", {"n": i}) for i in range(50_000)])
+    p = subprocess.Popen([*JOBCTL, "--db", str(source), "migrate", "--to", pg_url], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not sql(
+            pg_base, "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = 'jobs'", (pg_schema,))[0][0]:
+        time.sleep(0.02)
+    time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and out == "", (p.returncode, out, err)
+    assert err.startswith("jobctl: error: interrupted; nothing was copied to postgresql://") and err.count("\n") == 1, err
+    assert sql(pg_base, "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (pg_schema,)) == [(0,)]

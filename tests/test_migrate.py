@@ -555,3 +555,13 @@ def test_a_migrate_interrupted_by_ctrl_c_drops_the_schema_it_created(files, pg_b
     assert p.returncode == 130 and out == "", (p.returncode, out, err)
     assert err.startswith("jobctl: error: interrupted; nothing was copied to postgresql://") and err.count("\n") == 1, err
     assert sql(pg_base, "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (pg_schema,)) == [(0,)]
+
+
+def test_a_refused_copy_from_postgresql_removes_the_new_file(tmp_path, pg_base, pg_schema, pg_url):
+    with Queue.open(pg_url, create=True) as q:
+        q.enqueue("t", {"a": 1})
+    sql(pg_base, f'UPDATE "{pg_schema}".jobs SET payload = %s', ('{"a":2}',))  # no longer its hash: damaged
+    target = tmp_path / "new" / "jobs.db"
+    r = run_inproc("migrate", "--to", target, db=pg_url)
+    assert r.exit_code == 8 and "holds a damaged job 1" in r.one_error_line(), r.output
+    assert not target.parent.exists()

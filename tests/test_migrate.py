@@ -290,7 +290,7 @@ def test_a_damaged_row_stops_the_copy_with_one_clear_line(files):
     assert r.exit_code == 8, r.output
     line = r.one_error_line()
     assert f"holds a damaged job {ids['buried']} (error holds" in line and "jobctl doctor" in line, line
-    assert job_ids(target) == []
+    assert not target.exists()  # (the file it had created is removed again)
 
 
 def test_a_missing_source_is_not_created(files):
@@ -402,7 +402,7 @@ def test_a_crafted_source_file_cannot_inject_sql_into_the_migrate_target(tmp_pat
         assert r.exit_code == 8, r.output
         assert "not jobctl's" in r.one_error_line()
         assert sql(pg_base, "SELECT to_regclass(%s)", (f"public.{pwned}",)) == [(None,)]
-        assert sql(pg_base, f'SELECT count(*) FROM "{pg_schema}".jobs') == [(0,)]
+        assert sql(pg_base, "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (pg_schema,)) == [(0,)]
     finally:
         sql(pg_base, f"DROP TABLE IF EXISTS public.{pwned}")
 
@@ -438,3 +438,130 @@ def test_a_migrate_whose_source_connection_is_lost_names_the_source(pg_base):
         target.close()
         for schema in schemas:
             sql(pg_base, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+# -- a refused copy leaves the target as it found it ----------------------------------------------
+
+def _nul_source(path) -> None:
+    """A SQLite file holding a job whose payload holds NUL (which PostgreSQL cannot store)."""
+    assert run_cli("--db", path, "enqueue", "t", '{"a": "x\\u0000y"}').exit_code == 0
+
+
+def test_a_refused_copy_into_postgresql_drops_the_schema_it_created(files, pg_base, pg_schema, pg_url):
+    """The copy was refused (exit 2, naming the job, "nothing was written") but the new empty
+    schema it had created stayed behind."""
+    source, _ = files
+    _nul_source(source)
+    r = run_inproc("migrate", "--to", pg_url, db=source)
+    assert r.exit_code == 2, r.output
+    line = r.one_error_line()
+    assert line.startswith("jobctl: error: job 1: invalid payload") and "nothing was written" in line, line
+    assert sql(pg_base, "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (pg_schema,)) == [(0,)]
+
+
+def test_a_refused_copy_into_an_empty_postgresql_schema_keeps_the_schema(files, pg_base, pg_schema, pg_url):
+    source, _ = files
+    _nul_source(source)
+    sql(pg_base, f'CREATE SCHEMA "{pg_schema}"; CREATE FUNCTION "{pg_schema}".mine() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$')
+    r = run_inproc("migrate", "--to", pg_url, db=source)
+    assert r.exit_code == 2, r.output
+    assert sql(pg_base, "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (pg_schema,)) == [(0,)]
+    assert sql(pg_base, "SELECT proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                        "WHERE nspname = %s", (pg_schema,)) == [("mine",)]
+
+
+def test_a_refused_copy_into_a_new_file_removes_the_file(files, tmp_path):
+    source, target = files
+    ids = build_source(source)["ids"]
+    with sqlite3.connect(source) as conn:  # a damaged job: refused with exit 8
+        conn.execute("UPDATE jobs SET error = CAST(x'6f6b20ff' AS TEXT) WHERE id = ?", (ids["buried"],))
+    deep = tmp_path / "a" / "b" / "jobs.db"  # the folders made for it go too
+    r = run_inproc("migrate", "--to", deep, db=source)
+    assert r.exit_code == 8 and "nothing was written" in r.one_error_line(), r.output
+    assert not (tmp_path / "a").exists()
+    target.parent.mkdir(mode=0o700)  # a folder that was there stays
+    r = run_inproc("migrate", "--to", target, db=source)
+    assert r.exit_code == 8 and "nothing was written" in r.one_error_line(), r.output
+    assert sorted(p.name for p in target.parent.iterdir()) == []
+    empty = tmp_path / "new" / "empty.db"  # an empty file made a database: emptied again, kept
+    empty.touch(mode=0o600)
+    r = run_inproc("migrate", "--to", empty, db=source)
+    assert r.exit_code == 8, r.output
+    assert empty.stat().st_size == 0 and sorted(p.name for p in target.parent.iterdir()) == ["empty.db"]
+
+
+def test_a_refused_copy_into_an_existing_empty_database_leaves_it(files):
+    source, target = files
+    _nul_source(source)
+    ok(run_inproc("init", db=target))
+    before = snapshot(target)
+    with sqlite3.connect(source) as conn:
+        conn.execute("UPDATE jobs SET error = CAST(x'6f6b20ff' AS TEXT)")
+    r = run_inproc("migrate", "--to", target, db=source)
+    assert r.exit_code == 8, r.output
+    assert target.exists() and snapshot(target) == before
+
+
+def test_a_new_file_that_another_process_has_open_is_left_and_said(tmp_path):
+    """When the new file cannot be removed safely (another connection has it open), the error says
+    what was left instead of "nothing was written"."""
+    from jobctl import engines
+
+    target = tmp_path / "new" / "jobs.db"
+    engine = engines.open(str(target), create=True)
+    other = sqlite3.connect(target)
+    try:
+        other.execute("SELECT count(*) FROM jobs").fetchone()
+        assert engine.created and engine._transfer_undo_create() == (
+            f"{target} was left as a new empty jobctl database (another process has it open)")
+        assert target.exists()
+    finally:
+        other.close()
+    assert engine._transfer_undo_create() is None and not target.exists() and not target.parent.exists()
+    engine.close()
+
+
+def test_a_new_postgresql_schema_another_process_wrote_to_is_left_and_said(pg_base, pg_schema, pg_url):
+    from jobctl import engines
+
+    engine = engines.open(pg_url, create=True)
+    try:
+        assert engine.created and engine.created_schema
+        with Queue.open(pg_url) as q:
+            q.enqueue("t", {})
+        assert engine._transfer_undo_create() == (
+            f"the schema {pg_schema} in {engine.location} was left as it is: another process wrote to it meanwhile")
+        assert sql(pg_base, f'SELECT count(*) FROM "{pg_schema}".jobs') == [(1,)]
+    finally:
+        engine.close()
+
+
+def test_a_migrate_interrupted_by_ctrl_c_drops_the_schema_it_created(files, pg_base, pg_schema, pg_url):
+    import signal
+    import subprocess
+
+    source, _ = files
+    with Queue.open(source, create=True) as q:
+        q.insert([q.prepare("t", {"n": i}) for i in range(50_000)])
+    p = subprocess.Popen([*JOBCTL, "--db", str(source), "migrate", "--to", pg_url], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not sql(
+            pg_base, "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = 'jobs'", (pg_schema,))[0][0]:
+        time.sleep(0.02)
+    time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and out == "", (p.returncode, out, err)
+    assert err.startswith("jobctl: error: interrupted; nothing was copied to postgresql://") and err.count("\n") == 1, err
+    assert sql(pg_base, "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (pg_schema,)) == [(0,)]
+
+
+def test_a_refused_copy_from_postgresql_removes_the_new_file(tmp_path, pg_base, pg_schema, pg_url):
+    with Queue.open(pg_url, create=True) as q:
+        q.enqueue("t", {"a": 1})
+    sql(pg_base, f'UPDATE "{pg_schema}".jobs SET payload = %s', ('{"a":2}',))  # no longer its hash: damaged
+    target = tmp_path / "new" / "jobs.db"
+    r = run_inproc("migrate", "--to", target, db=pg_url)
+    assert r.exit_code == 8 and "holds a damaged job 1" in r.one_error_line(), r.output
+    assert not target.parent.exists()

@@ -400,3 +400,47 @@ def test_help_of_the_new_commands_and_options(cli):
                         (["enqueue", "--help"], ["--wait", "--wait-timeout"])):
         out = cli(*args).stdout
         assert all(w in out for w in words), (args, out)
+
+
+def _interrupted_while_waiting(db, *args, opens_db=True):
+    """Run `jobctl --db DB ARGS...` as a real process (stdin a pipe left open), send it a real
+    SIGINT once it has the database open and waits, and return (exit code, stdout, stderr)."""
+    p = subprocess.Popen([*JOBCTL, "--db", str(db), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + (30 if opens_db else 2)
+    while time.monotonic() < deadline:  # (its open database file is seen in /proc)
+        try:
+            if any(os.readlink(f"/proc/{p.pid}/fd/{fd}") == str(db) for fd in os.listdir(f"/proc/{p.pid}/fd")):
+                break
+        except OSError:
+            pass
+        time.sleep(0.05)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    return p.returncode, out, err
+
+
+@pytest.mark.parametrize("command", ["claim", "wait", "enqueue", "logs", "payload"])
+def test_ctrl_c_while_waiting_says_what_was_left_and_exits_130(tmp_path, command):
+    """claim --wait, wait --timeout, logs --follow and any command Ctrl-C stopped where it had
+    nothing to say (here: reading a payload from stdin) exited 130 saying nothing at all."""
+    db = tmp_path / "jobs.db"
+    assert run_cli("--db", db, "init").exit_code == 0
+    if command in ("wait", "logs"):
+        assert run_cli("--db", db, "enqueue", "t").exit_code == 0
+    if command == "logs":
+        assert run_cli("--db", db, "claim").exit_code == 0
+    args = {"claim": ["claim", "--wait", "1h"], "wait": ["wait", "1", "--timeout", "1h"],
+            "enqueue": ["enqueue", "t", "--wait"], "logs": ["logs", "1", "--follow"],
+            "payload": ["enqueue", "t", "--payload-file", "-"]}[command]
+    code, out, err = _interrupted_while_waiting(db, *args, opens_db=command != "payload")
+    assert code == 130 and out == "", (code, out, err)
+    assert err == {"claim": "jobctl: error: interrupted while waiting; nothing was claimed\n",
+                   "wait": "jobctl: error: interrupted while waiting; nothing was changed\n",
+                   "enqueue": "jobctl: error: interrupted; job 1 was enqueued and keeps its place: `jobctl wait 1`\n",
+                   "logs": "jobctl: error: interrupted while following the log of job 1; nothing was changed\n",
+                   "payload": "jobctl: error: interrupted\n"}[command]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT status FROM jobs").fetchall() == {
+            "claim": [], "payload": [], "logs": [("running",)]}.get(command, [("pending",)])

@@ -3,6 +3,7 @@ and only here; JOBCTL_DEBUG=1 shows the traceback instead."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sys
@@ -24,9 +25,37 @@ def typer_app() -> "Typer":
     return app
 
 
+_said = [0]  # error lines written by _fail
+
+
+@contextlib.contextmanager
+def _ctrl_c_noticed():
+    """A list that gets an item when Ctrl-C (SIGINT) raised KeyboardInterrupt through Python's own
+    handler (not a command's: `run` passes it to its handler, the worker stops by it)."""
+    import signal
+    import threading
+
+    seen: list[bool] = []
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield seen
+        return
+
+    def on_sigint(signum, frame):
+        seen.append(True)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _fail(message: str, code: int) -> int:
     """Print an error: every error line of the CLI is written here."""
     from jobctl.untrusted import safe
+
+    _said[0] += 1
 
     # One line, always: a path or a value with a newline in it must not split the message; and
     # inert: terminal escapes, C1 and bidi controls from paths, keys or values are shown escaped.
@@ -166,7 +195,11 @@ def run(argv: list[str] | None = None) -> int:
     try:
         # Without standalone mode, a `raise typer.Exit(code)` in a command comes back as the
         # return value (commands themselves return None).
-        rv = app(args=argv, prog_name="jobctl", standalone_mode=False)
+        with _ctrl_c_noticed() as ctrl_c:
+            said = _said[0]
+            rv = app(args=argv, prog_name="jobctl", standalone_mode=False)
+        if rv == 130 and ctrl_c and _said[0] == said:  # typer's silent answer to a Ctrl-C no command caught
+            return _fail("interrupted", 130)
         return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
     except Exit as e:
         return e.exit_code

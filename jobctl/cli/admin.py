@@ -12,7 +12,7 @@ import typer
 from jobctl.cli import filters
 from jobctl.cli.app import app, emit, emit_json, state
 from jobctl.completion import complete_queue, complete_type
-from jobctl.errors import CheckFailed, InvalidInput
+from jobctl.errors import CheckFailed, InvalidInput, JobctlError
 
 
 @app.command()
@@ -292,7 +292,9 @@ def migrate(
     The current database (--db) is read from one consistent snapshot and left unchanged; the target
     (a SQLite file is created if needed; a PostgreSQL database must exist, jobctl creates its
     schema) is written in one transaction, so it receives everything or nothing, and
-    the counts of every table are checked before that transaction commits. A target that already
+    the counts of every table are checked before that transaction commits. A refused or interrupted
+    copy removes again the file, folders or schema this run had created (unless another process took
+    to them meanwhile: the error then says what was left). A target that already
     holds jobs (or any other jobctl data) is refused (exit 2). Ids are kept; new jobs on the target
     get higher ones. Stop the workers first: a job running meanwhile is copied as running, and its
     worker still reports to the old database. Then point JOBCTL_DB (or the config's db) at the target.
@@ -318,7 +320,19 @@ def migrate(
                 raise InvalidInput(f"{engines.display(odd.location)} cannot take part in a migration: "
                                    "this jobctl cannot copy that kind of database")
             with progress_bar("copying", unit="rows") as on_progress:
-                done = copy_database(source, target, on_progress=on_progress)
+                try:
+                    done = copy_database(source, target, on_progress=on_progress)
+                except BaseException as e:  # (Ctrl-C too) a target this run created is removed again
+                    left = target._transfer_undo_create() if target.created else None
+                    if left is not None and isinstance(e, JobctlError):
+                        e.args = (f"{str(e).replace('nothing was written', 'nothing was copied')}; {left}",)
+                    if isinstance(e, KeyboardInterrupt):
+                        from jobctl.cli import _fail
+
+                        _fail(f"interrupted; nothing was copied to {engines.display(target.location)}"
+                              + (f"; {left}" if left else ""), 130)
+                        raise typer.Exit(130) from None
+                    raise
             source_at, target_at = engines.display(q.engine.location), engines.display(target.location)
         finally:
             target.close()

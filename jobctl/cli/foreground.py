@@ -61,7 +61,13 @@ def wait(
 
     ids = list(dict.fromkeys(validate_job_id(i) for i in job_ids))  # a malformed id is a usage error before any wait
     with state(ctx).open_queue() as q:
-        wait_and_print(q, ids, timeout_s, results=False, as_json=as_json)
+        try:
+            wait_and_print(q, ids, timeout_s, results=False, as_json=as_json)
+        except KeyboardInterrupt:
+            from jobctl.cli import _fail
+
+            _fail("interrupted while waiting; nothing was changed", 130)
+            raise typer.Exit(130) from None
 
 
 @app.command()

@@ -295,7 +295,13 @@ def claim(
     wait_s = parse_duration(wait, what="--wait") if wait is not None else 0
     with state(ctx).open_queue() as q:
         options = dict(worker=worker, queues=queue, types=type, lease=lease)
-        job = q.claim_wait(wait_s, **options) if wait_s else q.claim(**options)
+        try:
+            job = q.claim_wait(wait_s, **options) if wait_s else q.claim(**options)
+        except KeyboardInterrupt:  # (a claim interrupted before its commit is rolled back)
+            from jobctl.cli import _fail
+
+            _fail("interrupted while waiting; nothing was claimed" if wait_s else "interrupted; nothing was claimed", 130)
+            raise typer.Exit(130) from None
         if job is None:
             from jobctl.pauses import pauses_in_the_way
 

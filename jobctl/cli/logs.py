@@ -90,7 +90,13 @@ def logs(
             data, _ = runlog.since(log, 0)
             _write_lines(data.decode("utf-8", errors="replace"), patterns, reveal)
             return
-        _follow(q, job_id, run, patterns, reveal, as_json)
+        try:
+            _follow(q, job_id, run, patterns, reveal, as_json)
+        except KeyboardInterrupt:
+            from jobctl.cli import _fail
+
+            _fail(f"interrupted while following the log of job {job_id}; nothing was changed", 130)
+            raise typer.Exit(130) from None
 
 
 def _write_lines(text: str, patterns, reveal: bool) -> None:

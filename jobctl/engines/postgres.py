@@ -244,6 +244,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                     pg_schema.migrate(cur, version)
                 cur.execute("COMMIT")
                 self.created = version == 0  # jobctl's schema is new in this database
+                self.created_schema = version == 0 and not exists  # (not only its tables: the schema too)
             except BaseException:
                 self._rollback()
                 raise

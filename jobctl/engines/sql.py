@@ -277,6 +277,9 @@ class SQLEngine:
     """The Engine contract (engines/base.py) in SQL that SQLite and PostgreSQL both run."""
 
     created = False  # whether opening it created the database (SQLite: the file; PostgreSQL: the schema)
+    made_file = False  # SQLite: that file is new (not an empty file made a database)
+    made_folders: list[str] = []  # SQLite: the folders made for that new file, deepest first
+    created_schema = False  # PostgreSQL: the schema itself is new (not only jobctl's tables in it)
 
     # -- what differs between dialects (these values: SQLite's) -----------------------------
     NULL_EQ = "IS"  # compares two values that may be NULL (PostgreSQL: IS NOT DISTINCT FROM)

@@ -459,7 +459,8 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         migration or the journal mode; a file that would need migrating is refused."""
         check_sqlite_version()
         p = Path(path)
-        created = False
+        created = made_file = False
+        made_folders: list[str] = []
         if not allow_network_fs:
             files.check_filesystem(p)
         try:
@@ -470,8 +471,13 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
                     f"no database at {p}; check --db / JOBCTL_DB, or create it with `jobctl --db {p} init`"
                 ) from None
             files.check_db_folder(files.resolve(p))  # (before anything is created there)
+            folder = Path(files.resolve(p)).parent
+            while not folder.exists() and folder.parent != folder:  # (the folders it makes, deepest first)
+                made_folders.append(str(folder))
+                folder = folder.parent
             try:
                 created = _create_database(Path(files.resolve(p)))
+                made_file = created
             except sqlite3.Error as e:
                 raise translate(e, str(p), busy_timeout) from e
             except OSError as e:
@@ -503,6 +509,8 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
             raise translate(e, str(p), busy_timeout) from e
         engine = cls(conn, str(p), busy_timeout, clock)
         engine.created = created
+        engine.made_file = made_file  # (created: not from an empty file that was there)
+        engine.made_folders = made_folders if made_file else []
         try:
             with engine._errors():
                 conn.row_factory = sqlite3.Row

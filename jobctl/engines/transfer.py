@@ -122,6 +122,12 @@ class Transfer:
         other error."""
         return None
 
+    def _transfer_undo_create(self) -> str | None:
+        """After a refused copy into a database that opening it created (`created`): remove what
+        that opening made, only while it still holds no data. None when done; else what was left,
+        in words for the error line. Engine-specific."""
+        return f"{self.location} was left as a new empty jobctl database"  # type: ignore[attr-defined]
+
     def _transfer_id_floors(self, c) -> dict[str, int]:
         """Per table of ID_TABLES, the highest id handed out (here: the largest id present)."""
         return {t: c.execute(f"SELECT COALESCE(MAX(id), 0) FROM {t}").fetchone()[0] for t in ID_TABLES}
@@ -289,6 +295,49 @@ class SQLiteTransfer(Transfer):
         return "a missing value, a duplicate key or a value of the wrong type" if isinstance(
             e, sqlite3.IntegrityError) else None
 
+    def _transfer_undo_create(self) -> str | None:
+        """The file made by opening it is removed (a file that was empty before is emptied again),
+        under an exclusive lock that only the one connection to it can take (leaving WAL mode
+        fails while another process has it open), and only while every table is still empty."""
+        import os
+        import sqlite3
+
+        path, c = self.path, self.conn  # type: ignore[attr-defined]
+        left = f"{path} was left as a new empty jobctl database"
+        try:
+            if c.execute("PRAGMA journal_mode = DELETE").fetchone()[0].lower() != "delete":
+                return left + " (another process has it open)"
+            c.execute("BEGIN EXCLUSIVE")
+        except sqlite3.Error:
+            return left + " (another process has it open)"
+        removed = False
+        try:
+            if any(c.execute(f"SELECT EXISTS (SELECT 1 FROM {t})").fetchone()[0] for t in TABLES):
+                return f"{path} was left as it is: another process wrote to it meanwhile"
+            real = os.path.realpath(path)
+            for suffix in ("-wal", "-shm", "-journal"):
+                try:
+                    os.unlink(real + suffix)
+                except FileNotFoundError:
+                    pass
+            removed = True
+            if self.made_file:  # type: ignore[attr-defined]
+                os.unlink(real)
+                for folder in self.made_folders:  # type: ignore[attr-defined]  # (rmdir: only while empty)
+                    try:
+                        os.rmdir(folder)
+                    except OSError:
+                        return f"{path} was removed; the folder {folder} made for it was left (something else is in it)"
+            else:
+                os.truncate(real, 0)
+            return None
+        except OSError as e:
+            return left + f" ({e.strerror})"
+        finally:
+            c.execute("ROLLBACK")
+            if not removed:  # (kept: in WAL mode again, as jobctl keeps its files)
+                c.execute("PRAGMA journal_mode = WAL")
+
     def _transfer_id_floors(self, c) -> dict[str, int]:
         floors = super()._transfer_id_floors(c)
         row = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").fetchone()
@@ -320,6 +369,39 @@ class PostgresTransfer(Transfer):
         if isinstance(e, psycopg2.IntegrityError):
             return "a missing value or a duplicate key"
         return None
+
+    def _transfer_undo_create(self) -> str | None:
+        """Drop the tables and functions of jobctl's schema that opening it made (and the schema
+        itself when it made that too), under the schema's advisory lock and with every table
+        locked, only while all of them are still empty; never an object that was there before."""
+        from jobctl.engines import pg_schema
+        from jobctl.engines.postgres import _key
+
+        schema = self.target.schema  # type: ignore[attr-defined]
+        name = f'"{schema}"'
+        layout = pg_schema.expected_layout()
+        tables = sorted(e.split(" ", 1)[1] for e in layout if e.startswith("table "))
+        functions = sorted(e.split(" ", 1)[1] for e in layout if e.startswith("function "))
+        left = f"jobctl's new empty schema {schema} was left in {self.location}"  # type: ignore[attr-defined]
+        try:
+            with self._write() as (c, _now):  # type: ignore[attr-defined]
+                c.execute("SELECT pg_advisory_xact_lock(?)", (_key("schema", schema),))
+                present = [r[0] for r in c.execute("SELECT tablename FROM pg_tables WHERE schemaname = ?", (schema,))]
+                mine = [t for t in tables if t in present]
+                if mine:
+                    c.execute(f"LOCK TABLE {', '.join(f'{name}.{t}' for t in mine)} IN ACCESS EXCLUSIVE MODE")
+                if any(c.execute(f"SELECT EXISTS (SELECT 1 FROM {name}.{t})").fetchone()[0]
+                       for t in mine if t != "schema_version"):
+                    return f"the schema {schema} in {self.location} was left as it is: another process wrote to it meanwhile"  # type: ignore[attr-defined]
+                if mine:
+                    c.execute(f"DROP TABLE {', '.join(f'{name}.{t}' for t in mine)}")
+                for f in functions:
+                    c.execute(f"DROP FUNCTION IF EXISTS {name}.{f}()")
+                if self.created_schema:  # type: ignore[attr-defined]  # (RESTRICT: refused unless empty)
+                    c.execute(f"DROP SCHEMA {name}")
+            return None
+        except Exception:
+            return left
 
     def _transfer_id_floors(self, c) -> dict[str, int]:
         floors = super()._transfer_id_floors(c)

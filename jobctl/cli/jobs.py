@@ -40,6 +40,9 @@ def _warn_created(q) -> None:
     if scheme_of(q.location) in POSTGRES_SCHEMES:
         _warn(f"created jobctl's schema in {q.location}: there was none; if you meant an existing queue, "
               "check --db / JOBCTL_DB (what was enqueued is in this new one)")
+    elif not q.engine.made_file:  # (an empty file was there: a queue truncated by mistake must not pass in silence)
+        _warn(f"made the empty file {q.location} (0 bytes) a new database; if you meant an existing queue, "
+              "check --db / JOBCTL_DB and restore it from a backup (what was enqueued is in this new one)")
     else:
         _warn(f"created a new database {q.location}: there was none; if you meant an existing queue, "
               "check --db / JOBCTL_DB (what was enqueued is in this new one)")

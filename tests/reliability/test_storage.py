@@ -263,7 +263,6 @@ def _foreign_sqlite(path):
 
 DAMAGE = {
     "not-a-database": (_not_a_database, "not a SQLite database"),
-    "zero-length": (_zero_length, "not a jobctl database"),
     "truncated": (_truncated, "corrupt"),
     "header-flipped": (_header_flipped, "not a SQLite database"),
     "pages-flipped": (_pages_flipped, "corrupt"),
@@ -273,6 +272,25 @@ DAMAGE = {
 
 COMMANDS = [["list"], ["enqueue", "t", "{}"], ["enqueue", "--batch", "-"], ["claim"], ["show", "1"],
             ["recover"], ["init"], ["doctor"], ["backup", "copy.db"]]
+
+
+def test_a_zero_length_file_is_left_alone_by_what_reads_and_made_a_database_only_by_what_creates(tmp_path):
+    """An empty file holds no one's data (only a non-empty file without jobctl's mark is refused):
+    the commands that read say it is empty (exit 8) and leave it byte for byte; enqueue makes it a
+    database, saying so on stderr, as a queue truncated by mistake must not pass in silence."""
+    folder = tmp_path / "d"
+    folder.mkdir(mode=0o700)
+    db = folder / "jobs.db"
+    _zero_length(db)
+    os.chmod(db, 0o600)
+    before = files_state(folder)
+    for args in (["list"], ["claim"], ["show", "1"], ["recover"], ["doctor"], ["backup", "copy.db"]):
+        r = run_inproc(*args, db=db)
+        assert r.exit_code == 8 and "empty file" in r.one_error_line(), (args, r.output)
+        assert files_state(folder) == before, (args, "the file or its folder changed")
+    r = jobctl("enqueue", "t", "{}", db=db)
+    assert r.exit_code == 0 and r.stdout == "1\n", r.output
+    assert "empty file" in r.stderr and "0 bytes" in r.stderr and "backup" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))

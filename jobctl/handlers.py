@@ -18,6 +18,10 @@ from pathlib import Path
 from jobctl import payloads
 from jobctl.errors import InvalidInput
 
+# The signals that stop a worker (a first drains it, a second stops its handlers, a third leaves at
+# once): held from the start of `jobctl work` and handled by its loop.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 

@@ -175,8 +175,10 @@ class _EarlySignals:
     def hold(self) -> None:
         import signal
 
+        from jobctl.handlers import STOP_SIGNALS
+
         try:
-            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # (the worker's STOP_SIGNALS)
+            for s in STOP_SIGNALS:
                 self.saved[s] = signal.signal(s, self)
         except ValueError:  # not the main thread (a test's worker): nothing to hold
             pass

@@ -43,7 +43,7 @@ REGISTER_AFTER = 0.002  # a handler still running this long after its start is p
 RENEW_MAX_INTERVAL = 10.0  # the registry row's last_seen is renewed at least this often, idle or not
 RENEW_MIN_INTERVAL = 1.0  # and at most this often (a third of the lease between the two)
 ORDERS_CHECK = 0.5  # how often the worker looks whether an operator ordered it to drain or stop (noticed within 2 s)
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_SIGNALS = handlers.STOP_SIGNALS
 STOP_NUMBERS = frozenset(int(s) for s in STOP_SIGNALS)  # as the wake-up pipe writes them (a byte each)
 EXIT_UNUSABLE = DatabaseUnusable.exit_code
 

@@ -42,6 +42,14 @@ HELD = ("running", "cancel_requested")  # held by a worker (ACTIVE)
 REACTING = ("buried", "completed", "cancelled")  # the states a job may have a reaction to (Job.reaction_type)
 
 STATES = tuple(s.value for s in JobStatus)
+# What each action by filter can act on (its --status values: states and the views scheduled, blocked,
+# held), and what it acts on without --status.
+ACTS_ON = {
+    "retry": (("buried",), ("buried",)),
+    "cancel": (("pending", "scheduled", "blocked", "held", "buried"), ("pending",)),
+    "reschedule": (("pending", "scheduled", "blocked", "held"), ("pending",)),
+    "bury": (("pending", "scheduled", "blocked", "held"), ("pending",)),
+}
 LIST_SORTS = ("newest", "oldest", "priority", "run-at", "updated")  # `list --sort`, in the engine's order terms
 
 

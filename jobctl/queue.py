@@ -17,7 +17,6 @@ from jobctl.engines.base import ClaimRequest, Decision, Engine, Inserted, NewJob
 from jobctl.errors import CancelRequested, DatabaseBusy, InvalidInput, JobctlError, NoSuchJob, PermissionDenied
 from jobctl.jobspec import reschedule_when, validate_job_id
 from jobctl.models import Event, Job, Record
-from jobctl.selection import ACTS_ON
 from jobctl.transitions import backoff_delay, one_line  # noqa: F401  (re-exported: tests and scripts use them)
 
 if TYPE_CHECKING:
@@ -472,7 +471,6 @@ class Queue:
 
     # -- find and act: a selection (jobctl/selection.py) ------------------------------------
 
-    ACTS_ON = ACTS_ON  # (selection.ACTS_ON: what each action can act on, and takes without --status)
 
     @staticmethod
     def _asks_held(selection) -> bool:
@@ -496,7 +494,7 @@ class Queue:
     def act(self, action: str, ids: list[int], selection, *, dry_run: bool = False, actor: str | None = None,
             on_progress: Callable[[int, int], None] | None = None, reason: str | None = None,
             reset_attempts: bool = False, now: bool = False, delay=None, at=None):
-        """Apply an action (ACTS_ON) to the jobs `ids` that `selection` still matches, in short
+        """Apply an action (models.ACTS_ON) to the jobs `ids` that `selection` still matches, in short
         transactions (Engine.update_selection): yields (id, outcome, detail) per job."""
         decide = self._action(action, reason=reason, reset_attempts=reset_attempts, now=now, delay=delay, at=at)
         limits = self.limits if self._asks_held(selection) and self.limits else None  # judged in each transaction

@@ -21,13 +21,6 @@ from jobctl.models import STATES, Record
 # waiting on `after` jobs, or ready but held back by a pause or a limit.
 VIEWS = ("scheduled", "blocked", "held")
 STATUSES = STATES + VIEWS
-# What each action by filter can act on (its --status values), and what it acts on without --status.
-ACTS_ON = {
-    "retry": (("buried",), ("buried",)),
-    "cancel": (("pending", "scheduled", "blocked", "held", "buried"), ("pending",)),
-    "reschedule": (("pending", "scheduled", "blocked", "held"), ("pending",)),
-    "bury": (("pending", "scheduled", "blocked", "held"), ("pending",)),
-}
 # A view no --status offers, for `jobctl top`'s aging tab: ready jobs that nothing holds back, which
 # wait for a worker (pending, not blocked, due, and not held).
 WAITING = "waiting"

@@ -1,5 +1,7 @@
 """What the start-up and batch speed-ups in bench/ rely on keeps the behaviour unchanged."""
 
+import json
+
 import pytest
 
 from jobctl import payloads
@@ -100,6 +102,8 @@ def test_enqueue_does_not_load_hashlib_secrets_random_or_dataclasses(tmp_path, d
     assert p.returncode == 0, p.stderr
     unwanted = {"hashlib", "secrets", "hmac", "random", "dataclasses"}
     assert not loaded & unwanted, sorted(loaded & unwanted)
+    every = set(json.loads((tmp_path / "modules.json").read_text()))  # (loaded: top-level names only)
+    assert "jobctl.selection" not in every  # the filters of list and of the actions: not an enqueue's
 
 
 def test_stored_payload_check_takes_the_short_way_only_for_the_canonical_text():

@@ -81,9 +81,9 @@ def options(*, status: bool = True, states: Optional[str] = None, acts: Optional
     """The default of the one parameter that stands for all the filter options in a command decorated
     with `with_filters`; status=False leaves --status out (a command that chooses the state itself);
     states: the states --status takes, in words, where a command takes fewer than every one; acts:
-    the action by filter (retry, cancel, ...) whose states --status takes (selection.ACTS_ON)."""
+    the action by filter (retry, cancel, ...) whose states --status takes (models.ACTS_ON)."""
     if acts is not None:
-        from jobctl.selection import ACTS_ON
+        from jobctl.models import ACTS_ON
 
         allowed, default = ACTS_ON[acts]
         states = (", ".join(allowed[:-1]) + " or " + allowed[-1] if len(allowed) > 1 else f"{allowed[0]} only")
@@ -103,9 +103,9 @@ class Filters:
         return selection(**values, allowed=allowed)
 
     def for_action(self, action: str, job_ids) -> Selection:
-        """The selection of retry, cancel, reschedule or bury (the states it may act on: Queue.ACTS_ON),
+        """The selection of retry, cancel, reschedule or bury (the states it may act on: models.ACTS_ON),
         checked against the job ids given: ids or a filter."""
-        from jobctl.selection import ACTS_ON
+        from jobctl.models import ACTS_ON
 
         sel = self.selection(allowed=ACTS_ON[action][0])
         ids_or_filter(job_ids, sel, action)
@@ -153,9 +153,9 @@ def act(ctx, action: str, sel, *, dry_run: bool, yes: bool, as_json: bool, **inp
     (unless --yes or --dry-run), then change them in short transactions with a bar on a terminal.
     Prints the number changed on stdout and the count per outcome on stderr; with --json one
     {"id", "action"} per job. Nothing matched: a count of 0, exit 0."""
-    from jobctl.queue import Queue
+    from jobctl.models import ACTS_ON
 
-    allowed, default = Queue.ACTS_ON[action]
+    allowed, default = ACTS_ON[action]
     if not sel.statuses:
         sel.statuses = list(default)
     with state(ctx).open_queue() as q:

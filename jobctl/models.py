@@ -75,6 +75,16 @@ class Record:
         return f"{self.__class__.__qualname__}({fields})"
 
 
+def pending_view(job: "Job", now: int) -> str | None:
+    """Why a pending job is not ready, in the words of the views: "blocked" (it waits on other
+    jobs) or "scheduled" (its time has not come); None for a ready job, or one not pending."""
+    if job.status != "pending":
+        return None
+    if job.waiting_on:
+        return "blocked"
+    return "scheduled" if job.run_at > now else None
+
+
 class Job(Record):
     """One row of the queue, with times in epoch milliseconds and JSON kept as text."""
 

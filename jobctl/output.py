@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jobctl.durations import format_duration, to_rfc3339
-from jobctl.models import Event, Job
+from jobctl.models import Event, Job, pending_view
 from jobctl.untrusted import mask, mask_text, safe  # noqa: F401  (re-exported: output.safe, output.mask)
 
 STATUS_STYLE = {
@@ -135,13 +135,9 @@ def ago(ms: int | None, now: int) -> str:
 def status_text(job: Job, now: int, held: bool = False) -> Text:
     """The state, and for a pending job why it is not ready (blocked, scheduled) or, held, not claimed."""
     label = job.status
-    if job.status == "pending":
-        if job.waiting_on:
-            label = "pending (blocked)"
-        elif job.run_at > now:
-            label = "pending (scheduled)"
-        elif held:
-            label = "pending (held)"
+    view = pending_view(job, now) or ("held" if held and job.status == "pending" else None)
+    if view is not None:
+        label = f"pending ({view})"
     return Text(label, style=STATUS_STYLE.get(job.status, ""))
 
 

@@ -683,8 +683,9 @@ class TopApp(App):
         from jobctl.untrusted import safe
 
         name, target, job, now = value
-        state = ("blocked" if job.waiting_on else "scheduled" if job.run_at > now else job.status
-                 ) if job.status == "pending" else job.status  # (the tabs' words)
+        from jobctl.models import pending_view
+
+        state = pending_view(job, now) or job.status  # (the tabs' words)
         what = f"job {job.id} ({safe(job.type)} in {safe(job.queue)}, " + (
             f"running on {safe(job.worker or '-')})" if job.status == "running" else f"{state})")
         if name == "bury":

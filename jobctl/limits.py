@@ -44,6 +44,11 @@ class Limits(Record):
     def __bool__(self) -> bool:
         return bool(self.rates or self.groups or self.types)
 
+    @property
+    def concurrency(self) -> bool:
+        """Whether any concurrency limit (of a group or a type) exists: else no slot is counted."""
+        return bool(self.groups or self.types)
+
     def resolve(self, type: str, group: str | None, cost_units: int | None) -> tuple[str | None, int]:
         """A job's group and cost under this config: its own where it set them (a stored group,
         a cost from 1), else its type's (no group, cost 1 when the type names none)."""

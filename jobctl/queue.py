@@ -136,7 +136,7 @@ class Queue:
     def _counted(self, job: Job) -> bool:
         """Whether a held job counts against a concurrency limit of this queue's config."""
         limits = self.limits
-        if not (limits.groups or limits.types):
+        if not limits.concurrency:
             return False  # no concurrency limit at all (the usual case: nothing to look up)
         kind, name = limits.key(job.type, job.concurrency_group)
         return name in (limits.groups if kind == "group" else limits.types)
@@ -832,7 +832,7 @@ class Queue:
         # Pending jobs whose cost is over the limit they count against: held for ever (a reaction,
         # or a job enqueued without this config, was not refused at enqueue).
         never = []
-        for type, group, cost, n, first in (self.engine.pending_costs() if limits.groups or limits.types else ()):
+        for type, group, cost, n, first in (self.engine.pending_costs() if limits.concurrency else ()):
             group, cost = limits.resolve(type, group, cost)
             kind, name = limits.key(type, group)
             limit = (limits.groups if kind == "group" else limits.types).get(name)

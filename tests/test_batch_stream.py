@@ -166,9 +166,9 @@ def test_an_endless_stdin_ended_by_a_signal_keeps_nothing_and_memory_flat(any_db
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     feeder.stdout.close()
     try:
-        time.sleep(3)
+        time.sleep(2)
         early = _rss_kib(proc.pid)
-        time.sleep(6)
+        time.sleep(4)  # (several times the 16 MiB below would be read meanwhile: each line kept would show)
         late = _rss_kib(proc.pid)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)

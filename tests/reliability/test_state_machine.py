@@ -15,7 +15,7 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from jobctl.config import Settings
-from jobctl.errors import InvalidState, StaleToken
+from jobctl.errors import InvalidInput, InvalidState, StaleToken
 from jobctl.queue import Queue
 
 from .util import connect_ro
@@ -100,6 +100,12 @@ class QueueMachine(RuleBasedStateMachine):
     def fail(self, data, bury, retry_in):
         job_id = self._held_or_any(data)
         token = self._token(data, job_id)
+        if bury and retry_in is not None:  # a usage error: a buried job is not retried
+            before = self._table()
+            with pytest.raises(InvalidInput):
+                self.q.fail(job_id, token=token, error="boom", bury=bury, retry_in=retry_in)
+            assert self._table() == before
+            return
         job = self._try(self.q.fail, job_id, token=token, error="boom", bury=bury, retry_in=retry_in)
         if job is not None:
             assert job.status in ("pending", "buried")

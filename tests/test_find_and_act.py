@@ -487,3 +487,31 @@ def test_every_action_by_id_in_every_state(any_db):
                                  f"{got}; {r.output}")
     assert not wrong, "\n".join(wrong)
 
+
+def test_several_ids_act_on_each_once_and_exit_the_same_in_any_order(any_db):
+    """Each id once, in the order given; the refused ones on stderr, the others acted on; the exit
+    code does not depend on the order: 3 when any id is missing, else 4. A database error stops
+    at once instead of meeting every id after it."""
+    import sqlite3
+
+    for order in ("good wrong missing", "missing wrong good", "good missing wrong", "good good", "good wrong"):
+        with Queue.open(any_db, create=True) as q:
+            ids = {"good": q.enqueue("t", {}).id, "wrong": q.enqueue("t", {}).id, "missing": 999_999}
+            q.bury(ids["wrong"])
+        r = run_inproc("bury", *[ids[word] for word in order.split()], db=any_db)
+        assert r.stdout == f"{ids['good']} buried\n", r.output
+        refused = [w for w in dict.fromkeys(order.split()) if w != "good"]
+        assert r.exit_code == (3 if "missing" in refused else 4 if refused else 0), (order, r.output)
+        assert len(r.stderr.splitlines()) == len(refused), (order, r.output)
+    if str(any_db).startswith("postgresql://"):
+        return
+    with Queue.open(any_db) as q:
+        ids = [q.enqueue("t", {}).id for _ in range(3)]
+    lock = sqlite3.connect(any_db, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        r = run_inproc("--busy-timeout", "100ms", "cancel", *ids, db=any_db)
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    assert r.exit_code == 6 and "locked" in r.one_error_line(), r.output  # one line, not one per id

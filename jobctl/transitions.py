@@ -123,8 +123,15 @@ def release(job: Job, now: int, *, token: str, reason: str) -> Change:
 
 def cancel(job: Job, now: int, *, token: str | None, reason: str | None) -> Change | None:
     note = f": {reason}" if reason else ""
-    if token is not None and job.status in ("completed", "cancelled") and job.token is None:
-        raise refuse(job, "cancel it (it has finished)")  # the holder's run ended: no token is current
+    if token is not None and job.status not in HELD:
+        # A holder's confirmation, but no run holds the job now: said by its state, as complete
+        # and fail say it, not as a token of a claim "recovered or claimed again".
+        if job.status == "completed":
+            raise refuse(job, "cancel it (it has finished)")
+        if job.status == "cancelled":
+            raise refuse(job, "cancel it (it is cancelled already; nothing changed)")
+        raise refuse(job, f"cancel it with --token (no run holds it now; `jobctl cancel {job.id}` without --token "
+                          "cancels it)")
     if token is not None:
         check_token(job, token, "cancel")
     if job.status in ("pending", "buried"):

@@ -123,8 +123,15 @@ def release(job: Job, now: int, *, token: str, reason: str) -> Change:
 
 def cancel(job: Job, now: int, *, token: str | None, reason: str | None) -> Change | None:
     note = f": {reason}" if reason else ""
-    if token is not None and job.status in ("completed", "cancelled") and job.token is None:
-        raise refuse(job, "cancel it (it has finished)")  # the holder's run ended: no token is current
+    if token is not None and job.status not in HELD:
+        # A holder's confirmation, but no run holds the job now: said by its state, as complete
+        # and fail say it, not as a token of a claim "recovered or claimed again".
+        if job.status == "completed":
+            raise refuse(job, "cancel it (it has finished)")
+        if job.status == "cancelled":
+            raise refuse(job, "cancel it (it is cancelled already; nothing changed)")
+        raise refuse(job, f"cancel it with --token (no run holds it now; `jobctl cancel {job.id}` without --token "
+                          "cancels it)")
     if token is not None:
         check_token(job, token, "cancel")
     if job.status in ("pending", "buried"):
@@ -134,7 +141,9 @@ def cancel(job: Job, now: int, *, token: str | None, reason: str | None) -> Chan
     if job.status == "running":
         return Change("cancel_requested", {}, message=f"cancellation requested{note}")
     if job.status == "cancel_requested":
-        return None  # asked again: nothing changes
+        return None  # asked again: nothing changes, and that is no refusal (the request stands)
+    if job.status == "cancelled":
+        raise refuse(job, "cancel it (it is cancelled already; nothing changed)")
     raise refuse(job, "cancel it (it has finished)")
 
 
@@ -149,14 +158,17 @@ def retry(job: Job, now: int, *, reset_attempts: bool) -> Change:
     return Change("pending", fields, message="retried" + (" with attempts reset" if reset_attempts else ""))
 
 
-def bury(job: Job, now: int, *, reason: str | None) -> Change | None:
+def bury(job: Job, now: int, *, reason: str | None) -> Change:
     """Park a job that has not started (pending, scheduled, blocked) as buried, for a person: it
     stops, and `retry` brings it back. A running job is refused (its worker would not know):
-    cancel it. Buried already: nothing changes."""
+    cancel it. Buried already is refused too, as every action refuses a job it would not move
+    (only a repeated cancel of a job whose cancellation was requested is no refusal)."""
     if job.status == "buried":
-        return None
+        raise refuse(job, f"bury it (it is buried already; nothing changed; `jobctl retry {job.id}` requeues it)")
+    if job.status == "cancel_requested":
+        raise refuse(job, "bury it (it is running, and its cancellation was requested already)")
     if job.status in HELD:
-        raise refuse(job, "bury it (it is running; `jobctl cancel " + str(job.id) + "` stops it)")
+        raise refuse(job, f"bury it (it is running; `jobctl cancel {job.id}` stops it)")
     if job.status != "pending":
         raise refuse(job, "bury it (it has finished)")
     note = f": {reason}" if reason else ""

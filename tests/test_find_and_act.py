@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from conftest import finish, refused_line, run_cli, run_inproc, run_on_pty, JOBCTL, start_worker
+from jobctl.models import HELD
 from jobctl.queue import Queue
 
 
@@ -409,3 +410,112 @@ def test_a_window_in_durations_is_the_one_of_the_moment_the_jobs_were_found(any_
         time.sleep(1.2)  # the job's last change is now more than 1 s ago
         assert [outcome for _, outcome, _ in q.act("bury", ids, sel)] == ["changed"]
         assert q.get(job.id).status == "buried"
+
+
+# Every action by id on a job in every state: the state it leaves the job in (exit 0), or its
+# exit code when it refuses (4: nothing changes, one error line naming the state). A job already
+# where the action leads is refused like any other state the action does not act on; the one
+# exception is the contract's: cancel of a job whose cancellation was requested already, exit 0.
+# A missing id is exit 3 for every action.
+BY_STATE = """
+action          pending    scheduled  blocked    running          cancel_requested buried     completed cancelled
+retry           4          4          4          4                4                pending    4         4
+cancel          cancelled  cancelled  cancelled  cancel_requested cancel_requested cancelled  4         4
+cancel-deps     cancelled  cancelled  cancelled  cancel_requested cancel_requested cancelled  4         cancelled
+bury            buried     buried     buried     4                4                4          4         4
+reschedule      pending    pending    pending    4                4                4          4         4
+edit            pending    pending    pending    4                4                buried     4         4
+complete        4          4          4          completed        completed        4          4         4
+fail            4          4          4          pending          buried           4          4         4
+fail-stale      4          4          4          4                4                4          4         4
+cancel-stale    4          4          4          4                4                4          4         4
+"""
+ARGS = {"retry": ["retry"], "cancel": ["cancel"], "cancel-deps": ["cancel", "--with-dependents"], "bury": ["bury"],
+        "reschedule": ["reschedule", "--now"], "edit": ["edit", "--priority", "high"], "complete": ["complete"],
+        "fail": ["fail"], "fail-stale": ["fail", "--token", "0ld"], "cancel-stale": ["cancel", "--token", "0ld"]}
+
+
+def job_in_state(q, state: str, n: int) -> int:
+    """A fresh job (its own queue) in `state`: a status, or the views scheduled and blocked."""
+    queue = f"q{n}"
+    if state == "scheduled":
+        return q.enqueue("t", {}, queue=queue, delay="1h").id
+    if state == "blocked":
+        return q.enqueue("t", {}, queue=queue, after=[q.enqueue("t", {}, queue=queue + "-dep", delay="1h").id]).id
+    job_id = q.enqueue("t", {}, queue=queue).id
+    if state in ("pending", "cancelled"):
+        if state == "cancelled":
+            q.cancel(job_id)
+        return job_id
+    token = q.claim(queues=[queue], worker="w-1").token
+    if state == "cancel_requested":
+        q.cancel(job_id)
+    elif state == "buried":
+        q.fail(job_id, token=token, bury=True)
+    elif state == "completed":
+        q.complete(job_id, token=token)
+    return job_id
+
+
+def test_every_action_by_id_in_every_state(any_db):
+    """The table above, with and without --json: stdout, stderr, exit code and the job after."""
+    header, *rows = [line.split() for line in BY_STATE.strip().splitlines()]
+    states = header[1:]
+    wrong = []
+    made = iter(range(1_000))
+    with Queue.open(any_db, create=True) as q:
+        for row, as_json in ((row, as_json) for row in rows for as_json in (False, True)):
+            action, cells = row[0], row[1:]
+            for state, cell in [*zip(states, cells), ("missing", "3")]:
+                job_id = job_in_state(q, state, next(made)) if state != "missing" else 999_999
+                before = q.get(job_id) if state != "missing" else None
+                seen = (len(q.events(job_id)), before.updated_at) if before else None
+                r = run_inproc(*ARGS[action][:1], job_id, *ARGS[action][1:], *(["--json"] if as_json else []), db=any_db)
+                after = q.get(job_id) if before else None
+                got = (str(r.exit_code) if r.exit_code else after.status)
+                ok = got == cell
+                if cell.isdigit():  # refused: one error line naming the state, nothing changed
+                    ok = ok and r.stdout == "" and r.stderr.count("\n") == 1 and r.stderr.startswith("jobctl: error: ")
+                    # named by its state; a token of another claim only while a run holds the job
+                    named = ((f"job {job_id} is {after.status};",) if after and after.status not in HELD else
+                             (f"job {job_id} is {after.status};", f"now {after.status},") if after else ("no job with id",))
+                    ok = ok and any(words in r.stderr for words in named)
+                    ok = ok and (after is None or (len(q.events(job_id)), after.updated_at) == seen)
+                elif as_json:  # the job as it is now
+                    ok = ok and r.stderr == "" and (action in ("complete",) and r.stdout == "" or
+                                                    json.loads(r.stdout.splitlines()[0])["status"] == after.status)
+                elif action in ("retry", "cancel", "cancel-deps", "bury"):
+                    ok = ok and r.stdout.splitlines()[0] == f"{job_id} {after.status}" and r.stderr == ""
+                if not ok:
+                    wrong.append(f"{action}{' --json' if as_json else ''} on {state}: wanted {cell}, got {got}"
+                                 f"{' with other output' if got == cell else ''}; {r.output}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_several_ids_act_on_each_once_and_exit_the_same_in_any_order(any_db):
+    """Each id once, in the order given; the refused ones on stderr, the others acted on; the exit
+    code does not depend on the order: 3 when any id is missing, else 4. A database error stops
+    at once instead of meeting every id after it."""
+    import sqlite3
+
+    for order in ("good wrong missing", "missing wrong good", "good missing wrong", "good good", "good wrong"):
+        with Queue.open(any_db, create=True) as q:
+            ids = {"good": q.enqueue("t", {}).id, "wrong": q.enqueue("t", {}).id, "missing": 999_999}
+            q.bury(ids["wrong"])
+        r = run_inproc("bury", *[ids[word] for word in order.split()], db=any_db)
+        assert r.stdout == f"{ids['good']} buried\n", r.output
+        refused = [w for w in dict.fromkeys(order.split()) if w != "good"]
+        assert r.exit_code == (3 if "missing" in refused else 4 if refused else 0), (order, r.output)
+        assert len(r.stderr.splitlines()) == len(refused), (order, r.output)
+    if str(any_db).startswith("postgresql://"):
+        return
+    with Queue.open(any_db) as q:
+        ids = [q.enqueue("t", {}).id for _ in range(3)]
+    lock = sqlite3.connect(any_db, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        r = run_inproc("--busy-timeout", "100ms", "cancel", *ids, db=any_db)
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    assert r.exit_code == 6 and "locked" in r.one_error_line(), r.output  # one line, not one per id

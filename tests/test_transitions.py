@@ -318,7 +318,7 @@ def test_no_such_job_is_exit_3(cli, q):
         assert len(r.stderr.splitlines()) == 1
 
 
-def test_cancel_of_several_reports_each_and_exits_with_the_first_error(cli, q):
+def test_cancel_of_several_reports_each_and_acts_on_the_others(cli, q):
     a, _ = job_in(q, "pending")
     b, _ = job_in(q, "completed")
     c, _ = job_in(q, "pending")

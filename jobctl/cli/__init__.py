@@ -29,26 +29,39 @@ _said = [0]  # error lines written by _fail
 
 
 @contextlib.contextmanager
+def sigint_handler(handler, *, replaces):
+    """`handler` answers SIGINT (Ctrl-C) while the block runs; then the handler before it again.
+    Only the main thread may set a signal's handler, so elsewhere (a command run from a thread)
+    nothing is installed; nor when replaces(the handler in place) is false. Yields whether it
+    was installed. Shared by `_ctrl_c_noticed` and filters' `_ctrl_c_between_transactions`."""
+    import signal
+    import threading
+
+    before = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not replaces(before):
+        yield False
+        return
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield True
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+@contextlib.contextmanager
 def _ctrl_c_noticed():
     """A list that gets an item when Ctrl-C (SIGINT) raised KeyboardInterrupt through Python's own
     handler (not a command's: `run` passes it to its handler, the worker stops by it)."""
     import signal
-    import threading
 
     seen: list[bool] = []
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield seen
-        return
 
     def on_sigint(signum, frame):
         seen.append(True)
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGINT, on_sigint)
-    try:
+    with sigint_handler(on_sigint, replaces=lambda before: before is signal.default_int_handler):
         yield seen
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _fail(message: str, code: int) -> int:

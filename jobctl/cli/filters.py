@@ -235,25 +235,21 @@ def interrupted(e: BaseException, action: str, changed: int, matched: int, dry_r
 @contextlib.contextmanager
 def _ctrl_c_between_transactions():
     """While an action runs, a first Ctrl-C (SIGINT) only asks it to stop once the transaction under
-    way is done and counted (the list yielded is then true); a second one interrupts at once."""
+    way is done and counted (the list yielded is then true); a second one interrupts at once.
+    Ctrl-C ignored on purpose (SIG_IGN: nohup, a background job) stays ignored."""
     import signal
-    import threading
+
+    from jobctl.cli import sigint_handler
 
     asked: list[bool] = []
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        yield asked
-        return
 
     def on_sigint(signum, frame):
         if asked:
             raise KeyboardInterrupt
         asked.append(True)
 
-    before = signal.signal(signal.SIGINT, on_sigint)
-    try:
+    with sigint_handler(on_sigint, replaces=lambda before: before is not signal.SIG_IGN):
         yield asked
-    finally:
-        signal.signal(signal.SIGINT, before)
 
 
 def _changed(counts: dict[str, int]) -> int:

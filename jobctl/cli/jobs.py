@@ -13,7 +13,7 @@ from jobctl.cli import filters
 from jobctl.cli.app import app, emit, emit_json, state
 from jobctl.cli.state import tell
 from jobctl.completion import complete_backoff, complete_priority, complete_queue, complete_type
-from jobctl.errors import InvalidInput, NothingToClaim
+from jobctl.errors import InvalidInput, JobctlError, NothingToClaim
 
 def _warn(line: str) -> None:
     from jobctl.untrusted import safe
@@ -403,26 +403,36 @@ def progress(
 
 
 def _each(ctx, job_ids: List[int], action, as_json: bool, line=None) -> None:
-    """Apply an action to several jobs; report every one; exit with the first error's code.
-    An action may return a job or a list of jobs; line(job) is the human line (default: id and state)."""
-    from jobctl.errors import JobctlError
+    """Apply an action to several jobs, each id once, in the order given; report every one.
+    An action may return a job or a list of jobs; line(job) is the human line (default: id and state).
+
+    A job the action refuses (its state: exit 4) or that does not exist (exit 3) is said on
+    stderr and the others are still acted on; the exit code then does not depend on the order of
+    the ids: 3 when any id does not exist, else 4. An error of the database (busy, unusable)
+    stops at once: it would meet every id after it."""
+    from jobctl.errors import InvalidState, NoSuchJob
     from jobctl.jobspec import validate_job_id
 
-    job_ids = [validate_job_id(i) for i in job_ids]  # a malformed id is a usage error: nothing is done
-    first_error = None
+    job_ids = list(dict.fromkeys(validate_job_id(i) for i in job_ids))  # a malformed id is a usage error: nothing is done
+    errors: list = []
+    done = 0  # ids acted on
     states: dict[str, int] = {}  # for the terminal's summary line: "3 jobs now pending"
     with state(ctx).open_queue() as q:
         for job_id in job_ids:
             try:
                 job = action(q, job_id)
-            except JobctlError as e:
-                if first_error is None:
-                    first_error = e
+            except (NoSuchJob, InvalidState) as e:
+                errors.append(e)
                 if len(job_ids) > 1:
                     from jobctl.cli import _fail
 
                     _fail(e.message, e.exit_code)
                 continue
+            except JobctlError as e:
+                if done:  # (its own "nothing changed" is true of this job and those after it)
+                    e.args = (f"{ctx.info_name}: {done:,} of {len(job_ids):,} ids done (printed above), then stopped: {e}",)
+                raise
+            done += 1
             for each in job if isinstance(job, list) else [job]:
                 emit_json(each.to_dict()) if as_json else emit(line(each) if line else f"{each.id} {each.status}")
                 states[each.status] = states.get(each.status, 0) + 1
@@ -431,10 +441,11 @@ def _each(ctx, job_ids: List[int], action, as_json: bool, line=None) -> None:
         tell(f"{ctx.info_name}: " + ", ".join(
             (f"{k:,} jobs now {state_}" if k != 1 or n > 1 else f"job {job_ids[0]} is now {state_}")
             for state_, k in states.items()))
-    if first_error is not None:
+    if errors:
         if len(job_ids) > 1:
-            raise typer.Exit(first_error.exit_code)
-        raise first_error
+            raise typer.Exit(NoSuchJob.exit_code if any(isinstance(e, NoSuchJob) for e in errors)
+                             else InvalidState.exit_code)
+        raise errors[0]
 
 
 @app.command()

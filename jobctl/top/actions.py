@@ -132,8 +132,9 @@ def checked(q, name: str, job_id: int):
     if name == "cancel":
         transitions.cancel(job, now, token=None, reason=None)
     elif name == "bury":
-        if transitions.bury(job, now, reason=None) is None:  # buried already: `bury` would change nothing
+        if job.status == "buried":  # (refused by `bury` too; here with the key that retries it)
             raise transitions.refuse(job, "bury it (it is buried already; r retries it)")
+        transitions.bury(job, now, reason=None)
     else:
         transitions.edit(job, now, changes={})
     return job

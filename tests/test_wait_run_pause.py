@@ -168,6 +168,9 @@ def test_enqueue_wait_timeout_leaves_the_job_queued(cli, db):
     assert r.exit_code == 5 and r.stdout == ""
     assert "1 (pending)" in r.one_error_line()
     assert json.loads(cli("show", 1, "--json").stdout)["status"] == "pending"
+    # the enqueue did change something: the line says the job stays, never "nothing was changed"
+    assert r.one_error_line().endswith("; job 1 was enqueued and keeps its place: `jobctl wait 1`"), r.stderr
+    assert "nothing was changed" not in r.stderr
 
 
 def test_enqueue_wait_timeout_needs_wait_and_a_bad_one_enqueues_nothing(cli, db):

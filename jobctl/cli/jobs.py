@@ -137,11 +137,15 @@ def _enqueue_many(st, path: str, *, chain: bool, defaults: dict, as_json: bool, 
 
 
 def _wait(q, job_ids: list[int], wait_s, *, as_json: bool, placeholders: bool = False) -> None:
-    """enqueue --wait: wait_and_print; interrupted (Ctrl-C), say which jobs stay queued and how to wait again."""
+    """enqueue --wait: wait_and_print; timed out or interrupted (Ctrl-C), say which jobs stay queued
+    and how to wait again (the enqueue did change something: never "nothing was changed")."""
     from jobctl.cli.foreground import wait_and_print
+    from jobctl.errors import WaitTimedOut
 
     try:
         wait_and_print(q, job_ids, wait_s, results=True, as_json=as_json, placeholders=placeholders)
+    except WaitTimedOut as e:
+        raise WaitTimedOut(f"{e.unfinished}; {_still_queued(job_ids)}") from None
     except KeyboardInterrupt:
         from jobctl.cli import _fail
 

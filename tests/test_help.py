@@ -67,6 +67,12 @@ def test_the_options_show_what_their_values_are():
     assert "Rows in the stuck, buried and aging lists (default 10). [1 to 1000]" in " ".join(r.stdout.split())
     assert "--max-stuck N --check: at most N stuck jobs. [at least 0]" in " ".join(r.stdout.split())
     assert run_inproc("show", "--help").stdout.startswith("Usage: jobctl show [OPTIONS] [ID]\n")  # (or --key K)
+    # the default paths as they are found: $XDG_DATA_HOME / $XDG_CONFIG_HOME move them
+    top = " ".join(run_inproc("--help", env={"COLUMNS": "100"}).stdout.split())
+    assert "~/.local/share/jobctl/jobctl.db: in $XDG_DATA_HOME when set" in top, top
+    assert "~/.config/jobctl/config.toml: in $XDG_CONFIG_HOME when set" in top, top
+    init = " ".join(run_inproc("config", "init", "--help").stdout.split())
+    assert "(default ~/.config/jobctl/config.toml, in $XDG_CONFIG_HOME when set)" in init, init
     assert run_inproc("retry", "--help").stdout.startswith("Usage: jobctl retry [OPTIONS] [ID...]\n")  # (or a filter)
     assert run_inproc("run", "--help").stdout.startswith("Usage: jobctl run [OPTIONS] TYPE [PAYLOAD]\n")
 

@@ -272,6 +272,11 @@ def test_run_payload_file_and_bad_input(handlers, db, tmp_path):
         r = run_cli("--config", handlers, "run", *args, db=db)
         assert r.exit_code == 2, r.output
         r.one_error_line()
+    # a command that is missing is refused before anything starts (exit 2, as the docs say), not 127
+    gone = tmp_path / "gone.toml"
+    gone.write_text('[types.gone]\ncommand = ["/nonexistent/handler"]\n')
+    r = run_cli("--config", gone, "run", "gone", db=db)
+    assert r.exit_code == 2 and "/nonexistent/handler does not exist" in r.one_error_line(), r.output
     assert not db.exists()
 
 

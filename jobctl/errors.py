@@ -128,6 +128,7 @@ class WaitTimedOut(JobctlError):
     """the jobs did not finish in time"""
 
     exit_code = 5
+    unfinished = ""  # "timed out after 2s: not finished yet: 11 (pending)", for a caller to word what follows
 
 
 class CannotRun(JobctlError):

@@ -752,6 +752,17 @@ class Queue:
                 raise NoSuchWorker(f"{who} lost (not seen for {since}: killed, its host down, or cut off from the "
                                    "database): no process is left to tell, nothing was asked of any worker; jobs it "
                                    "ran go back to pending once their leases expire (`jobctl recover`)")
+            stopped = [r for r in known if registry.state_of(r, now) == "stopped" and not registry.forgotten(r, now)
+                       and (r["worker"] == name if name is not None else r["host"] == host)]
+            if stopped:  # the help promises to say which: a worker that exited cleanly has nothing to drain
+                from jobctl.durations import format_duration
+
+                ended = max(r["stopped_at"] if r["stopped_at"] is not None else r["last_seen"] for r in stopped)
+                ago = format_duration((now - ended) / 1000)
+                who = f"worker {name} stopped already ({ago} ago)" if name is not None else \
+                    f"every worker on host {host} has stopped (the last {ago} ago)"
+                raise NoSuchWorker(f"{who}: nothing is left to tell, nothing was asked of any worker; "
+                                   "`jobctl workers --all` lists the stopped ones")
             if name is not None:
                 raise NoSuchWorker(f"no running worker {name}; nothing was asked of any worker; `jobctl workers` "
                                    "lists them")

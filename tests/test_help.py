@@ -43,8 +43,14 @@ def test_help_at_80_columns_names_values_and_says_each_default_once(command):
     assert not re.search(r"\S:<", text), text  # ID:<int>
     assert "[default:" not in text and not re.search(r"x[<>]=|[<>]=x", text), text
     assert "[required]" not in text.split("Options:")[0], text  # arguments: the usage line says it
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for line in lines:
         assert len(line) <= 80, f"{line!r} is {len(line)} columns"
+    for line, after in zip(lines, lines[1:]):  # `--max-ready-` / `age`: an option name or a word cut in two
+        assert not (re.search(r"\w-$", line) and after.strip()[:1].isalnum()), f"a word cut at a hyphen: {line!r} / {after!r}"
+    for i, line in enumerate(lines):  # the example stands apart, to be copied, not in a paragraph's last line
+        if "Example:" in line:
+            assert line.strip().startswith("Example:") and lines[i - 1] == "", f"{lines[i - 1]!r} / {line!r}"
     # an option whose help says its default does not say it again
     options = text.split("Options:", 1)[1] if "Options:" in text else ""
     for entry in re.split(r"\n  (?=-)", options):
@@ -61,6 +67,12 @@ def test_the_options_show_what_their_values_are():
     assert "Rows in the stuck, buried and aging lists (default 10). [1 to 1000]" in " ".join(r.stdout.split())
     assert "--max-stuck N --check: at most N stuck jobs. [at least 0]" in " ".join(r.stdout.split())
     assert run_inproc("show", "--help").stdout.startswith("Usage: jobctl show [OPTIONS] [ID]\n")  # (or --key K)
+    # the default paths as they are found: $XDG_DATA_HOME / $XDG_CONFIG_HOME move them
+    top = " ".join(run_inproc("--help", env={"COLUMNS": "100"}).stdout.split())
+    assert "~/.local/share/jobctl/jobctl.db: in $XDG_DATA_HOME when set" in top, top
+    assert "~/.config/jobctl/config.toml: in $XDG_CONFIG_HOME when set" in top, top
+    init = " ".join(run_inproc("config", "init", "--help").stdout.split())
+    assert "(default ~/.config/jobctl/config.toml, in $XDG_CONFIG_HOME when set)" in init, init
     assert run_inproc("retry", "--help").stdout.startswith("Usage: jobctl retry [OPTIONS] [ID...]\n")  # (or a filter)
     assert run_inproc("run", "--help").stdout.startswith("Usage: jobctl run [OPTIONS] TYPE [PAYLOAD]\n")
 

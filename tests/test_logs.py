@@ -158,6 +158,60 @@ def test_a_run_that_prints_nothing_keeps_no_entry(tmp_path, db):
         assert conn.execute("SELECT count(*) FROM job_logs").fetchone()[0] == 0
 
 
+def test_follow_of_a_finished_job_with_no_output_exits_as_the_job_ended(tmp_path, db):
+    cfg = setup(tmp_path, "pass")
+    done = enqueue(db, cfg)
+    work(db, cfg)
+    r = run_inproc(*cfg, "logs", done, "--follow", db=db)
+    assert (r.exit_code, r.stdout) == (0, "") and "with no output kept" in r.stderr, r.output
+    (tmp_path / "handler.py").write_text("import sys\nsys.exit(3)\n")
+    buried = enqueue(db, cfg)
+    work(db, cfg)
+    r = run_inproc(*cfg, "logs", buried, "--follow", db=db)  # it said "ended (buried)" and exited 0
+    assert r.exit_code == 4 and r.one_error_line() == (
+        f"jobctl: error: job {buried} ended buried with no output kept (`jobctl show {buried}`)"), r.output
+
+
+FAILS_LOUDLY_THEN_WAITS_SILENTLY = """
+    import os, pathlib, sys, time
+    if os.environ["JOBCTL_ATTEMPT"] == "1":
+        print("run 1 speaking")
+        sys.exit(1)
+    go = pathlib.Path(sys.argv[0]).with_name("go")
+    while not go.exists():
+        time.sleep(0.05)
+"""
+
+
+def test_follow_follows_the_run_going_on_not_an_earlier_one_that_printed(tmp_path, db):
+    cfg = setup(tmp_path, FAILS_LOUDLY_THEN_WAITS_SILENTLY)
+    config = tmp_path / "config.toml"
+    config.write_text(config.read_text().replace("max_attempts = 1", 'max_attempts = 2\nbackoff = "0"'))
+    job = enqueue(db, cfg)
+    worker = subprocess.Popen([*JOBCTL, "--db", str(db), *cfg, "work", "--stop-when-empty"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    follow = None
+    try:
+        deadline = time.monotonic() + 30
+        while json.loads(run_inproc(*cfg, "show", job, "--json", db=db).stdout)["attempts"] < 2:
+            assert time.monotonic() < deadline, "run 2 did not start"
+            time.sleep(0.05)
+        # run 2 runs and has printed nothing: follow it (it printed run 1's output and exited 4 at once)
+        follow = subprocess.Popen([*JOBCTL, "--db", str(db), *cfg, "logs", str(job), "--follow"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1)
+        assert follow.poll() is None, follow.communicate()
+        (tmp_path / "go").touch()
+        out, err = follow.communicate(timeout=30)
+        assert (follow.returncode, out) == (0, ""), err
+        assert worker.wait(timeout=30) == 0
+    finally:
+        for p in (worker, follow):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 def test_logs_errors(tmp_path, db):
     cfg = setup(tmp_path, "print('x')")
     job = enqueue(db, cfg)

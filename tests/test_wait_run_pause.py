@@ -168,6 +168,9 @@ def test_enqueue_wait_timeout_leaves_the_job_queued(cli, db):
     assert r.exit_code == 5 and r.stdout == ""
     assert "1 (pending)" in r.one_error_line()
     assert json.loads(cli("show", 1, "--json").stdout)["status"] == "pending"
+    # the enqueue did change something: the line says the job stays, never "nothing was changed"
+    assert r.one_error_line().endswith("; job 1 was enqueued and keeps its place: `jobctl wait 1`"), r.stderr
+    assert "nothing was changed" not in r.stderr
 
 
 def test_enqueue_wait_timeout_needs_wait_and_a_bad_one_enqueues_nothing(cli, db):
@@ -269,6 +272,11 @@ def test_run_payload_file_and_bad_input(handlers, db, tmp_path):
         r = run_cli("--config", handlers, "run", *args, db=db)
         assert r.exit_code == 2, r.output
         r.one_error_line()
+    # a command that is missing is refused before anything starts (exit 2, as the docs say), not 127
+    gone = tmp_path / "gone.toml"
+    gone.write_text('[types.gone]\ncommand = ["/nonexistent/handler"]\n')
+    r = run_cli("--config", gone, "run", "gone", db=db)
+    assert r.exit_code == 2 and "/nonexistent/handler does not exist" in r.one_error_line(), r.output
     assert not db.exists()
 
 

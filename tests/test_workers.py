@@ -141,6 +141,29 @@ def test_jobs_claimed_by_a_script_show_under_their_worker_id(tmp_path, any_db):
     assert r.exit_code == 0 and "cron-7" in r.stdout and "1 t" in r.stdout, r.output
 
 
+def test_no_running_worker_says_where_the_stopped_ones_are(tmp_path, db):
+    cli = on_db(run_inproc, db)
+    assert cli("init").exit_code == 0
+    r = cli("workers")
+    assert (r.exit_code, r.stdout) == (0, "no workers (none has run on this database in the last day)\n"), r.output
+    config(tmp_path, "true")
+    r = cli("--config", str(tmp_path / "jobctl.toml"), "work", "--stop-when-empty", "--worker", "w-done")  # a real process
+    assert r.exit_code == 0, r.output
+    r = cli("workers")  # it said "none has run on this database in the last day" of a worker stopped just now
+    assert (r.exit_code, r.stdout) == (0, "no worker is running; 1 stopped in the last day (`jobctl workers "
+                                          "--all` lists them)\n"), r.output
+    assert "stopped" in cli("workers", "--all").stdout and cli("workers", "--json").stdout == ""
+    # told to drain, it is exit 3 saying that it stopped (the help promises to say which), not "no running worker"
+    r = cli("workers", "drain", "w-done")
+    assert r.exit_code == 3 and r.one_error_line().startswith("jobctl: error: worker w-done stopped already ("), r.output
+    r = cli("workers", "stop", "--now", "--host", registry_host(cli))
+    assert r.exit_code == 3 and " has stopped (the last " in r.one_error_line(), r.output
+
+
+def registry_host(cli) -> str:
+    return json.loads(cli("workers", "--all", "--json").stdout.splitlines()[0])["host"]
+
+
 def test_an_empty_worker_id_or_host_is_a_usage_error(tmp_path, any_db):
     cli = on_db(run_inproc, any_db)
     assert cli("init").exit_code == 0

@@ -193,6 +193,7 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
     """Check the database and config: integrity, schema, permissions, WAL, leases, stuck and damaged jobs, handlers.
 
     Exits 0 when all is well, 9 when a check found a problem, 8 when the file cannot be used.
+
     Example: jobctl doctor || mail -s "jobctl needs a look" ops@example.com
     """
     st = state(ctx)
@@ -262,6 +263,7 @@ def restore(
     write-ahead log (which would corrupt the restored file) and renames the copy into place.
     Stop the workers first: while any process has the database open it exits 6 and changes
     nothing. Prints the database's path.
+
     Example: systemctl stop 'jobctl-worker@*' && jobctl restore --force /var/backups/jobctl-2026-01-31.db
     """
     from jobctl.engines import restore as restoring
@@ -298,6 +300,7 @@ def migrate(
     holds jobs (or any other jobctl data) is refused (exit 2). Ids are kept; new jobs on the target
     get higher ones. Stop the workers first: a job running meanwhile is copied as running, and its
     worker still reports to the old database. Then point JOBCTL_DB (or the config's db) at the target.
+
     Example: jobctl --db /var/lib/jobctl/jobs.db migrate --to postgresql://jobctl@db.internal/jobs
     """
     import sys

@@ -14,6 +14,8 @@ from typing import Optional
 import re
 
 import typer
+from typer._click.core import Context
+from typer._click.formatting import HelpFormatter
 from typer._click.types import FloatParamType, IntParamType
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
@@ -90,8 +92,33 @@ class _Argument(TyperArgument):
         return var
 
 
+class _HelpFormatter(HelpFormatter):
+    """click's, except that a line never ends inside a word at a hyphen: `--max-ready-age` and
+    `run-at` stay whole, as an operator will type them (click cuts them as `--max-ready-` / `age`)."""
+
+    def _whole(self, write, *args, **kwargs) -> None:
+        start = len(self.buffer)
+        write(*args, **kwargs)
+        self.buffer[start:] = [part.replace(_HYPHEN, "-") for part in self.buffer[start:]]
+
+    def write_text(self, text: str) -> None:
+        self._whole(super().write_text, text.replace("-", _HYPHEN))
+
+    def write_dl(self, rows, *args, **kwargs) -> None:
+        rows = [(first.replace("-", _HYPHEN), second.replace("-", _HYPHEN)) for first, second in rows]
+        self._whole(super().write_dl, rows, *args, **kwargs)
+
+
+_HYPHEN = "\x00"  # stands for "-" while a text is wrapped: one column wide, and no place to cut a line
+
+
+class _Context(Context):
+    formatter_class = _HelpFormatter
+
+
 def readable(command) -> None:
     """Every option and argument of `command` and of its sub-commands, as jobctl's help shows them."""
+    command.context_class = _Context
     for p in command.params:
         if isinstance(p, TyperOption) and not isinstance(p, _Option):
             if p.metavar is None and not p.is_flag and not p.count:
@@ -145,8 +172,8 @@ def _version(value: bool) -> None:
 @app.callback()
 def root(
     ctx: typer.Context,
-    db: Optional[str] = typer.Option(None, "--db", metavar="PATH|URL", help="The database: a SQLite file path (or sqlite:///PATH), or postgresql://... (else JOBCTL_DB, the config's db, or ~/.local/share/jobctl/jobctl.db)."),
-    config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="The config file (else JOBCTL_CONFIG, ./jobctl.toml, ~/.config/jobctl/config.toml)."),
+    db: Optional[str] = typer.Option(None, "--db", metavar="PATH|URL", help="The database: a SQLite file path (or sqlite:///PATH), or postgresql://... (else JOBCTL_DB, the config's db, or ~/.local/share/jobctl/jobctl.db: in $XDG_DATA_HOME when set)."),
+    config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="The config file (else JOBCTL_CONFIG, ./jobctl.toml, ~/.config/jobctl/config.toml: in $XDG_CONFIG_HOME when set)."),
     busy_timeout: Optional[str] = typer.Option(None, "--busy-timeout", metavar="DUR", help="How long to wait for another process's write lock (default 5s, JOBCTL_BUSY_TIMEOUT)."),
     allow_network_fs: bool = typer.Option(False, "--allow-network-fs", help="Use a database on NFS/SMB/sshfs anyway (SQLite locking is unsafe there)."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),

@@ -115,7 +115,7 @@ STARTER = '''\
 @config_app.command("init")
 def config_init(
     ctx: typer.Context,
-    path: Optional[str] = typer.Argument(None, metavar="[PATH]", help="Where to write it (default ~/.config/jobctl/config.toml)."),
+    path: Optional[str] = typer.Argument(None, metavar="[PATH]", help="Where to write it (default ~/.config/jobctl/config.toml, in $XDG_CONFIG_HOME when set)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
     as_json: bool = typer.Option(False, "--json", help="Print {\"path\"} as JSON."),
 ):

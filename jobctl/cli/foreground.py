@@ -80,7 +80,8 @@ def run(
     """Run a type's handler here and now, as a worker would, with no job in the database.
 
     The payload goes to its stdin; its stdout and stderr pass through; the type's timeout applies
-    (exit 124). jobctl exits with the handler's exit code (128+N for signal N). SIGINT and SIGTERM
+    (exit 124). jobctl exits with the handler's exit code (128+N for signal N); a type with no
+    command, or one missing or not executable, is exit 2 before anything starts. SIGINT and SIGTERM
     are passed on to the handler. The database is not opened, not even created.
 
     Example: jobctl run send-invoice '{"order": 42}'

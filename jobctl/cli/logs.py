@@ -27,9 +27,18 @@ def _json(log, job_id: int) -> dict:
 
 
 def _end_error(log, job):
-    """None when the run completed the job; else the error (exit 4) that says how it ended."""
+    """None when the run completed the job; else the error (exit 4) that says how it ended. For a
+    finished job whose last run is not `log` (that run printed nothing), the job's end decides."""
     from jobctl.errors import InvalidState
+    from jobctl.models import FINISHED
 
+    if log is None:
+        return None if job.status == "completed" else \
+            InvalidState(f"job {job.id} ended {job.status} with no output kept (`jobctl show {job.id}`)")
+    if job.status in FINISHED and log.run < job.attempts:
+        return None if job.status == "completed" else \
+            InvalidState(f"run {job.attempts} of job {job.id} printed nothing; the job is {job.status} "
+                         f"(`jobctl show {job.id}`)")
     if log.outcome == "completed":
         return None
     how = ENDS.get(log.outcome or "", "ended")
@@ -41,9 +50,9 @@ def logs(
     ctx: typer.Context,
     job_id: int = typer.Argument(..., metavar="ID", help="The job's id."),
     run: Optional[int] = typer.Option(None, "--run", min=1, metavar="N", help="Run N of the job, numbered as `show` and the worker number them (run 2 of 3). Default: the latest run that printed anything."),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing the output as the worker stores it (every few seconds) until the run ends; wait for a run to start if none has."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing the output of the run going on as the worker stores it (every few seconds) until it ends; wait for a run to start if none has."),
     reveal: bool = typer.Option(False, "--reveal", help="Show values of secret-looking key=value pairs."),
-    as_json: bool = typer.Option(False, "--json", help="One object: run, started_at, ended_at, outcome, truncated, dropped, text (exact, unmasked)."),
+    as_json: bool = typer.Option(False, "--json", help="One object: job_id, run, started_at, ended_at, outcome, truncated, dropped, text (exact, unmasked)."),
 ):
     """Print a run's output: its stdout and stderr together, in the order they arrived.
 
@@ -140,10 +149,15 @@ def _follow(q, job_id: int, run: int | None, patterns, reveal: bool, as_json: bo
     want = run
     lost_check_at = time.monotonic()  # a worker lost long ago is told at once
     while True:
-        log = q.run_output(job_id, want)
         job = q.get(job_id)
+        if want is None and job.attempts and job.status in ("running", "cancel_requested"):
+            want = job.attempts  # the run going on now, even before it stored any output: not an earlier one
+        log = q.run_output(job_id, want)
         if log is None:
             if run is None and job.status in ("completed", "cancelled", "buried"):
+                error = _end_error(None, job)
+                if error is not None:
+                    raise error
                 sys.stderr.write(f"job {job_id} ended ({job.status}) with no output kept\n")
                 return
             if time.monotonic() >= lost_check_at:
@@ -163,7 +177,7 @@ def _follow(q, job_id: int, run: int | None, patterns, reveal: bool, as_json: bo
             pending = data[cut:]
             _write_lines(data[:cut].decode("utf-8", errors="replace"), patterns, reveal)
         if ended:
-            if as_json:
+            if as_json and log.kept:  # a run that printed nothing: nothing on stdout, as before it started
                 emit_json(_json(log, job_id))
             error = _end_error(log, job)
             if error is not None:
@@ -176,7 +190,7 @@ def _follow(q, job_id: int, run: int | None, patterns, reveal: bool, as_json: bo
             except JobctlError:
                 if not as_json and pending:  # the last line the handler printed, unfinished
                     _write_lines(pending.decode("utf-8", errors="replace"), patterns, reveal)
-                if as_json:
+                if as_json and log.kept:
                     emit_json(_json(log, job_id))
                 raise
         time.sleep(FOLLOW_POLL)

@@ -41,20 +41,24 @@ def workers(
     st = state(ctx)
     with st.open_queue() as q:
         entries, now = q.workers(all=all_)
+        stopped = len(q.workers(all=True)[0]) if not entries and not all_ and not as_json else 0
     if as_json:
         for e in entries:
             emit_json(e)
         return
-    _table(entries, now)
+    _table(entries, now, stopped)
 
 
-def _table(entries: list[dict], now: int) -> None:
+def _table(entries: list[dict], now: int, stopped: int = 0) -> None:
     import os
     import shutil
     import sys
 
     from jobctl import workers_view
 
+    if not entries and stopped:  # "none has run" would be false: say where the stopped ones are
+        emit(f"no worker is running; {stopped} stopped in the last day (`jobctl workers --all` lists them)")
+        return
     if not entries:
         emit("no workers (none has run on this database in the last day)")
         return

@@ -235,7 +235,7 @@ def workers_table(entries: list[dict], now: int, width: int) -> tuple[str, list[
     from jobctl import workers_view
 
     if not entries:
-        return "", [("", [Text("no workers (none has run on this database in the last day)", style="dim")])]
+        return "", [("", [Text("no worker running; stopped ones: `jobctl workers --all`", style="dim")])]
     lines = workers_view.lines(entries, now, width=width)
     return lines[0], [(worker_key(e), [Text(line, style=WORKER_STYLES.get(e["state"] or "", ""))])
                       for e, line in zip(entries, lines[1:])]

@@ -116,14 +116,15 @@ def collect(snap: dict, *, queues: list[str] | None = None, limit: int = 10,
 
 
 def _types(snap: dict, also: frozenset[str] | set[str]) -> dict:
-    """The `types` object of `stats --json`: per type, its jobs (ready, held, running, buried), its
+    """The `types` object of `stats --json`: per type, its jobs (ready, held, running, being
+    cancelled (cancel_requested: still running, as the queues count it), buried), its
     runs of the last 15 and 60 minutes, failure rate (15 min) and run times (60 min)."""
     now = snap["now"]
     types: dict[str, dict] = {}
 
     def entry(t: str) -> dict:
         if t not in types:
-            types[t] = {"ready": 0, "held": 0, "running": 0, "buried": 0,
+            types[t] = {"ready": 0, "held": 0, "running": 0, "cancel_requested": 0, "buried": 0,
                         "runs": {w: {"completed": 0, "failed": 0} for w in ("15m", "60m")},
                         "failure_rate": None, "p50": None, "p95": None, "stuck": 0}
         return types[t]
@@ -366,7 +367,8 @@ def prometheus(stats: dict) -> str:
                [({"state": k}, stats["workers"][k]) for k in ("alive", "lost")])
     types = stats.get("types", {})
     family("jobctl_type_jobs", "Jobs per type and state (held: ready jobs held back, counted in ready too).",
-           [({"type": t, "state": k}, e[k]) for t, e in types.items() for k in ("ready", "held", "running", "buried")])
+           [({"type": t, "state": k}, e[k]) for t, e in types.items()
+            for k in ("ready", "held", "running", "cancel_requested", "buried")])
     family("jobctl_type_runs", "Runs of the type that ended in the window, by outcome (failed includes lost workers).",
            [({"type": t, "outcome": o, "window": w}, e["runs"][w][o]) for t, e in types.items()
             for w in ("15m", "60m") for o in ("completed", "failed")])

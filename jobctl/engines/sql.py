@@ -1868,9 +1868,9 @@ class SQLEngine:
                 "SELECT queue, type, error, count(*), max(finished_at), max(id) FROM jobs WHERE status = 'buried'"
                 + only + " GROUP BY queue, type, error ORDER BY max(finished_at) DESC, max(id) DESC LIMIT ?",
                 (*only_args, limit))]
-            # Running and buried jobs by type (running: few rows; buried: those a person has to see to).
+            # Held and buried jobs by type (held: few rows; buried: those a person has to see to).
             states_by_type = [(r[0], r[1], int(r[2])) for r in c.execute(
-                "SELECT type, status, count(*) FROM jobs WHERE status IN ('running', 'buried')" + only
+                "SELECT type, status, count(*) FROM jobs WHERE status IN ('running', 'cancel_requested', 'buried')" + only
                 + " GROUP BY type, status", only_args)]
             # Runs that ended in (now - 60 min, now], per minute back from now (bucket 0 = the last
             # minute), outcome and type: counted from the latest runs when those are every run of

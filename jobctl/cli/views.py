@@ -110,7 +110,8 @@ def show(
         why = explain(job, now, dependencies=q.dependencies(job.id) if job.after else [],
                       pauses=q.pauses() if job.status == "pending" else [],
                       held=q.held_because(job) if ready else None,
-                      lease_expired=q.engine.lease_expired(job, now) if job.status in HELD else None)
+                      lease_expired=q.engine.lease_expired(job, now) if job.status in HELD else None,
+                      running_ms=q.engine.running_ms(job, now) if job.status in HELD else None)
         run_output = q.run_output(job_id)
     from jobctl import output
 

@@ -200,8 +200,8 @@ def _take_sql(pick: str, boot: bool, now: str = "?", gate: str = "") -> str:
     """The claim: the job that `pick` finds (and `gate` allows), moved to running; with `boot`,
     its lease also timed on the engine's boot clock (SQLEngine._boot). Its parameters: take_params,
     then the pick's."""
-    lease_boot = ("lease_boot_ms = ? + COALESCE(?, timeout_ms), lease_boot_id = ?" if boot else
-                  "lease_boot_ms = NULL, lease_boot_id = NULL")
+    lease_boot = ("lease_boot_ms = ? + COALESCE(?, timeout_ms), lease_boot_id = ?, claimed_boot_ms = ?" if boot else
+                  "lease_boot_ms = NULL, lease_boot_id = NULL, claimed_boot_ms = NULL")
     return (f"UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = {now}, "
             f"heartbeat_at = {now}, lease_ms = COALESCE(?, timeout_ms), lease_expires_at = {now} + COALESCE(?, timeout_ms), "
             f"token = ?, progress = NULL, progress_at = NULL, updated_at = {now}, {lease_boot} "
@@ -215,7 +215,7 @@ def take_params(request: ClaimRequest, now: int | None, boot: tuple[int, int] | 
     else:
         params = [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now]
     if boot is not None:
-        params += [boot[0], request.lease_ms, boot[1]]
+        params += [boot[0], request.lease_ms, boot[1], boot[0]]
     return params
 
 
@@ -331,8 +331,8 @@ class SQLEngine:
         """(now in ms, the boot it counts from) on the clock that times leases besides now(); None: none."""
         return None
 
-    def _time_lease(self, fields: dict, now: int) -> None:
-        """Inside a write that sets fields["lease_expires_at"] (a heartbeat): time it on the boot clock too."""
+    def _time_lease(self, fields: dict, now: int, job: Job) -> None:
+        """Inside a write that sets fields["lease_expires_at"] (a heartbeat of `job`): time it on the boot clock too."""
 
     def _expired_where(self, now: int) -> tuple[str, list]:
         """SQL (and its parameters) true for a held job whose lease has expired."""
@@ -350,6 +350,20 @@ class SQLEngine:
         """As _silent_where judges it."""
         beat = job.heartbeat_at if job.heartbeat_at is not None else job.claimed_at
         return beat is not None and beat < now - silent_for_ms
+
+    def _over_timeout_where(self, now: int) -> tuple[str, list]:
+        """SQL (and its parameters) true for a held job that has run longer than its timeout, on
+        the clock that times its lease (as running_ms measures it)."""
+        return "claimed_at + timeout_ms < ?", [now]
+
+    def running_ms(self, job: Job, now: int) -> int | None:
+        """How long a held job's run has lasted, on the clock that times its lease; None: no claim."""
+        return None if job.claimed_at is None else now - job.claimed_at
+
+    def over_timeout(self, job: Job, now: int) -> bool:
+        """Whether a held job has run longer than its timeout (as _over_timeout_where judges it)."""
+        ran = self.running_ms(job, now)
+        return ran is not None and ran > job.timeout_ms
 
     def _write(self, *, rollback: bool = False) -> AbstractContextManager[tuple]:
         """One write transaction: yields (connection, now), "now" read once inside it; commits
@@ -1137,7 +1151,7 @@ class SQLEngine:
         elif change.to_status not in FINISHED:
             fields.setdefault("finished_at", None)
         if fields.get("lease_expires_at") is not None:
-            self._time_lease(fields, now)
+            self._time_lease(fields, now, job)
         assignments = ", ".join(f"{k} = ?" for k in fields)
         extra: list = []
         if "payload_hash" in fields or "queue" in fields:  # (an edit) a --unique job's key follows its payload
@@ -1697,8 +1711,9 @@ class SQLEngine:
         now = self.now()
         if stuck:  # held, and its lease expired or it ran past its timeout
             expired, expired_args = self._expired_where(now)
-            clauses.append(f"{HELD_SQL} AND ({expired} OR claimed_at + timeout_ms < ?)")
-            args += [*expired_args, now]
+            over, over_args = self._over_timeout_where(now)
+            clauses.append(f"{HELD_SQL} AND ({expired} OR {over})")
+            args += [*expired_args, *over_args]
         if created_older_than_ms is not None:
             clauses.append("created_at < ?")
             args.append(now - created_older_than_ms)
@@ -1851,14 +1866,15 @@ class SQLEngine:
                 aging += ready
             aging = sorted(aging, key=lambda j: (j.run_at, j.id))[:limit]
             expired, expired_args = self._expired_where(now)
+            over, over_args = self._over_timeout_where(now)
             held = ("SELECT {} FROM jobs WHERE status IN (?, ?) "
-                    f"AND ({expired} OR claimed_at + timeout_ms < ?)" + only)
+                    f"AND ({expired} OR {over})" + only)
             stuck_by_type = {r[0]: int(r[1]) for r in c.execute(
-                held.format("type, count(*)") + " GROUP BY type", (*HELD, *expired_args, now, *only_args))}
+                held.format("type, count(*)") + " GROUP BY type", (*HELD, *expired_args, *over_args, *only_args))}
             stuck_total = sum(stuck_by_type.values())
             stuck = sound_jobs(c.execute(
-                held.format("*") + " ORDER BY claimed_at, id LIMIT ?", (*HELD, *expired_args, now, *only_args, limit)),
-                damaged)
+                held.format("*") + " ORDER BY claimed_at, id LIMIT ?",
+                (*HELD, *expired_args, *over_args, *only_args, limit)), damaged)
             buried = sound_jobs(c.execute(
                 "SELECT * FROM jobs WHERE status = 'buried'" + only + " ORDER BY finished_at DESC, id DESC LIMIT ?",
                 (*only_args, limit)), damaged)
@@ -1908,6 +1924,7 @@ class SQLEngine:
             "known": sorted(known), "scheduled": scheduled,
             "oldest_ready": oldest_ready, "held": held_n, "oldest_held": oldest_held,
             "stuck": stuck, "stuck_expired": {j.id for j in stuck if self.lease_expired(j, now)},
+            "running_ms": {j.id: self.running_ms(j, now) for j in stuck},  # (on the lease's clock)
             "stuck_total": stuck_total, "buried": buried, "buried_groups": buried_groups,
             "aging": aging, "damaged": [(e.job_id, e.reason) for e in damaged],
             "runs_by_minute": [(m, o, n) for (m, o), n in sorted(runs_by_minute.items())],

@@ -202,7 +202,8 @@ class DataSource:
         why = explain(job, now, dependencies=q.dependencies(job.id) if job.after else [],
                       pauses=q.pauses() if job.status == "pending" else [],
                       held=q.held_because(job) if ready else None,
-                      lease_expired=q.engine.lease_expired(job, now) if job.status in HELD else None)
+                      lease_expired=q.engine.lease_expired(job, now) if job.status in HELD else None,
+                      running_ms=q.engine.running_ms(job, now) if job.status in HELD else None)
         log = q.run_output(job_id)
         lines = runlog.last_lines(log, LOG_LINES, self.settings.secret_keys) if log is not None else []
         return Detail(job, events, why, log, lines, now)

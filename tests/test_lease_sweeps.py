@@ -206,3 +206,28 @@ def test_stats_check_under_a_real_step_of_the_clock(any_db, step):
     r = subprocess.run(["faketime", "-f", step, *JOBCTL, "--db", str(any_db), "stats", "--check", "--max-stuck", "0"],
                        capture_output=True, text=True, timeout=60, env=env)
     assert (r.returncode, r.stdout) == (0, "OK: 0 stuck (max 0)\n"), r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("step", [3600, -3600], ids=["forward", "back"])
+def test_the_times_shown_of_a_held_job_leave_a_step_out(q, clock, boot, step):
+    """`show` ("lease expired 1s ago", "lease until … (in 9m)"), `list` (WHEN "for 1m1s") and
+    `recover` (LEASE EXPIRED) measure a held job's times against lease_now: the wall clock less the
+    step since its lease was timed, never "expired 1h ago" for a lease that ran out a second ago."""
+    from jobctl import output
+    from jobctl.stats import explain
+
+    live = q.enqueue("t").id
+    dead = q.enqueue("t").id
+    q.claim(worker="alive", lease="10m")
+    q.claim(worker="dead", lease="60s")
+    passes(61, clock, boot)
+    clock.t += step
+    now = q.now()
+    gone, alive = q.get(dead), q.get(live)
+    assert q.engine.lease_now(gone, now) == now - step * 1000
+    why = explain(gone, q.engine.lease_now(gone, now), lease_expired=q.engine.lease_expired(gone, now))
+    assert why is not None and why.startswith("lease expired 1s ago: worker dead looks lost"), why
+    assert output.when_text(alive, q.engine.lease_now(alive, now)) == "for 1m1s"
+    assert output.ago(alive.lease_expires_at, q.engine.lease_now(alive, now)) == "in 8m59s"
+    [(job, _)] = q.recover(dry_run=True)
+    assert output.ago(job.lease_expires_at, q.engine.lease_now(job, now)) == "1s ago"

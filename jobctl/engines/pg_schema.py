@@ -188,8 +188,8 @@ def _v4() -> list[str]:
 
 
 def _v5() -> list[str]:
-    """As SQLite's v12: a run's start on the boot clock (never written here: the server's clock
-    times runs)."""
+    """As SQLite's v12: a run's start and a worker's last renewal on the boot clock (never written
+    here: the server's clock times both)."""
     from jobctl.engines.schema import CLAIM_ON_BOOT
 
     return list(CLAIM_ON_BOOT)

@@ -302,6 +302,8 @@ def _v11(db) -> None:
 
 CLAIM_ON_BOOT = (  # (both engines: pg_schema.py)
     "ALTER TABLE jobs ADD COLUMN claimed_boot_ms BIGINT",
+    "ALTER TABLE workers ADD COLUMN seen_boot_ms BIGINT",
+    "ALTER TABLE workers ADD COLUMN seen_boot_id BIGINT",
 )
 
 
@@ -309,8 +311,9 @@ def _v12(db) -> None:
     """When the run began on the clock that times its lease (the boot clock of lease_boot_id), so
     that "ran past its timeout" is judged as the lease is, whatever the wall clock did since the
     claim (a heartbeat renews the lease on the boot clock but keeps no trace of the claim's own
-    time there). NULL (a claim before this schema, or on PostgreSQL, whose server clock times
-    runs): judged on claimed_at."""
+    time there); and a worker's last renewal on the boot clock (and its boot), so that a step of
+    the wall clock makes no live worker lost and no dead one alive. NULL (written before this
+    schema, or on PostgreSQL, whose server clock times both): judged on claimed_at, last_seen."""
     for statement in CLAIM_ON_BOOT:
         db.execute(statement)
 

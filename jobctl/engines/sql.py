@@ -351,6 +351,10 @@ class SQLEngine:
         beat = job.heartbeat_at if job.heartbeat_at is not None else job.claimed_at
         return beat is not None and beat < now - silent_for_ms
 
+    def lease_now(self, job: Job, now: int) -> int:
+        """As Engine.lease_now: here leases are timed on now() itself."""
+        return now
+
     def _over_timeout_where(self, now: int) -> tuple[str, list]:
         """SQL (and its parameters) true for a held job that has run longer than its timeout, on
         the clock that times its lease (as running_ms measures it)."""
@@ -2008,7 +2012,23 @@ class SQLEngine:
     # workers, and of workers not seen for WORKERS_FORGET_MS, are deleted by the next registration.
 
     _WORKER_COLUMNS = ("instance, worker, host, pid, version, queues, types, concurrency, started_at, last_seen, "
-                       "renew_ms, state, request, requested_by, done, failed, stopped_at")
+                       "renew_ms, state, request, requested_by, done, failed, stopped_at, seen_boot_ms, seen_boot_id")
+
+    def _seen(self) -> tuple[int | None, int | None]:
+        """(seen_boot_ms, seen_boot_id) of a worker's write now: the boot clock's time and boot, or NULLs."""
+        boot = self._boot()
+        return (None, None) if boot is None else boot
+
+    def _alive_where(self, now: int) -> tuple[str, list]:
+        """SQL (and its parameters) true for a registry row renewed within LOST_AFTER of its renewal
+        periods, on the clock that times leases (jobctl.workers.state_of, with worker_silence)."""
+        from jobctl.workers import LOST_AFTER
+
+        return f"last_seen >= ? - {LOST_AFTER} * renew_ms", [now]
+
+    def worker_silence(self, row: dict, now: int) -> int:
+        """How long ago a registry row was last written (ms), on the clock that times leases."""
+        return now - row["last_seen"]
 
     def _orders_sent(self, c) -> None:
         """Inside a write that gave workers an order (drain, stop): wake them, through the engine's
@@ -2027,26 +2047,29 @@ class SQLEngine:
             c.execute("DELETE FROM workers WHERE instance = ?", (instance,))
             c.execute(
                 "INSERT INTO workers (instance, worker, host, pid, version, queues, types, concurrency, started_at, "
-                "last_seen, renew_ms, state, done, failed) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "last_seen, renew_ms, state, done, failed, seen_boot_ms, seen_boot_id) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (instance, info["worker"], info["host"], info["pid"], info["version"],
                  None if info["queues"] is None else json.dumps(info["queues"]), json.dumps(info["types"]),
                  info["concurrency"], started, now, info["renew_ms"], info["state"], info.get("done", 0),
-                 info.get("failed", 0)))
+                 info.get("failed", 0), *self._seen()))
         return started
 
     def renew_worker(self, instance: str, state: str, done: int, failed: int) -> tuple[bool, str | None]:
         """One write: last_seen = now, with the worker's state and counts. (found, the operator's
         request or None); found is False when the row is gone (deleted by hand): register again."""
         with self._write() as (c, now):
-            row = c.execute("UPDATE workers SET last_seen = ?, state = ?, done = ?, failed = ? WHERE instance = ? "
-                            "RETURNING request", (now, state, done, failed, instance)).fetchone()
+            row = c.execute("UPDATE workers SET last_seen = ?, state = ?, done = ?, failed = ?, seen_boot_ms = ?, "
+                            "seen_boot_id = ? WHERE instance = ? RETURNING request",
+                            (now, state, done, failed, *self._seen(), instance)).fetchone()
         return (False, None) if row is None else (True, row[0])
 
     def worker_stopped(self, instance: str, done: int, failed: int) -> None:
         """The worker leaves cleanly: its row says stopped (kept a day for `workers --all`)."""
         with self._write() as (c, now):
-            c.execute("UPDATE workers SET state = 'stopped', stopped_at = ?, last_seen = ?, done = ?, failed = ? "
-                      "WHERE instance = ?", (now, now, done, failed, instance))
+            c.execute("UPDATE workers SET state = 'stopped', stopped_at = ?, last_seen = ?, done = ?, failed = ?, "
+                      "seen_boot_ms = ?, seen_boot_id = ? WHERE instance = ?",
+                      (now, now, done, failed, *self._seen(), instance))
 
     def worker_request(self, instance: str) -> tuple[bool, str | None]:
         """(the row exists, what an operator asked of it: drain, stop or None): one read by key."""
@@ -2060,11 +2083,10 @@ class SQLEngine:
         `host`, or all of them (neither given), to drain or stop, in one transaction; a stop is never
         turned back into a drain. Returns (the rows ordered, as they were, the named workers with
         no such row)."""
-        from jobctl.workers import LOST_AFTER
-
         with self._write() as (c, now):
             # (lost: not seen for LOST_AFTER renewal periods, as jobctl.workers.state_of says)
-            where, params = f"state <> 'stopped' AND last_seen >= ? - {LOST_AFTER} * renew_ms", [now]
+            alive, params = self._alive_where(now)
+            where = f"state <> 'stopped' AND {alive}"
             if workers is not None:
                 where += " AND worker IN (" + ", ".join("?" * len(workers)) + ")"
                 params += workers
@@ -2082,14 +2104,16 @@ class SQLEngine:
         return rows, missing
 
     def worker_rows(self, *, jobs: bool = True) -> tuple[int, list[dict], list[tuple[int, str, str | None]]]:
-        """For `jobctl workers` and stats, from one read: (now, every registry row as a dict, the held
-        jobs as (id, type, worker), by id; none with jobs=False)."""
+        """For `jobctl workers` and stats, from one read: (now, every registry row as a dict with its
+        silent_ms (worker_silence), the held jobs as (id, type, worker), by id; none with jobs=False)."""
         now = self.now()
         with self._read() as c:
             rows = [dict(zip(r.keys(), r)) for r in c.execute(
                 f"SELECT {self._WORKER_COLUMNS} FROM workers ORDER BY worker, started_at")]
             held = [(r[0], r[1], r[2]) for r in c.execute(
                 f"SELECT id, type, worker FROM jobs WHERE {HELD_SQL} ORDER BY id")] if jobs else []
+        for row in rows:  # (jobctl.workers.state_of judges a row on it)
+            row["silent_ms"] = self.worker_silence(row, now)
         return now, rows, held
 
     def count_expired(self) -> int:

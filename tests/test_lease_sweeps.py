@@ -229,5 +229,9 @@ def test_the_times_shown_of_a_held_job_leave_a_step_out(q, clock, boot, step):
     assert why is not None and why.startswith("lease expired 1s ago: worker dead looks lost"), why
     assert output.when_text(alive, q.engine.lease_now(alive, now)) == "for 1m1s"
     assert output.ago(alive.lease_expires_at, q.engine.lease_now(alive, now)) == "in 8m59s"
+    from jobctl.top.widgets import tab_row  # (top's running tab: RUNNING FOR)
+
+    _, cells = tab_row("running", alive, now, True, nows={alive.id: q.engine.lease_now(alive, now)})
+    assert "1m1s" in [c.plain for c in cells], cells
     [(job, _)] = q.recover(dry_run=True)
     assert output.ago(job.lease_expires_at, q.engine.lease_now(job, now)) == "1s ago"

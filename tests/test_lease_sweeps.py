@@ -235,3 +235,20 @@ def test_the_times_shown_of_a_held_job_leave_a_step_out(q, clock, boot, step):
     assert "1m1s" in [c.plain for c in cells], cells
     [(job, _)] = q.recover(dry_run=True)
     assert output.ago(job.lease_expires_at, q.engine.lease_now(job, now)) == "1s ago"
+
+
+def test_a_run_claimed_without_the_boot_clock_is_timed_on_it_from_its_next_heartbeat(q, clock):
+    """A run claimed before the schema had claimed_boot_ms (or in an earlier boot) is judged on
+    the wall clock until a heartbeat times its lease on this boot's clock: from then on, from the
+    claim as the wall clock placed it then."""
+    job = q.enqueue("t", timeout="1m").id
+    claim = q.claim(worker="w", lease="1h")  # (an injected clock alone: no boot clock)
+    assert q.get(job).claimed_boot_ms is None
+    boot = q.engine.boot_clock = Clock(5000.0)
+    passes(20, clock, boot)
+    q.heartbeat(job, token=claim.token)
+    assert q.engine.running_ms(q.get(job), q.now()) == 20_000
+    clock.t += 3600
+    assert q.list_jobs(stuck=True) == []
+    passes(41, clock, boot)
+    assert [j.id for j in q.list_jobs(stuck=True)] == [job]

@@ -92,7 +92,7 @@ class Job(Record):
                  "timeout_ms", "run_at", "created_at", "updated_at", "idempotency_key", "worker", "claimed_at",
                  "heartbeat_at", "lease_expires_at", "lease_ms", "token", "progress", "error", "result",
                  "finished_at", "waiting_on", "lease_boot_ms", "lease_boot_id", "cost_units", "concurrency_group",
-                 "on_buried", "on_completed", "on_cancelled", "progress_at", "after")
+                 "on_buried", "on_completed", "on_cancelled", "progress_at", "claimed_boot_ms", "after")
 
     def __init__(self, id: int, queue: str, type: str,
                  payload: str,  # compact JSON text, exactly as enqueued
@@ -115,6 +115,7 @@ class Job(Record):
                  on_completed: str | None = None,  # becomes buried / completed / cancelled (stored at enqueue)
                  on_cancelled: str | None = None,
                  progress_at: int | None = None,  # when `progress` last changed (None: never reported)
+                 claimed_boot_ms: int | None = None,  # the claim on the lease's boot clock (SQLite)
                  after: list[int] | None = None):  # None: a new empty list
         self.id = id
         self.queue = queue
@@ -149,6 +150,7 @@ class Job(Record):
         self.on_completed = on_completed
         self.on_cancelled = on_cancelled
         self.progress_at = progress_at
+        self.claimed_boot_ms = claimed_boot_ms
         self.after = [] if after is None else after
 
     def reaction_type(self, status: str) -> str | None:

@@ -159,7 +159,7 @@ def when_text(job: Job, now: int) -> str:
 
 
 def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width: int | None = None,
-               held: dict[int, str] | None = None) -> Table:
+               held: dict[int, str] | None = None, nows: dict[int, int] | None = None) -> Table:
     """The `list` table, with what each state needs: WHEN (a pending job's start, how long a
     running one has run), WORKER (of running jobs; the column only
     when one is listed), and in the last column a running job's progress (else its payload), a
@@ -168,9 +168,12 @@ def jobs_table(jobs: list[Job], now: int, patterns, reveal: bool = False, width:
     cut to "pend…" would mislead, and break a grep); with a `width`, the last column is cut to what
     they leave (print_view fits it), and while it would get less than a third of the screen (at
     least PAYLOAD_MIN, at most PAYLOAD_WANT) whole columns are left out (LIST_DROP_ORDER) rather
-    than cut: at 80 columns an error of 12 characters says nothing. Without a width nothing is cut."""
+    than cut: at 80 columns an error of 12 characters says nothing. Without a width nothing is cut.
+    nows: {id: the time a held job's relative times are measured against} (Engine.lease_now)."""
     rows = []
+    list_now = now
     for j in jobs:
+        now = (nows or {}).get(j.id, list_now)
         detail = j.error if j.status in ("buried",) or (j.status == "pending" and j.error) else None
         running = j.status in ("running", "cancel_requested")
         why = (held or {}).get(j.id)

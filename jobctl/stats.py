@@ -87,8 +87,11 @@ def collect(snap: dict, *, queues: list[str] | None = None, limit: int = 10,
     for j in keep(snap["stuck"]):
         expired = (j.id in snap["stuck_expired"] if "stuck_expired" in snap
                    else j.lease_expires_at is not None and j.lease_expires_at < now)
+        ran = snap.get("running_ms", {}).get(j.id)  # (on the clock that times leases)
+        if ran is None:
+            ran = now - (j.claimed_at or now)
         stuck.append({**j.to_dict(), "stuck_reason": "lease expired" if expired else "over its timeout",
-                      "running_for": _seconds(now - (j.claimed_at or now))})
+                      "running_for": _seconds(max(ran, 0))})
     stuck_total = snap["stuck_total"]
     aging = [{**j.to_dict(), "waiting_for": _seconds(now - j.run_at)} for j in keep(snap["aging"])]
     ages = [q["oldest_ready_age"] for q in per_queue.values() if q["oldest_ready_age"] is not None]
@@ -116,14 +119,15 @@ def collect(snap: dict, *, queues: list[str] | None = None, limit: int = 10,
 
 
 def _types(snap: dict, also: frozenset[str] | set[str]) -> dict:
-    """The `types` object of `stats --json`: per type, its jobs (ready, held, running, buried), its
+    """The `types` object of `stats --json`: per type, its jobs (ready, held, running, being
+    cancelled (cancel_requested: still running, as the queues count it), buried), its
     runs of the last 15 and 60 minutes, failure rate (15 min) and run times (60 min)."""
     now = snap["now"]
     types: dict[str, dict] = {}
 
     def entry(t: str) -> dict:
         if t not in types:
-            types[t] = {"ready": 0, "held": 0, "running": 0, "buried": 0,
+            types[t] = {"ready": 0, "held": 0, "running": 0, "cancel_requested": 0, "buried": 0,
                         "runs": {w: {"completed": 0, "failed": 0} for w in ("15m", "60m")},
                         "failure_rate": None, "p50": None, "p95": None, "stuck": 0}
         return types[t]
@@ -366,7 +370,8 @@ def prometheus(stats: dict) -> str:
                [({"state": k}, stats["workers"][k]) for k in ("alive", "lost")])
     types = stats.get("types", {})
     family("jobctl_type_jobs", "Jobs per type and state (held: ready jobs held back, counted in ready too).",
-           [({"type": t, "state": k}, e[k]) for t, e in types.items() for k in ("ready", "held", "running", "buried")])
+           [({"type": t, "state": k}, e[k]) for t, e in types.items()
+            for k in ("ready", "held", "running", "cancel_requested", "buried")])
     family("jobctl_type_runs", "Runs of the type that ended in the window, by outcome (failed includes lost workers).",
            [({"type": t, "outcome": o, "window": w}, e["runs"][w][o]) for t, e in types.items()
             for w in ("15m", "60m") for o in ("completed", "failed")])
@@ -388,10 +393,11 @@ def prometheus(stats: dict) -> str:
 def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]] = (),
             paused: set[str] | frozenset = frozenset(), held: str | None = None,
             pauses: Sequence[tuple[str, str | None, int | None]] = (),
-            lease_expired: bool | None = None) -> str | None:
+            lease_expired: bool | None = None, running_ms: int | None = None) -> str | None:
     """One or two sentences saying why this job is where it is and what would move it; None for a
     running job that is fine, or a finished job. lease_expired: whether its lease expired as
-    `recover` judges it (the engine's lease clock); None: judged on lease_expires_at."""
+    `recover` judges it (the engine's lease clock); None: judged on lease_expires_at. running_ms:
+    how long its run has lasted on that clock (Engine.running_ms); None: since claimed_at."""
     reasons = []
     if job.status == "pending":
         waiting = [(d, s) for d, s in dependencies if s != "completed"]
@@ -441,9 +447,11 @@ def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]
                 change.to_status if change is not None else "", "requeue it")
             reasons.append(f"lease expired{when}: worker {job.worker} looks lost; `jobctl recover` (or any "
                            f"worker) will {does}")
-        elif job.claimed_at is not None and job.claimed_at + job.timeout_ms < now:
-            reasons.append(f"running for {format_duration((now - job.claimed_at) / 1000)}, past its timeout of "
-                           f"{format_duration(job.timeout)}")
+        else:
+            ran = running_ms if running_ms is not None or job.claimed_at is None else now - job.claimed_at
+            if ran is not None and ran > job.timeout_ms:
+                reasons.append(f"running for {format_duration(ran / 1000)}, past its timeout of "
+                               f"{format_duration(job.timeout)}")
     return "; ".join(reasons) or None
 
 

@@ -239,8 +239,8 @@ SPARK = "▁▂▃▄▅▆▇█"
 # -- per type (stats --by type) -------------------------------------------------------------------
 
 TYPE_COLUMNS = (  # key, header, drop order on a narrow screen (higher leaves first)
-    ("ready", "READY", 0), ("held", "HELD", 1), ("running", "RUN", 0), ("buried", "BURIED", 0),
-    ("done15", "DONE 15m", 3), ("failed15", "FAILED 15m", 0), ("done60", "DONE 60m", 5),
+    ("ready", "READY", 0), ("held", "HELD", 1), ("running", "RUN", 0), ("cancel_requested", "STOPPING", 6),
+    ("buried", "BURIED", 0), ("done15", "DONE 15m", 3), ("failed15", "FAILED 15m", 0), ("done60", "DONE 60m", 5),
     ("failed60", "FAILED 60m", 4), ("failure_rate", "FAIL% 15m", 0), ("p50", "P50", 2), ("p95", "P95", 0),
 )
 
@@ -255,7 +255,8 @@ def type_rows(stats: dict, names: list[str]) -> list[tuple[Cell, dict]]:
     for name in names:
         e = stats["types"][name]
         runs = e["runs"]
-        records.append((name, {"ready": e["ready"], "held": e["held"], "running": e["running"], "buried": e["buried"],
+        records.append((name, {"ready": e["ready"], "held": e["held"], "running": e["running"],
+                               "cancel_requested": e.get("cancel_requested", 0), "buried": e["buried"],
                                "done15": runs["15m"]["completed"], "failed15": runs["15m"]["failed"],
                                "done60": runs["60m"]["completed"], "failed60": runs["60m"]["failed"],
                                "failure_rate": e["failure_rate"], "p50": e["p50"], "p95": e["p95"]}))

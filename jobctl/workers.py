@@ -20,9 +20,12 @@ ALIVE = ("running", "draining")
 
 
 def state_of(row: dict, now: int) -> str:
+    """The row's state; lost judged on its silent_ms where the engine gave it (Engine.worker_rows:
+    on the clock that times leases, which a step of the wall clock does not move), else on last_seen."""
     if row["state"] == "stopped":
         return "stopped"
-    if now - row["last_seen"] > LOST_AFTER * row["renew_ms"]:
+    silent = row.get("silent_ms")
+    if (now - row["last_seen"] if silent is None else silent) > LOST_AFTER * row["renew_ms"]:
         return "lost"
     if row["state"] == "draining" or row["request"] in ("drain", "stop"):
         return "draining"

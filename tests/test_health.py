@@ -211,7 +211,7 @@ def test_figures_per_type(make_any):
     report = s["types"]["report"]
     assert report["failure_rate"] == 1.0 and report["buried"] == 1 and report["p95"] == 5.0
     # a type the config declares, with no job and no run: listed, its rates null
-    assert s["types"]["idle"] == {"ready": 0, "held": 0, "running": 0, "buried": 0,
+    assert s["types"]["idle"] == {"ready": 0, "held": 0, "running": 0, "cancel_requested": 0, "buried": 0,
                                   "runs": {"15m": {"completed": 0, "failed": 0}, "60m": {"completed": 0, "failed": 0}},
                                   "failure_rate": None, "p50": None, "p95": None, "stuck": 0}
     text = prometheus(s)
@@ -228,6 +228,30 @@ def test_figures_per_type(make_any):
     assert not ok and "10s of type send" in line, line
     assert check(s, max_p95=8.0, types=["report"])[0]
     assert check(s, max_buried=0, types=["idle"])[0] and not check(s, max_buried=0, types=["send"])[0]
+
+
+def test_a_job_being_cancelled_counts_in_its_type_as_in_its_queue(make_any):
+    """A running job whose cancellation was asked is no longer in RUN: its type shows it under
+    STOPPING (table, --watch screen, --json, Prometheus), as its queue and the totals do."""
+    from jobctl import stats_view
+
+    clock = Clock(T0)
+    q = make_any(settings(send=dict()), clock)
+    for _ in range(2):
+        q.enqueue("send", queue="mail")
+    stopping = q.claim(worker="w", types=["send"])
+    q.claim(worker="w", types=["send"])
+    q.cancel(stopping.id)
+    s, now = q.stats()
+    assert s["totals"]["cancel_requested"] == s["queues"]["mail"]["cancel_requested"] == 1
+    assert (s["types"]["send"]["running"], s["types"]["send"]["cancel_requested"]) == (1, 1)
+    assert 'jobctl_type_jobs{type="send",state="cancel_requested"} 1' in prometheus(s)
+    for lines in ([line.plain for line in stats_view.screen_lines(s, now, width=120, by="type")],
+                  [line.plain for line in stats_view.type_lines(s, 80)]):
+        header = lines[0].split()
+        row = next(line for line in lines if line.startswith("send")).split()
+        assert header[:5] == ["TYPE", "READY", "HELD", "RUN", "STOPPING"], lines
+        assert row[:5] == ["send", "0", "0", "1", "1"], lines
 
 
 def test_the_p50_of_a_type_is_the_median_of_the_run_times(make_any):
@@ -252,8 +276,8 @@ def test_stats_by_type_and_check_on_the_command_line(tmp_path):
     r = cli("stats", "--by", "type")
     assert r.exit_code == 0, r.output
     header, row = r.stdout.splitlines()[:2]
-    assert header.split()[:5] == ["TYPE", "READY", "HELD", "RUN", "BURIED"], r.stdout
-    assert row.split()[:5] == ["send", "1", "0", "0", "1"] and "100.0%" in row, r.stdout
+    assert header.split()[:6] == ["TYPE", "READY", "HELD", "RUN", "STOPPING", "BURIED"], r.stdout
+    assert row.split()[:6] == ["send", "1", "0", "0", "0", "1"] and "100.0%" in row, r.stdout
     r = cli("stats", "--json")
     assert json.loads(r.stdout)["types"]["send"]["failure_rate"] == 1.0
     r = cli("stats", "--check", "--max-failure-rate", "50%")

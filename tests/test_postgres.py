@@ -270,7 +270,8 @@ def test_a_v1_schema_is_migrated_to_the_index_by_type_and_group(pg_url, pg_base,
             "run_at, id, queue, cost_units, concurrency_group) WHERE status = 'pending' AND waiting_on = 0; "
             f"ALTER TABLE {s}.jobs RENAME COLUMN lease_boot_ms TO expiry_seen_at; "
             f"ALTER TABLE {s}.jobs RENAME COLUMN lease_boot_id TO expiry_seen_hb; "
-            f"ALTER TABLE {s}.jobs DROP COLUMN progress_at; DROP TABLE {s}.workers; "
+            f"ALTER TABLE {s}.jobs DROP COLUMN progress_at; ALTER TABLE {s}.jobs DROP COLUMN claimed_boot_ms; "
+            f"DROP TABLE {s}.workers; "
             f"UPDATE {s}.schema_version SET version = 1")
     finally:
         admin.close()
@@ -281,7 +282,7 @@ def test_a_v1_schema_is_migrated_to_the_index_by_type_and_group(pg_url, pg_base,
     assert "(type, concurrency_group, priority DESC, run_at, id, queue, cost_units)" in definition
     columns = {r[0] for r in sql(pg_base, "SELECT column_name FROM information_schema.columns "
                                           "WHERE table_schema = %s AND table_name = 'jobs'", (pg_schema,))}
-    assert {"lease_boot_ms", "lease_boot_id", "progress_at"} <= columns and "expiry_seen_at" not in columns
+    assert {"lease_boot_ms", "lease_boot_id", "progress_at", "claimed_boot_ms"} <= columns and "expiry_seen_at" not in columns
 
 
 def test_ten_processes_creating_the_schema_at_once_all_succeed(pg_url, pg_base, pg_schema):

@@ -226,3 +226,33 @@ def test_the_first_log_line_names_the_database_without_its_password(tmp_path, pg
     first = log.splitlines()[0]
     assert code == 0 and f"started: database postgresql://{parts.username}:***@" in first, log
     assert f"config {tmp_path / 'jobctl.toml'};" in first and secret not in log
+
+
+@pytest.mark.parametrize("step", [3600, -3600], ids=["forward", "back"])
+def test_a_step_of_the_wall_clock_makes_no_worker_lost_and_none_alive(tmp_path, step):
+    """On SQLite a worker's renewals are timed on the boot clock too: the wall clock stepped an
+    hour (either way) leaves a live worker running (workers, stats' alive count, drain), and a
+    dead one turns lost after three renewal periods all the same; a row of an earlier boot is lost."""
+    from conftest import Clock, T0
+    from jobctl.engines.sqlite import boot_id
+    from jobctl.queue import Queue
+
+    if boot_id() is None:
+        pytest.skip("no boot clock here (Linux only)")
+    wall, boot = Clock(T0), Clock(1000.0)
+    with Queue.open(tmp_path / "jobs.db", create=True, clock=wall) as q:
+        q.engine.boot_clock = boot
+        for name in ("alive", "dead"):
+            q.engine.register_worker(name, {"worker": name, "host": "h", "pid": 1, "version": "0", "queues": None,
+                                            "types": ["t"], "concurrency": 1, "renew_ms": 10_000, "state": "running"})
+        wall.t += step  # no time passes
+        assert {e["worker"]: e["state"] for e in q.workers()[0]} == {"alive": "running", "dead": "running"}
+        assert q.worker_summary() == {"alive": 2, "lost": 0}
+        for _ in range(4):  # 40 s: the live one renews every 10 s, the dead one does not
+            wall.t += 10
+            boot.t += 10
+            q.engine.renew_worker("alive", "running", 0, 0)
+        assert {e["worker"]: e["state"] for e in q.workers()[0]} == {"alive": "running", "dead": "lost"}
+        assert [r["worker"] for r in q.order_workers("drain")] == ["alive"]
+        q.engine.conn.execute("UPDATE workers SET seen_boot_id = seen_boot_id + 1")  # the host rebooted since
+        assert q.worker_summary() == {"alive": 0, "lost": 2}

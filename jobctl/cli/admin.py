@@ -57,6 +57,7 @@ def recover(
     with state(ctx).open_queue() as q:
         done = q.recover(older_than=older_than, dry_run=dry_run)
         now = q.now()
+        nows = {j.id: q.engine.lease_now(j, now) for j, _ in done}  # (a step of the wall clock left out of "ago")
     if as_json:
         for job, action in done:
             emit_json({"id": job.id, "action": action, **({"dry_run": True} if dry_run else {})})
@@ -69,7 +70,7 @@ def recover(
             out.print("no expired leases")
         return
     rows = [[str(j.id), output.text(j.queue), output.text(j.type), output.text(j.worker or "-"),
-             f"{j.attempts}/{j.max_attempts}", output.ago(j.lease_expires_at, now),
+             f"{j.attempts}/{j.max_attempts}", output.ago(j.lease_expires_at, nows[j.id]),
              ("would be " if dry_run else "") + action] for j, action in done]
     if out.is_terminal:  # one line per job at the screen's width: names and workers are cut, not folded
         from rich.console import Group

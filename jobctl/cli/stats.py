@@ -36,7 +36,7 @@ def stats(
     max_failure_rate: Optional[str] = typer.Option(None, "--max-failure-rate", metavar="PCT", help="--check: at most PCT percent of a type's runs of the last 15 minutes failed (each type alone)."),
     max_p95: Optional[str] = typer.Option(None, "--max-p95", metavar="DUR", help="--check: a type's 95th percentile run time over the last hour is at most DUR (each type alone)."),
     check_type: Optional[List[str]] = typer.Option(None, "--type", "-t", autocompletion=complete_type, help="--check: only these types (repeatable): every threshold except --min-workers (workers serve every type) looks at their jobs and runs alone."),
-    by: str = typer.Option("queue", "--by", metavar="queue|type", autocompletion=complete_stats_by, help="The table's rows: one per queue (default) or one per type (ready, held, running, buried, runs, failure rate, run times); --json and Prometheus always have both; not with --check."),
+    by: str = typer.Option("queue", "--by", metavar="queue|type", autocompletion=complete_stats_by, help="The table's rows: one per queue (default) or one per type (ready, held, running, being cancelled, buried, runs, failure rate, run times); --json and Prometheus always have both; not with --check."),
     quiet: bool = typer.Option(False, "--quiet", help="--check: print nothing when all thresholds hold (a crossing still prints its line)."),
 ):
     """Show the queue at a glance: counts per queue (or per type), stuck, buried and aging jobs, throughput.

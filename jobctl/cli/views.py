@@ -50,6 +50,9 @@ def list_jobs(
                  else len(jobs))
         now = q.now()
         held_why = {} if as_json else q.held_reasons(jobs, now)  # (why each held job is held, as `show` says it)
+        from jobctl.models import HELD
+
+        nows = {j.id: q.engine.lease_now(j, now) for j in jobs if j.status in HELD}  # (as `show`)
     import sys
 
     from jobctl.untrusted import safe
@@ -75,7 +78,8 @@ def list_jobs(
         return
     # On a screen the payload column takes what is left of its width; in a pipe nothing is cut.
     width = out.width if out.is_terminal else None
-    output.print_view(output.jobs_table(jobs, now, st.settings.secret_keys, reveal, width=width, held=held_why), out)
+    output.print_view(output.jobs_table(jobs, now, st.settings.secret_keys, reveal, width=width, held=held_why,
+                                        nows=nows), out)
 
 
 @app.command()
@@ -106,11 +110,14 @@ def show(
         from jobctl.models import HELD
         from jobctl.stats import explain
 
+        if job.status in HELD:  # its times written before a step of the wall clock read as they were
+            now = q.engine.lease_now(job, now)
         ready = job.status == "pending" and not job.waiting_on and job.run_at <= now
         why = explain(job, now, dependencies=q.dependencies(job.id) if job.after else [],
                       pauses=q.pauses() if job.status == "pending" else [],
                       held=q.held_because(job) if ready else None,
-                      lease_expired=q.engine.lease_expired(job, now) if job.status in HELD else None)
+                      lease_expired=q.engine.lease_expired(job, now) if job.status in HELD else None,
+                      running_ms=q.engine.running_ms(job, now) if job.status in HELD else None)
         run_output = q.run_output(job_id)
     from jobctl import output
 

@@ -408,6 +408,17 @@ class Engine(Protocol):
         """Whether a held job was neither claimed nor heartbeated in the last silent_for_ms, on the
         same clock as lease_expired."""
 
+    def lease_now(self, job: Job, now: int) -> int:
+        """`now` (a wall-clock time) less any step of the wall clock since the held job's lease was
+        last timed, on the same clock as lease_expired: what the relative times of its claim, lease
+        and last change ("lease expired 2s ago", "for 5m") are measured against; `now` itself
+        where no step can be seen (PostgreSQL: the server's clock has none to correct)."""
+        return now
+
+    def running_ms(self, job: Job, now: int) -> int | None:
+        """How long a held job's run has lasted, on the same clock as lease_expired (None: not
+        claimed): what `stats`, `list --stuck` and `show` compare with its timeout."""
+
     def update_expired(self, decide: Decide, actor: str, *, silent_for_ms: int | None = None,
                        dry_run: bool = False) -> list[tuple[Job, Change]]:
         """Call decide on every running or cancel_requested job whose lease expired as lease_expired

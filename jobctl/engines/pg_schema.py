@@ -22,7 +22,7 @@ states plus the changes since the last fold, never the number of finished jobs.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # A pending job waiting on `after` jobs counts as 'blocked' (as in SQLite's job_counts).
 _STATE = "CASE WHEN status = 'pending' AND waiting_on > 0 THEN 'blocked' ELSE status END"
@@ -187,7 +187,15 @@ def _v4() -> list[str]:
     return list(WORKERS)
 
 
-MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4}
+def _v5() -> list[str]:
+    """As SQLite's v12: a run's start and a worker's last renewal on the boot clock (never written
+    here: the server's clock times both)."""
+    from jobctl.engines.schema import CLAIM_ON_BOOT
+
+    return list(CLAIM_ON_BOOT)
+
+
+MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5}
 
 # Reading the counts: the folded totals plus the changes not yet folded (one snapshot).
 STATE_COUNTS = ("SELECT queue, state, sum(n) FROM (SELECT queue, state, n FROM job_counts "

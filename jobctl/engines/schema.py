@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 APPLICATION_ID = 0x6A6F6263  # "jobc"
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 
 # The state a job counts in (job_counts), and the triggers' change of one row's count.
@@ -300,7 +300,25 @@ def _v11(db) -> None:
         db.execute(statement)
 
 
-MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11}
+CLAIM_ON_BOOT = (  # (both engines: pg_schema.py)
+    "ALTER TABLE jobs ADD COLUMN claimed_boot_ms BIGINT",
+    "ALTER TABLE workers ADD COLUMN seen_boot_ms BIGINT",
+    "ALTER TABLE workers ADD COLUMN seen_boot_id BIGINT",
+)
+
+
+def _v12(db) -> None:
+    """When the run began on the clock that times its lease (the boot clock of lease_boot_id), so
+    that "ran past its timeout" is judged as the lease is, whatever the wall clock did since the
+    claim (a heartbeat renews the lease on the boot clock but keeps no trace of the claim's own
+    time there); and a worker's last renewal on the boot clock (and its boot), so that a step of
+    the wall clock makes no live worker lost and no dead one alive. NULL (written before this
+    schema, or on PostgreSQL, whose server clock times both): judged on claimed_at, last_seen."""
+    for statement in CLAIM_ON_BOOT:
+        db.execute(statement)
+
+
+MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11, 12: _v12}
 
 
 def migrate(conn: sqlite3.Connection, from_version: int) -> None:

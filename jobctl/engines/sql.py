@@ -200,8 +200,8 @@ def _take_sql(pick: str, boot: bool, now: str = "?", gate: str = "") -> str:
     """The claim: the job that `pick` finds (and `gate` allows), moved to running; with `boot`,
     its lease also timed on the engine's boot clock (SQLEngine._boot). Its parameters: take_params,
     then the pick's."""
-    lease_boot = ("lease_boot_ms = ? + COALESCE(?, timeout_ms), lease_boot_id = ?" if boot else
-                  "lease_boot_ms = NULL, lease_boot_id = NULL")
+    lease_boot = ("lease_boot_ms = ? + COALESCE(?, timeout_ms), lease_boot_id = ?, claimed_boot_ms = ?" if boot else
+                  "lease_boot_ms = NULL, lease_boot_id = NULL, claimed_boot_ms = NULL")
     return (f"UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = ?, claimed_at = {now}, "
             f"heartbeat_at = {now}, lease_ms = COALESCE(?, timeout_ms), lease_expires_at = {now} + COALESCE(?, timeout_ms), "
             f"token = ?, progress = NULL, progress_at = NULL, updated_at = {now}, {lease_boot} "
@@ -215,7 +215,7 @@ def take_params(request: ClaimRequest, now: int | None, boot: tuple[int, int] | 
     else:
         params = [request.worker, now, now, request.lease_ms, now, request.lease_ms, request.token, now]
     if boot is not None:
-        params += [boot[0], request.lease_ms, boot[1]]
+        params += [boot[0], request.lease_ms, boot[1], boot[0]]
     return params
 
 
@@ -331,8 +331,8 @@ class SQLEngine:
         """(now in ms, the boot it counts from) on the clock that times leases besides now(); None: none."""
         return None
 
-    def _time_lease(self, fields: dict, now: int) -> None:
-        """Inside a write that sets fields["lease_expires_at"] (a heartbeat): time it on the boot clock too."""
+    def _time_lease(self, fields: dict, now: int, job: Job) -> None:
+        """Inside a write that sets fields["lease_expires_at"] (a heartbeat of `job`): time it on the boot clock too."""
 
     def _expired_where(self, now: int) -> tuple[str, list]:
         """SQL (and its parameters) true for a held job whose lease has expired."""
@@ -350,6 +350,24 @@ class SQLEngine:
         """As _silent_where judges it."""
         beat = job.heartbeat_at if job.heartbeat_at is not None else job.claimed_at
         return beat is not None and beat < now - silent_for_ms
+
+    def lease_now(self, job: Job, now: int) -> int:
+        """As Engine.lease_now: here leases are timed on now() itself."""
+        return now
+
+    def _over_timeout_where(self, now: int) -> tuple[str, list]:
+        """SQL (and its parameters) true for a held job that has run longer than its timeout, on
+        the clock that times its lease (as running_ms measures it)."""
+        return "claimed_at + timeout_ms < ?", [now]
+
+    def running_ms(self, job: Job, now: int) -> int | None:
+        """How long a held job's run has lasted, on the clock that times its lease; None: no claim."""
+        return None if job.claimed_at is None else now - job.claimed_at
+
+    def over_timeout(self, job: Job, now: int) -> bool:
+        """Whether a held job has run longer than its timeout (as _over_timeout_where judges it)."""
+        ran = self.running_ms(job, now)
+        return ran is not None and ran > job.timeout_ms
 
     def _write(self, *, rollback: bool = False) -> AbstractContextManager[tuple]:
         """One write transaction: yields (connection, now), "now" read once inside it; commits
@@ -1137,7 +1155,7 @@ class SQLEngine:
         elif change.to_status not in FINISHED:
             fields.setdefault("finished_at", None)
         if fields.get("lease_expires_at") is not None:
-            self._time_lease(fields, now)
+            self._time_lease(fields, now, job)
         assignments = ", ".join(f"{k} = ?" for k in fields)
         extra: list = []
         if "payload_hash" in fields or "queue" in fields:  # (an edit) a --unique job's key follows its payload
@@ -1697,8 +1715,9 @@ class SQLEngine:
         now = self.now()
         if stuck:  # held, and its lease expired or it ran past its timeout
             expired, expired_args = self._expired_where(now)
-            clauses.append(f"{HELD_SQL} AND ({expired} OR claimed_at + timeout_ms < ?)")
-            args += [*expired_args, now]
+            over, over_args = self._over_timeout_where(now)
+            clauses.append(f"{HELD_SQL} AND ({expired} OR {over})")
+            args += [*expired_args, *over_args]
         if created_older_than_ms is not None:
             clauses.append("created_at < ?")
             args.append(now - created_older_than_ms)
@@ -1851,14 +1870,15 @@ class SQLEngine:
                 aging += ready
             aging = sorted(aging, key=lambda j: (j.run_at, j.id))[:limit]
             expired, expired_args = self._expired_where(now)
+            over, over_args = self._over_timeout_where(now)
             held = ("SELECT {} FROM jobs WHERE status IN (?, ?) "
-                    f"AND ({expired} OR claimed_at + timeout_ms < ?)" + only)
+                    f"AND ({expired} OR {over})" + only)
             stuck_by_type = {r[0]: int(r[1]) for r in c.execute(
-                held.format("type, count(*)") + " GROUP BY type", (*HELD, *expired_args, now, *only_args))}
+                held.format("type, count(*)") + " GROUP BY type", (*HELD, *expired_args, *over_args, *only_args))}
             stuck_total = sum(stuck_by_type.values())
             stuck = sound_jobs(c.execute(
-                held.format("*") + " ORDER BY claimed_at, id LIMIT ?", (*HELD, *expired_args, now, *only_args, limit)),
-                damaged)
+                held.format("*") + " ORDER BY claimed_at, id LIMIT ?",
+                (*HELD, *expired_args, *over_args, *only_args, limit)), damaged)
             buried = sound_jobs(c.execute(
                 "SELECT * FROM jobs WHERE status = 'buried'" + only + " ORDER BY finished_at DESC, id DESC LIMIT ?",
                 (*only_args, limit)), damaged)
@@ -1868,9 +1888,9 @@ class SQLEngine:
                 "SELECT queue, type, error, count(*), max(finished_at), max(id) FROM jobs WHERE status = 'buried'"
                 + only + " GROUP BY queue, type, error ORDER BY max(finished_at) DESC, max(id) DESC LIMIT ?",
                 (*only_args, limit))]
-            # Running and buried jobs by type (running: few rows; buried: those a person has to see to).
+            # Held and buried jobs by type (held: few rows; buried: those a person has to see to).
             states_by_type = [(r[0], r[1], int(r[2])) for r in c.execute(
-                "SELECT type, status, count(*) FROM jobs WHERE status IN ('running', 'buried')" + only
+                "SELECT type, status, count(*) FROM jobs WHERE status IN ('running', 'cancel_requested', 'buried')" + only
                 + " GROUP BY type, status", only_args)]
             # Runs that ended in (now - 60 min, now], per minute back from now (bucket 0 = the last
             # minute), outcome and type: counted from the latest runs when those are every run of
@@ -1908,6 +1928,7 @@ class SQLEngine:
             "known": sorted(known), "scheduled": scheduled,
             "oldest_ready": oldest_ready, "held": held_n, "oldest_held": oldest_held,
             "stuck": stuck, "stuck_expired": {j.id for j in stuck if self.lease_expired(j, now)},
+            "running_ms": {j.id: self.running_ms(j, now) for j in stuck},  # (on the lease's clock)
             "stuck_total": stuck_total, "buried": buried, "buried_groups": buried_groups,
             "aging": aging, "damaged": [(e.job_id, e.reason) for e in damaged],
             "runs_by_minute": [(m, o, n) for (m, o), n in sorted(runs_by_minute.items())],
@@ -1991,7 +2012,23 @@ class SQLEngine:
     # workers, and of workers not seen for WORKERS_FORGET_MS, are deleted by the next registration.
 
     _WORKER_COLUMNS = ("instance, worker, host, pid, version, queues, types, concurrency, started_at, last_seen, "
-                       "renew_ms, state, request, requested_by, done, failed, stopped_at")
+                       "renew_ms, state, request, requested_by, done, failed, stopped_at, seen_boot_ms, seen_boot_id")
+
+    def _seen(self) -> tuple[int | None, int | None]:
+        """(seen_boot_ms, seen_boot_id) of a worker's write now: the boot clock's time and boot, or NULLs."""
+        boot = self._boot()
+        return (None, None) if boot is None else boot
+
+    def _alive_where(self, now: int) -> tuple[str, list]:
+        """SQL (and its parameters) true for a registry row renewed within LOST_AFTER of its renewal
+        periods, on the clock that times leases (jobctl.workers.state_of, with worker_silence)."""
+        from jobctl.workers import LOST_AFTER
+
+        return f"last_seen >= ? - {LOST_AFTER} * renew_ms", [now]
+
+    def worker_silence(self, row: dict, now: int) -> int:
+        """How long ago a registry row was last written (ms), on the clock that times leases."""
+        return now - row["last_seen"]
 
     def _orders_sent(self, c) -> None:
         """Inside a write that gave workers an order (drain, stop): wake them, through the engine's
@@ -2010,26 +2047,29 @@ class SQLEngine:
             c.execute("DELETE FROM workers WHERE instance = ?", (instance,))
             c.execute(
                 "INSERT INTO workers (instance, worker, host, pid, version, queues, types, concurrency, started_at, "
-                "last_seen, renew_ms, state, done, failed) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "last_seen, renew_ms, state, done, failed, seen_boot_ms, seen_boot_id) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (instance, info["worker"], info["host"], info["pid"], info["version"],
                  None if info["queues"] is None else json.dumps(info["queues"]), json.dumps(info["types"]),
                  info["concurrency"], started, now, info["renew_ms"], info["state"], info.get("done", 0),
-                 info.get("failed", 0)))
+                 info.get("failed", 0), *self._seen()))
         return started
 
     def renew_worker(self, instance: str, state: str, done: int, failed: int) -> tuple[bool, str | None]:
         """One write: last_seen = now, with the worker's state and counts. (found, the operator's
         request or None); found is False when the row is gone (deleted by hand): register again."""
         with self._write() as (c, now):
-            row = c.execute("UPDATE workers SET last_seen = ?, state = ?, done = ?, failed = ? WHERE instance = ? "
-                            "RETURNING request", (now, state, done, failed, instance)).fetchone()
+            row = c.execute("UPDATE workers SET last_seen = ?, state = ?, done = ?, failed = ?, seen_boot_ms = ?, "
+                            "seen_boot_id = ? WHERE instance = ? RETURNING request",
+                            (now, state, done, failed, *self._seen(), instance)).fetchone()
         return (False, None) if row is None else (True, row[0])
 
     def worker_stopped(self, instance: str, done: int, failed: int) -> None:
         """The worker leaves cleanly: its row says stopped (kept a day for `workers --all`)."""
         with self._write() as (c, now):
-            c.execute("UPDATE workers SET state = 'stopped', stopped_at = ?, last_seen = ?, done = ?, failed = ? "
-                      "WHERE instance = ?", (now, now, done, failed, instance))
+            c.execute("UPDATE workers SET state = 'stopped', stopped_at = ?, last_seen = ?, done = ?, failed = ?, "
+                      "seen_boot_ms = ?, seen_boot_id = ? WHERE instance = ?",
+                      (now, now, done, failed, *self._seen(), instance))
 
     def worker_request(self, instance: str) -> tuple[bool, str | None]:
         """(the row exists, what an operator asked of it: drain, stop or None): one read by key."""
@@ -2043,11 +2083,10 @@ class SQLEngine:
         `host`, or all of them (neither given), to drain or stop, in one transaction; a stop is never
         turned back into a drain. Returns (the rows ordered, as they were, the named workers with
         no such row)."""
-        from jobctl.workers import LOST_AFTER
-
         with self._write() as (c, now):
             # (lost: not seen for LOST_AFTER renewal periods, as jobctl.workers.state_of says)
-            where, params = f"state <> 'stopped' AND last_seen >= ? - {LOST_AFTER} * renew_ms", [now]
+            alive, params = self._alive_where(now)
+            where = f"state <> 'stopped' AND {alive}"
             if workers is not None:
                 where += " AND worker IN (" + ", ".join("?" * len(workers)) + ")"
                 params += workers
@@ -2065,14 +2104,16 @@ class SQLEngine:
         return rows, missing
 
     def worker_rows(self, *, jobs: bool = True) -> tuple[int, list[dict], list[tuple[int, str, str | None]]]:
-        """For `jobctl workers` and stats, from one read: (now, every registry row as a dict, the held
-        jobs as (id, type, worker), by id; none with jobs=False)."""
+        """For `jobctl workers` and stats, from one read: (now, every registry row as a dict with its
+        silent_ms (worker_silence), the held jobs as (id, type, worker), by id; none with jobs=False)."""
         now = self.now()
         with self._read() as c:
             rows = [dict(zip(r.keys(), r)) for r in c.execute(
                 f"SELECT {self._WORKER_COLUMNS} FROM workers ORDER BY worker, started_at")]
             held = [(r[0], r[1], r[2]) for r in c.execute(
                 f"SELECT id, type, worker FROM jobs WHERE {HELD_SQL} ORDER BY id")] if jobs else []
+        for row in rows:  # (jobctl.workers.state_of judges a row on it)
+            row["silent_ms"] = self.worker_silence(row, now)
         return now, rows, held
 
     def count_expired(self) -> int:

@@ -353,11 +353,15 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
             return None  # a test's clock alone: leases on it (a real process then judges them on the wall clock)
         return time.clock_gettime_ns(time.CLOCK_BOOTTIME) // 1_000_000, boot
 
-    def _time_lease(self, fields: dict, now: int) -> None:
+    def _time_lease(self, fields: dict, now: int, job) -> None:
         boot = self._boot()
         if boot is not None:
             fields["lease_boot_ms"] = boot[0] + fields["lease_expires_at"] - now
             fields["lease_boot_id"] = boot[1]
+            if job.lease_boot_id != boot[1] and job.claimed_at is not None:
+                # (claimed in another boot, or without a boot clock: the run's start on this boot's
+                # clock is known only through the wall clock)
+                fields["claimed_boot_ms"] = boot[0] - (now - job.claimed_at)
 
     def _expired_where(self, now: int) -> tuple[str, list]:
         boot = self._boot()
@@ -393,6 +397,53 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         if job.lease_boot_id != boot[1]:
             return True
         return job.lease_boot_ms - job.lease_expires_at + beat < boot[0] - silent_for_ms
+
+    # How long a run has lasted, on the boot clock too: from claimed_boot_ms, the claim on the clock
+    # of lease_boot_id (a heartbeat renews the lease there but keeps no trace of the claim). A run
+    # without it (claimed before this schema, or in another boot) is judged on claimed_at.
+
+    def _over_timeout_where(self, now: int) -> tuple[str, list]:
+        boot = self._boot()
+        if boot is None:
+            return super()._over_timeout_where(now)
+        return ("(CASE WHEN lease_boot_id = ? AND claimed_boot_ms IS NOT NULL THEN claimed_boot_ms + timeout_ms < ? "
+                "ELSE claimed_at + timeout_ms < ? END)", [boot[1], boot[0], now])
+
+    def lease_now(self, job, now: int) -> int:
+        boot = self._boot()
+        if (boot is None or job.lease_boot_id != boot[1] or job.lease_boot_ms is None
+                or job.lease_expires_at is None):
+            return now
+        return job.lease_expires_at + boot[0] - job.lease_boot_ms  # (the lease's end as far ahead as on the boot clock)
+
+    def running_ms(self, job, now: int) -> int | None:
+        boot = self._boot()
+        if boot is None or job.claimed_boot_ms is None or job.lease_boot_id != boot[1]:
+            return super().running_ms(job, now)
+        return boot[0] - job.claimed_boot_ms
+
+    # A worker's registry row is judged lost on the boot clock too (seen_boot_ms of boot
+    # seen_boot_id, written with last_seen); a row of an earlier boot is lost; one without them
+    # (written before this schema) on last_seen.
+
+    def _alive_where(self, now: int) -> tuple[str, list]:
+        from jobctl.workers import LOST_AFTER
+
+        boot = self._boot()
+        if boot is None:
+            return super()._alive_where(now)
+        return (f"(CASE WHEN seen_boot_id IS NULL THEN last_seen >= ? - {LOST_AFTER} * renew_ms "
+                f"ELSE seen_boot_id = ? AND seen_boot_ms >= ? - {LOST_AFTER} * renew_ms END)", [now, boot[1], boot[0]])
+
+    def worker_silence(self, row: dict, now: int) -> int:
+        from jobctl.workers import LOST_AFTER
+
+        boot = self._boot()
+        if boot is None or row.get("seen_boot_id") is None or row.get("seen_boot_ms") is None:
+            return super().worker_silence(row, now)
+        if row["seen_boot_id"] != boot[1]:  # (its process did not outlive the host's reboot)
+            return max(now - row["last_seen"], LOST_AFTER * row["renew_ms"] + 1)
+        return boot[0] - row["seen_boot_ms"]
 
     @property
     def files(self) -> "SQLiteEngine":

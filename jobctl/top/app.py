@@ -585,7 +585,7 @@ class TopApp(App):
 
     def _fill_tab(self, tab: str, snap: Snapshot) -> None:
         table = self.query_one(f"#table-{tab}", JobsTable)
-        rows = [tab_row(tab, r, snap.now, self.wide, self.patterns, snap.held_why) for r in snap.tabs[tab]]
+        rows = [tab_row(tab, r, snap.now, self.wide, self.patterns, snap.held_why, snap.nows) for r in snap.tabs[tab]]
         key = (self.wide, tuple((k, tuple(str(c) for c in cells)) for k, cells in rows))
         if self._shown.get(tab) == key:
             return

@@ -26,7 +26,7 @@ class Snapshot:
     """One look at the queue: the stats figures (masked), the jobs of each tab, the database time."""
 
     def __init__(self, *, now: int, location: str, figures: dict, tabs: dict[str, list], workers: dict | None,
-                 notes: list[str], held_why: dict[int, str] | None = None):
+                 notes: list[str], held_why: dict[int, str] | None = None, nows: dict[int, int] | None = None):
         self.now = now
         self.location = location
         self.figures = figures
@@ -34,6 +34,7 @@ class Snapshot:
         self.workers = workers  # {"alive", "lost"}; None where this role may not read the registry
         self.notes = notes  # what the view could not read exactly, said in the status line
         self.held_why = held_why or {}  # held tab: job id -> why it is held (Queue.held_reasons, as `list --held`)
+        self.nows = nows or {}  # running tab: job id -> its "now" on its lease's clock (Engine.lease_now, as `list`)
 
 
 class Detail:
@@ -140,8 +141,9 @@ class DataSource:
         }
         # why each is held, in the words of `list --held`: one read of the pauses and limits for them all
         held_why = q.held_reasons(held, now) if held else {}
+        nows = {j.id: q.engine.lease_now(j, now) for j in tabs["running"]}
         return Snapshot(now=now, location=q.location, figures=figures, tabs=tabs, workers=figures.get("workers"),
-                        notes=notes, held_why=held_why)
+                        notes=notes, held_why=held_why, nows=nows)
 
     def workers(self) -> tuple[list[dict], int]:
         """The workers as `jobctl workers` lists them (alive, draining, lost, and scripts' ids), and
@@ -198,11 +200,14 @@ class DataSource:
         job = q.get(job_id)
         events = q.events(job_id)
         now = q.now()
+        if job.status in HELD:  # its times written before a step of the wall clock read as they were
+            now = q.engine.lease_now(job, now)
         ready = job.status == "pending" and not job.waiting_on and job.run_at <= now
         why = explain(job, now, dependencies=q.dependencies(job.id) if job.after else [],
                       pauses=q.pauses() if job.status == "pending" else [],
                       held=q.held_because(job) if ready else None,
-                      lease_expired=q.engine.lease_expired(job, now) if job.status in HELD else None)
+                      lease_expired=q.engine.lease_expired(job, now) if job.status in HELD else None,
+                      running_ms=q.engine.running_ms(job, now) if job.status in HELD else None)
         log = q.run_output(job_id)
         lines = runlog.last_lines(log, LOG_LINES, self.settings.secret_keys) if log is not None else []
         return Detail(job, events, why, log, lines, now)

@@ -156,9 +156,11 @@ def progress_text(job, patterns=()) -> str:
     return safe((f"{pct}% " if pct is not None else "") + mask_text(p.get("message") or "", patterns))
 
 
-def tab_row(tab: str, row, now: int, wide: bool, patterns=(), held_why: dict[int, str] | None = None) -> tuple[str, list]:
+def tab_row(tab: str, row, now: int, wide: bool, patterns=(), held_why: dict[int, str] | None = None,
+            nows: dict[int, int] | None = None) -> tuple[str, list]:
     """(row key, cells) of one row of a tab. A buried group's key is its latest job's id. held_why:
-    why each held job is held (data.Snapshot.held_why, the words of `jobctl list --held`)."""
+    why each held job is held (data.Snapshot.held_why, the words of `jobctl list --held`); nows:
+    each running job's "now" on its lease's clock (data.Snapshot.nows)."""
     def num(value) -> Text:
         return Text(str(value), justify="right")
 
@@ -172,7 +174,7 @@ def tab_row(tab: str, row, now: int, wide: bool, patterns=(), held_why: dict[int
         progress = Text("cancel asked ", style="yellow") if row.status == "cancel_requested" else Text("")
         progress.append(progress_text(row, patterns))
         return str(row.id), [num(str(row.id)), name(row.type), *([name(row.queue)] if wide else []),
-                             name(row.worker or "-"), num(since(row.claimed_at, now)), progress]
+                             name(row.worker or "-"), num(since(row.claimed_at, (nows or {}).get(row.id, now))), progress]
     if tab == "buried":
         return str(row["latest_id"]), [num(f"{row['count']:,}"), name(row["queue"]), name(row["type"]),
                                        num(str(row["latest_id"])),

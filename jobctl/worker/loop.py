@@ -514,7 +514,8 @@ class Worker:
                 if o not in self.rec.unrecorded:
                     self.rec.unrecorded.append(o)
             raise
-        for r, _ in finished:  # off the critical path: after the next handler started
+        self.sup.finish_reaping()  # off the critical path: after the next handler started
+        for r, _ in finished:
             self.sup.forget(r)
 
     def _pump(self) -> None:

@@ -69,6 +69,11 @@ class FakeProc(Proc):
 class FakeLauncher:
     """Processes that exist only here: a test makes them exit, write output or ignore SIGTERM."""
 
+    exit_fds = False  # (a fake's exit wakes nothing: each test steps the loop by hand)
+
+    def watch(self, p):
+        pass
+
     def __init__(self):
         self.procs: list[FakeProc] = []
         self.fail: OSError | None = None

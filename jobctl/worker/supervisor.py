@@ -103,13 +103,19 @@ class SpawnError(Exception):
 class Proc:
     """A started handler: its pid (= its process group) and, once reaped, its returncode."""
 
-    __slots__ = ("pid", "returncode", "over", "status")
+    __slots__ = ("pid", "returncode", "over", "status", "exit_fd")
 
     def __init__(self, pid: int):
         self.pid = pid
         self.returncode: int | None = None
         self.over = False  # seen exited (a zombie until reaped: it stays so)
         self.status: int | None = None  # its returncode as seen exited, before it is reaped (if known)
+        self.exit_fd = -1  # readable once it has exited (its pidfd), while it is not reaped; -1: none
+
+    def forget_exit_fd(self) -> None:
+        if self.exit_fd >= 0:
+            os.close(self.exit_fd)
+            self.exit_fd = -1
 
 
 _TMP: list[str] = []  # the folder of the scratch files, found once (as tempfile.gettempdir would)
@@ -201,12 +207,31 @@ def _signals_to_default() -> tuple[int, ...]:
                  and (s in own or signal.getsignal(s) != signal.SIG_IGN))
 
 
+def _pidfds_work() -> bool:
+    """Whether this kernel gives pidfds (Linux 5.3 and later)."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
 class PosixLauncher:
     """The real processes: posix_spawn of a command resolved once on PATH, waitid, killpg."""
 
     def __init__(self):
         self._paths: dict[str, str] = {}
         self._to_default: tuple[int, ...] | None = None  # (_signals_to_default, at the first start)
+        self.exit_fds = _pidfds_work()  # each handler's exit wakes the loop through its pidfd
+
+    def watch(self, proc: Proc) -> None:
+        """Give a started handler its exit fd (a pidfd): the loop sleeps on it, not on SIGCHLD.
+        None where the kernel has no pidfds (the loop then wakes by SIGCHLD) or none is left."""
+        if self.exit_fds:
+            try:
+                proc.exit_fd = os.pidfd_open(proc.pid)
+            except OSError:
+                pass
 
     def resolve(self, program: str, env: dict) -> str | None:
         if os.sep in program:
@@ -495,6 +520,7 @@ class Supervisor:
                 raise SpawnError(f"cannot give a handler its payload ({e.strerror or e})") from None
         for fd in (stdin, *writers):  # the handler has its own copies
             os.close(fd)
+        self.launcher.watch(proc)
         now = self.clock()
         r = Running(job, proc, readers[0], readers[1], now, now + job.timeout_ms / 1000, now + heartbeat_every,
                     output=new_output() if new_output is not None else RunOutputBuffer(0, 0, 1024 * 1024 + 4096, STDERR_KEEP))
@@ -540,10 +566,17 @@ class Supervisor:
         """The output pipes to watch: fd -> its run."""
         return {fd: r for r in self.running for fd in r.fds()}
 
+    def exit_fds(self) -> set[int] | None:
+        """The fds that turn readable when a running handler exits; None when one has none (the
+        loop must then look often)."""
+        fds = {r.proc.exit_fd for r in self.running}
+        return None if -1 in fds else fds
+
     def close(self) -> None:
         self.finish_reaping()
         for r in self.running:
             r.close()
+            r.proc.forget_exit_fd()
         if self.cgroups is not None:
             self.cgroups.sweep()
         spare, self._spare = self._spare, None
@@ -628,6 +661,7 @@ class Supervisor:
             # The leader is a zombie: its group id is still ours. Kill what it left behind.
             self.launcher.signal_group(r.proc, signal.SIGKILL)
             rc = self.launcher.reap(r.proc)
+            r.proc.forget_exit_fd()
             if self.keeper is not None:
                 self.keeper.remove(r.proc.pid)
             if r.stop_reason is not None and r.job.token:
@@ -650,6 +684,7 @@ class Supervisor:
         for proc in exited:
             self.launcher.signal_group(proc, signal.SIGKILL)
             self.launcher.reap(proc)
+            proc.forget_exit_fd()
             if self.keeper is not None:
                 self.keeper.remove(proc.pid)
 
@@ -670,8 +705,10 @@ class Supervisor:
         """Kill a handler at once and reap it (the worker is leaving); its returncode."""
         self.kill(r)
         rc = self.launcher.reap(r.proc, timeout=wait)
-        if rc is not None and self.keeper is not None:
-            self.keeper.remove(r.proc.pid)
+        if rc is not None:
+            r.proc.forget_exit_fd()
+            if self.keeper is not None:
+                self.keeper.remove(r.proc.pid)
         if r.cgroup is not None:
             self._end_cgroup(r)
         if r in self.running:

@@ -178,7 +178,7 @@ class Registry:
         """Live processes of an earlier run of this job on this host (its handler, and whatever
         it started, even what escaped with setsid: found by that claim's token in their
         environment), and that run's worker. Empty when the record is this claim's own or absent."""
-        path = os.path.join(self.real, str(job_id))
+        path = f"{self.real}/{job_id}"  # (os.path.join of an absolute folder and a number: the same)
         if not os.access(path, os.F_OK, follow_symlinks=False):
             return set(), None  # (no record: the usual case, told without raising an error)
         try:

@@ -275,6 +275,39 @@ def test_timeout_kills_the_handler_and_its_children(tmp_path, cli, db):
     assert job["error"] == "timed out after 1s"
 
 
+def test_what_a_finished_handler_left_in_its_group_is_killed_and_no_zombie_stays(tmp_path, cli, db):
+    """A handler that exits 0 leaving a process behind in its group: the worker kills the group
+    and reaps the handler once the next handler has started (off the path between the two), and
+    at once after the last one: an idle worker keeps no zombie child."""
+    write_config(tmp_path, """
+        [types.leaver]
+        command = ["sh", "-c", "sleep 600 & echo $! > left.$JOBCTL_JOB_ID; exit 0"]
+    """)
+    ids = [int(cli("enqueue", "leaver").stdout) for _ in range(3)]
+    w = start_worker(tmp_path, db, "--poll", "100ms")
+    try:
+        wait_for(lambda: all(show(db, i)["status"] == "completed" for i in ids), what="the three jobs done")
+        left = [int((tmp_path / f"left.{i}").read_text()) for i in ids]
+        wait_for(lambda: not any(alive(pid) for pid in left), 5, "what the handlers left to be killed")
+
+        def zombies() -> list[str]:
+            found = []
+            for name in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    stat = open(f"/proc/{name}/stat").read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if stat[0] == "Z" and int(stat[1]) == w.pid:
+                    found.append(name)
+            return found
+
+        time.sleep(0.3)  # idle: polling, no handler to start
+        assert zombies() == [] and w.poll() is None
+    finally:
+        w.send_signal(signal.SIGTERM)
+        assert finish(w)[0] == 0
+
+
 def test_handler_ignoring_sigterm_is_killed_after_the_grace(tmp_path, cli, db):
     handler = script(tmp_path, "stubborn.py", """
         import os, signal, time

@@ -38,11 +38,12 @@ class FakeClock:
 
 
 class FakeProc(Proc):
-    __slots__ = ("argv", "env", "signals", "done", "rc", "ignores_term", "stdin")
+    __slots__ = ("argv", "env", "signals", "done", "rc", "ignores_term", "_stdin", "_stdin_fd")
 
-    def __init__(self, pid, argv, env, stdin):
+    def __init__(self, pid, argv, env, stdin_fd):
         super().__init__(pid)
-        self.argv, self.env, self.stdin = argv, env, stdin
+        self.argv, self.env = argv, env
+        self._stdin_fd, self._stdin = stdin_fd, None
         self.signals: list[int] = []
         self.done = False
         self.rc = 0
@@ -52,9 +53,26 @@ class FakeProc(Proc):
         if not self.done:
             self.done, self.rc = True, rc
 
+    @property
+    def stdin(self) -> bytes:
+        """What the handler read on its stdin: all of it, once the worker has closed its end (the
+        worker may give it the payload after the start, as to a real one)."""
+        if self._stdin is None:
+            chunks = []
+            while chunk := os.read(self._stdin_fd, 65536):
+                chunks.append(chunk)
+            os.close(self._stdin_fd)
+            self._stdin = b"".join(chunks)
+        return self._stdin
+
 
 class FakeLauncher:
     """Processes that exist only here: a test makes them exit, write output or ignore SIGTERM."""
+
+    exit_fds = False  # (a fake's exit wakes nothing: each test steps the loop by hand)
+
+    def watch(self, p):
+        pass
 
     def __init__(self):
         self.procs: list[FakeProc] = []
@@ -68,7 +86,7 @@ class FakeLauncher:
         if self.fail is not None:
             raise self.fail
         os.write(stdout, self.stdout)
-        p = FakeProc(4000 + len(self.procs), argv, env, os.read(stdin, 65536))
+        p = FakeProc(4000 + len(self.procs), argv, env, os.dup(stdin))
         self.procs.append(p)
         return p
 

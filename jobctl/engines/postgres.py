@@ -46,7 +46,7 @@ from jobctl.engines.base import Change, Check, ClaimRequest, Decide, Inserted, N
 from jobctl.engines.pg_driver import Connection, Cursor, _row_type
 from jobctl.engines.pg_schema import SCHEMA_VERSION
 from jobctl.engines.pg_target import Target, _first_line
-from jobctl.engines.sql import HELD_SQL, SQLEngine, completed, completion_fields, schema_check
+from jobctl.engines.sql import HELD_SQL, SQLEngine, completed, schema_check
 from jobctl.engines.transfer import PostgresTransfer
 from jobctl.errors import (ConnectionLost, DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput, JobctlError,
                            PermissionDenied, StatementCancelled)
@@ -678,7 +678,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
                 return None
             job, change = completion
             self._claims.pop(job.id, None)
-            done = completed(job, completion_fields(change), now)
+            done = completed(job, change, now)
         if request is None or row.get("id") is None:
             return done, None
         after = row.pop("jobctl_after")

@@ -247,9 +247,9 @@ def completion_statement(job: Job, fields: dict, now: int | None, now_sql: str =
     return sql, [*at, *(v for v in values if v is not None), job.id, job.token]
 
 
-def completed(job: Job, fields: dict, now: int) -> Job:
-    """`job` as the held completion of `fields` left it."""
-    return job.updated({**fields, "status": "completed", "updated_at": now, "finished_at": now})
+def completed(job: Job, change: Change, now: int) -> Job:
+    """`job` as the held completion of `change` left it."""
+    return job.updated({**completion_fields(change), "status": "completed", "updated_at": now, "finished_at": now})
 
 
 def _key_conflict_of_a_line(e: KeyConflict, j: NewJob, keyed: dict[str, str]) -> InvalidState:
@@ -1017,7 +1017,8 @@ class SQLEngine:
         completion = self._completion_alone(job_id, decide)
         if completion is not None:
             with self._write() as (c, now):
-                return self._complete_held_or_decide(c, job_id, decide, completion, now, actor)
+                done = self._complete_held_or_decide(c, job_id, decide, completion, now, actor)
+            return done if done is not None else completed(*completion, now)
         return self._update_job(job_id, decide, actor)
 
     def _update_job(self, job_id: int, decide: Decide, actor: str) -> Job:
@@ -1055,7 +1056,7 @@ class SQLEngine:
             claimed = self._claims_in(c, requests, now)
         for job in claimed:
             self._holding(job)
-        return [done], claimed
+        return [done if done is not None else completed(*completion, now)], claimed
 
     def _update_jobs_and_claim(self, updates: list[tuple[int, Decide]], requests: list[ClaimRequest],
                                actor: str) -> tuple[list[Job], list[Job]]:
@@ -1106,28 +1107,27 @@ class SQLEngine:
             return None
         return job, change
 
-    def _complete_held(self, c, job: Job, change: Change, now: int, actor: str) -> Job | None:
+    def _complete_held(self, c, job: Job, change: Change, now: int, actor: str) -> bool:
         """Inside a write transaction: write the completion decided on `job` as this engine claimed
         it, where the row still holds that claim (same id, running, same token, nobody waiting on
-        it); None, with nothing written, where it does not (the caller decides on the row as it is)."""
-        fields = completion_fields(change)
+        it); False, with nothing written, where it does not (the caller decides on the row as it is)."""
         self._claims.pop(job.id, None)
-        if c.execute(*completion_statement(job, fields, now)).rowcount != 1:
-            return None
+        if c.execute(*completion_statement(job, completion_fields(change), now)).rowcount != 1:
+            return False
         assert change.run is not None  # (completes_alone)
         self._run_ended(c, job, now, change.run)
         if change.log is not None:
             self._store_output(c, job, change, now)
         self._event(c, job.id, now, "running", "completed", change.actor or actor, change.message)
-        return completed(job, fields, now)
+        return True
 
     def _complete_held_or_decide(self, c, job_id: int, decide: Decide, completion: tuple[Job, Change], now: int,
-                                 actor: str) -> Job:
+                                 actor: str) -> Job | None:
         """Inside a write transaction: the completion decided on the job as claimed, where the row
-        still holds that claim; else `decide` on the row as it is (the general path)."""
-        done = self._complete_held(c, *completion, now, actor)
-        if done is not None:
-            return done
+        still holds that claim (None: the caller makes the job it left, `completed(*completion, now)`,
+        once the transaction is over); else `decide` on the row as it is (the general path)."""
+        if self._complete_held(c, *completion, now, actor):
+            return None
         return self._decide_and_apply(c, job_id, self._job_row(c, job_id), decide, now, actor)
 
     def _job_row(self, c, job_id: int):

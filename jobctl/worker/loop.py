@@ -40,6 +40,7 @@ IDLE_MIN_DELAY = 0.05
 CHANGE_CHECK = 0.05  # while idle, how often the database is asked whether anyone committed
 SPAWN_MIN_DELAY, SPAWN_MAX_DELAY = 0.5, 30.0  # back-off after a handler could not be started
 REGISTER_AFTER = 0.002  # a handler still running this long after its start is put in the orphan registry
+UNWATCHED_LOOK = 0.01  # how often the loop looks at a handler whose exit it has no fd to wait on
 RENEW_MAX_INTERVAL = 10.0  # the registry row's last_seen is renewed at least this often, idle or not
 RENEW_MIN_INTERVAL = 1.0  # and at most this often (a third of the lease between the two)
 ORDERS_CHECK = 0.5  # how often the worker looks whether an operator ordered it to drain or stop (noticed within 2 s)
@@ -343,7 +344,10 @@ class Worker:
                 signal.signal(s, on_stop)
         except ValueError:  # not the main thread: fall back to short sleeps
             return None, None
-        signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # so that it wakes the pipe
+        if not self.sup.launcher.exit_fds:
+            # A handler's exit wakes the loop through its pidfd where the kernel has them (no
+            # signal then: nothing interrupts a wait, and nothing runs for it); else through SIGCHLD.
+            signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # so that it wakes the pipe
         r, w = os.pipe()
         os.set_blocking(r, False)
         os.set_blocking(w, False)
@@ -368,13 +372,17 @@ class Worker:
             self._pump()
             time.sleep(min(timeout, 0.05))
             return
+        exits = self.sup.exit_fds() if self.sup.launcher.exit_fds else set()
+        if exits is None:  # a handler without one (no descriptor was left): look at it often
+            timeout = min(timeout, UNWATCHED_LOOK)
+            exits = set()
         end = time.monotonic() + timeout
         while True:
             pipes = self.sup.fds() if output else {}
             if not pipes and timeout <= 0:
                 break
             try:
-                ready, _, _ = select.select([wake_r, *pipes], [], [], max(timeout, 0.0))
+                ready, _, _ = select.select([wake_r, *exits, *pipes], [], [], max(timeout, 0.0))
             except InterruptedError:
                 ready = [wake_r]
             for fd in ready:
@@ -383,6 +391,8 @@ class Worker:
                     r.pump(fd)
             if wake_r in ready or timeout <= 0:
                 break
+            if exits and not exits.isdisjoint(ready):
+                return  # a handler exited (nothing to read on the wake-up pipe for that)
             timeout = end - time.monotonic()
             if timeout <= 0:
                 break
@@ -514,7 +524,8 @@ class Worker:
                 if o not in self.rec.unrecorded:
                     self.rec.unrecorded.append(o)
             raise
-        for r, _ in finished:  # off the critical path: after the next handler started
+        self.sup.finish_reaping()  # off the critical path: after the next handler started
+        for r, _ in finished:
             self.sup.forget(r)
 
     def _pump(self) -> None:

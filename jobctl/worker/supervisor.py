@@ -103,12 +103,19 @@ class SpawnError(Exception):
 class Proc:
     """A started handler: its pid (= its process group) and, once reaped, its returncode."""
 
-    __slots__ = ("pid", "returncode", "over")
+    __slots__ = ("pid", "returncode", "over", "status", "exit_fd")
 
     def __init__(self, pid: int):
         self.pid = pid
         self.returncode: int | None = None
         self.over = False  # seen exited (a zombie until reaped: it stays so)
+        self.status: int | None = None  # its returncode as seen exited, before it is reaped (if known)
+        self.exit_fd = -1  # readable once it has exited (its pidfd), while it is not reaped; -1: none
+
+    def forget_exit_fd(self) -> None:
+        if self.exit_fd >= 0:
+            os.close(self.exit_fd)
+            self.exit_fd = -1
 
 
 _TMP: list[str] = []  # the folder of the scratch files, found once (as tempfile.gettempdir would)
@@ -132,11 +139,25 @@ def _scratch_fd() -> int:
     return fd
 
 
+STDIN_PIPE_MAX = 4096  # a payload this small reaches the handler through a pipe; a larger one, a file
+
+
+def _feed(w: int, data: bytes) -> None:
+    """Write a small payload (at most STDIN_PIPE_MAX) into the empty pipe of a handler's stdin and
+    close it: the handler reads it to its end."""
+    try:
+        view = memoryview(data)
+        while view:  # (one write: an empty pipe holds a page; a loop all the same)
+            view = view[os.write(w, view):]
+    finally:
+        os.close(w)
+
+
 def _stdin_fd(data: bytes, pipe: tuple[int, int] | None = None) -> int:
     """The handler's stdin holding `data`: a pipe (`pipe`, made beforehand, or a new one) already
     filled and closed when the payload fits in one pipe page (any pipe holds that much, so the
     write never blocks), else a temporary file. `pipe` is this function's to close."""
-    if len(data) <= 4096:
+    if len(data) <= STDIN_PIPE_MAX:
         r, w = pipe if pipe is not None else os.pipe()
         try:
             if data:
@@ -186,12 +207,31 @@ def _signals_to_default() -> tuple[int, ...]:
                  and (s in own or signal.getsignal(s) != signal.SIG_IGN))
 
 
+def _pidfds_work() -> bool:
+    """Whether this kernel gives pidfds (Linux 5.3 and later)."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
 class PosixLauncher:
     """The real processes: posix_spawn of a command resolved once on PATH, waitid, killpg."""
 
     def __init__(self):
         self._paths: dict[str, str] = {}
         self._to_default: tuple[int, ...] | None = None  # (_signals_to_default, at the first start)
+        self.exit_fds = _pidfds_work()  # each handler's exit wakes the loop through its pidfd
+
+    def watch(self, proc: Proc) -> None:
+        """Give a started handler its exit fd (a pidfd): the loop sleeps on it, not on SIGCHLD.
+        None where the kernel has no pidfds (the loop then wakes by SIGCHLD) or none is left."""
+        if self.exit_fds:
+            try:
+                proc.exit_fd = os.pidfd_open(proc.pid)
+            except OSError:
+                pass
 
     def resolve(self, program: str, env: dict) -> str | None:
         if os.sep in program:
@@ -278,9 +318,13 @@ class PosixLauncher:
         if proc.over:  # asked again by the reap right after the registry's look: no second waitid
             return True
         try:
-            proc.over = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+            seen = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             proc.over = True
+            return True
+        if seen is not None:
+            proc.over = True
+            proc.status = seen.si_status if seen.si_code == os.CLD_EXITED else -seen.si_status
         return proc.over
 
     def reap(self, proc: Proc, timeout: float | None = None) -> int | None:
@@ -415,6 +459,7 @@ class Supervisor:
         self.keeper: Keeper | None = None  # kills the handlers if this worker dies (set by the loop)
         self.cgroups: MemoryCgroups | None = None  # a memory_limit caps a handler's tree there (set by the loop)
         self._spare: tuple[int, ...] | None = None  # the next handler's pipes, made beforehand (prepare)
+        self._exited: list[Proc] = []  # exited and off the running list, not yet reaped (finish_reaping)
 
     # -- starting ------------------------------------------------------------------------------
 
@@ -425,13 +470,19 @@ class Supervisor:
         handler runs: nothing reads its pipes before."""
         writers: list[int] = []
         readers: list[int] = []
-        stdin = -1
+        stdin = feed = -1
         slot = None
         try:
             payload = job.payload.encode("utf-8")  # exactly as stored; never on a command line
             pipes, self._spare = self._spare or _handler_pipes(), None
             readers, writers = [pipes[0], pipes[2]], [pipes[1], pipes[3]]
-            stdin = _stdin_fd(payload, (pipes[4], pipes[5]))
+            if len(payload) <= STDIN_PIPE_MAX:
+                # Written once the handler runs, off the path from the last exit to this start: the
+                # pipe is empty and holds that much, so the write never waits, and its read end
+                # stays open here until then, so it never meets a closed pipe.
+                stdin, feed = pipes[4], pipes[5]
+            else:
+                stdin = _stdin_fd(payload, (pipes[4], pipes[5]))
             self._stop_orphans(job)
             before = handlers.boot_ticks()
             # a launcher of tests' fakes need not know of memory limits
@@ -444,7 +495,7 @@ class Supervisor:
                 limit["cgroup_procs"] = slot.procs_fd
             proc = self.launcher.spawn(command, stdin, writers[0], writers[1], env, **limit)
         except (OSError, ValueError, TypeError) as e:
-            for fd in writers + readers + ([stdin] if stdin >= 0 else []):
+            for fd in writers + readers + [fd for fd in (stdin, feed) if fd >= 0]:
                 os.close(fd)
             if slot is not None and self.cgroups is not None:
                 self.cgroups.remove(slot)
@@ -456,8 +507,20 @@ class Supervisor:
             if e.errno in COMMAND_ERRORS:
                 raise SpawnError(f"cannot run {command[0]}: {reason}", command=True) from None
             raise SpawnError(f"cannot start a handler ({reason})") from None
+        if feed >= 0:
+            try:
+                _feed(feed, payload)
+            except OSError as e:  # (not seen: an empty pipe takes a page at once) never half a payload
+                self.launcher.signal_group(proc, signal.SIGKILL)
+                self.launcher.reap(proc)
+                for fd in (stdin, *writers, *readers):
+                    os.close(fd)
+                if slot is not None and self.cgroups is not None:
+                    self.cgroups.remove(slot)
+                raise SpawnError(f"cannot give a handler its payload ({e.strerror or e})") from None
         for fd in (stdin, *writers):  # the handler has its own copies
             os.close(fd)
+        self.launcher.watch(proc)
         now = self.clock()
         r = Running(job, proc, readers[0], readers[1], now, now + job.timeout_ms / 1000, now + heartbeat_every,
                     output=new_output() if new_output is not None else RunOutputBuffer(0, 0, 1024 * 1024 + 4096, STDERR_KEEP))
@@ -503,9 +566,17 @@ class Supervisor:
         """The output pipes to watch: fd -> its run."""
         return {fd: r for r in self.running for fd in r.fds()}
 
+    def exit_fds(self) -> set[int] | None:
+        """The fds that turn readable when a running handler exits; None when one has none (the
+        loop must then look often)."""
+        fds = {r.proc.exit_fd for r in self.running}
+        return None if -1 in fds else fds
+
     def close(self) -> None:
+        self.finish_reaping()
         for r in self.running:
             r.close()
+            r.proc.forget_exit_fd()
         if self.cgroups is not None:
             self.cgroups.sweep()
         spare, self._spare = self._spare, None
@@ -580,9 +651,17 @@ class Supervisor:
         finished = []
         for r in done:
             self.running.remove(r)
+            rc = r.proc.status if r.stop_reason is None and r.cgroup is None else None
+            if rc is not None:
+                # Its exit status is known: the rest waits until the next handler has started
+                # (finish_reaping), off the path from this exit to that start.
+                self._exited.append(r.proc)
+                finished.append((r, rc))
+                continue
             # The leader is a zombie: its group id is still ours. Kill what it left behind.
             self.launcher.signal_group(r.proc, signal.SIGKILL)
             rc = self.launcher.reap(r.proc)
+            r.proc.forget_exit_fd()
             if self.keeper is not None:
                 self.keeper.remove(r.proc.pid)
             if r.stop_reason is not None and r.job.token:
@@ -596,6 +675,18 @@ class Supervisor:
         if self.cgroups is not None and self.cgroups.leftover:
             self.cgroups.sweep()
         return finished
+
+    def finish_reaping(self) -> None:
+        """For the handlers `reap` took off the running list by their exit status alone: kill what
+        each left in its process group (the leader, a zombie until reaped, keeps the group id
+        ours, never a stranger's), then reap it, and take it off the keeper's table."""
+        exited, self._exited = self._exited, []
+        for proc in exited:
+            self.launcher.signal_group(proc, signal.SIGKILL)
+            self.launcher.reap(proc)
+            proc.forget_exit_fd()
+            if self.keeper is not None:
+                self.keeper.remove(proc.pid)
 
     def _end_cgroup(self, r: Running) -> None:
         """The handler has exited: read its cgroup's OOM kills, then kill what is left in it (a
@@ -614,8 +705,10 @@ class Supervisor:
         """Kill a handler at once and reap it (the worker is leaving); its returncode."""
         self.kill(r)
         rc = self.launcher.reap(r.proc, timeout=wait)
-        if rc is not None and self.keeper is not None:
-            self.keeper.remove(r.proc.pid)
+        if rc is not None:
+            r.proc.forget_exit_fd()
+            if self.keeper is not None:
+                self.keeper.remove(r.proc.pid)
         if r.cgroup is not None:
             self._end_cgroup(r)
         if r in self.running:

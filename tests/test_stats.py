@@ -283,7 +283,7 @@ def test_check_help_names_every_threshold_that_exits_9(cli, db):
     text = re.sub(r"\s+", " ", cli("stats", "--help", env={"COLUMNS": "200"}).stdout).split(" Options: ", 1)[1]
     check_help = text.split("--check ", 1)[1].split(" --max-ready-age", 1)[0]
     assert "exit 9 when a threshold" in check_help and "--min-workers" in check_help, check_help
-    assert "but --min-workers" in text.split("--type TYPE ", 1)[1].split(" --by ", 1)[0], text
+    assert "except --min-workers" in text.split("--type TYPE ", 1)[1].split(" --by ", 1)[0], text
 
 
 def test_watch_piped_prints_one_snapshot_and_exits(cli, db):

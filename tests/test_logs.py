@@ -19,12 +19,14 @@ from jobctl.worker.output import RunOutputBuffer, Window
 from jobctl import runlog
 
 
-def setup(tmp_path, handler: str, extra: str = "", type_extra: str = ""):
+def setup(tmp_path, handler: str, extra: str = "", type_extra: str = "", runs: int = 1):
+    """A config whose type `t` runs `handler` (Python) up to `runs` times, retried at once."""
     script = tmp_path / "handler.py"
     script.write_text(textwrap.dedent(handler))
     config = tmp_path / "config.toml"
+    retries = f'backoff = "{",".join(["0"] * runs)}"\n' if runs > 1 else ""
     config.write_text(f"{extra}\n[types.t]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}]\n"
-                      f"max_attempts = 1\n{type_extra}\n")
+                      f"max_attempts = {runs}\n{retries}{type_extra}\n")
     return ["--config", str(config)]
 
 
@@ -184,9 +186,7 @@ FAILS_LOUDLY_THEN_WAITS_SILENTLY = """
 
 
 def test_follow_follows_the_run_going_on_not_an_earlier_one_that_printed(tmp_path, db):
-    cfg = setup(tmp_path, FAILS_LOUDLY_THEN_WAITS_SILENTLY)
-    config = tmp_path / "config.toml"
-    config.write_text(config.read_text().replace("max_attempts = 1", 'max_attempts = 2\nbackoff = "0"'))
+    cfg = setup(tmp_path, FAILS_LOUDLY_THEN_WAITS_SILENTLY, runs=2)
     job = enqueue(db, cfg)
     worker = subprocess.Popen([*JOBCTL, "--db", str(db), *cfg, "work", "--stop-when-empty"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -231,9 +231,7 @@ ONLY_THE_SECOND_RUN_PRINTS = """
 
 
 def test_logs_run_n_is_the_attempt_number_of_show_and_the_worker(tmp_path, db):
-    cfg = setup(tmp_path, ONLY_THE_SECOND_RUN_PRINTS)
-    config = tmp_path / "config.toml"
-    config.write_text(config.read_text().replace("max_attempts = 1", 'max_attempts = 3\nbackoff = "0,0,0"'))
+    cfg = setup(tmp_path, ONLY_THE_SECOND_RUN_PRINTS, runs=3)
     job = enqueue(db, cfg)
     work(db, cfg)
     r = run_inproc(*cfg, "logs", job, "--run", 2, db=db)

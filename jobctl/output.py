@@ -244,8 +244,8 @@ def job_panel(job: Job, events: list[Event], now: int, patterns, reveal: bool = 
         ("finished", to_rfc3339(job.finished_at) if job.finished_at else None),
         ("payload", text(masked_text(job.payload, patterns, reveal))),
     ]
-    if explanation:
-        rows.insert(1, ("why", text(explanation, "yellow")))
+    if explanation:  # (a reason a person typed, `jobctl bury --reason`, may hold a secret)
+        rows.insert(1, ("why", text(mask_text(explanation, patterns, reveal), "yellow")))
     if run_output is not None:
         other = "; --run N for another run" if run_output.runs > 1 else ""
         rows.append(("output", f"`jobctl logs {job.id}` (run {run_output.run}, {_size(run_output.size)}{other})"))

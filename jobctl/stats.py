@@ -12,7 +12,7 @@ import statistics
 from typing import TYPE_CHECKING, Any, Sequence
 
 from jobctl.durations import format_duration, parse_time, to_rfc3339
-from jobctl.models import Job
+from jobctl.models import HELD, Job
 from jobctl.pauses import until_text as _until
 
 if TYPE_CHECKING:
@@ -393,11 +393,13 @@ def prometheus(stats: dict) -> str:
 def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]] = (),
             paused: set[str] | frozenset = frozenset(), held: str | None = None,
             pauses: Sequence[tuple[str, str | None, int | None]] = (),
-            lease_expired: bool | None = None, running_ms: int | None = None) -> str | None:
+            lease_expired: bool | None = None, running_ms: int | None = None,
+            buried_by_hand: str | None = None) -> str | None:
     """One or two sentences saying why this job is where it is and what would move it; None for a
     running job that is fine, or a finished job. lease_expired: whether its lease expired as
     `recover` judges it (the engine's lease clock); None: judged on lease_expires_at. running_ms:
-    how long its run has lasted on that clock (Engine.running_ms); None: since claimed_at."""
+    how long its run has lasted on that clock (Engine.running_ms); None: since claimed_at.
+    buried_by_hand: for a job `jobctl bury` parked, its history's word of it (by_hand_note)."""
     reasons = []
     if job.status == "pending":
         waiting = [(d, s) for d, s in dependencies if s != "completed"]
@@ -427,7 +429,9 @@ def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]
             reasons.append(f"all {job.max_attempts} runs used ({job.attempts}), but a retry lets it run once "
                            f"more: one more failure buries it")
     elif job.status == "buried":
-        if job.attempts >= job.max_attempts:
+        if buried_by_hand:
+            reasons.append(f"{buried_by_hand}: `jobctl retry {job.id}` requeues it")
+        elif job.attempts >= job.max_attempts:
             reasons.append(f"no runs left ({job.attempts} of {job.max_attempts} used): `jobctl retry {job.id}` "
                            f"(add --reset-attempts for a fresh set)")
         else:
@@ -453,6 +457,31 @@ def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]
                 reasons.append(f"running for {format_duration(ran / 1000)}, past its timeout of "
                                f"{format_duration(job.timeout)}")
     return "; ".join(reasons) or None
+
+
+def by_hand_note(events: Sequence) -> str | None:
+    """How the history says a person parked the job (`buried by hand: REASON (by ACTOR)`), when
+    its latest move to buried was `jobctl bury`'s; else None (a failure buried it)."""
+    last = next((e for e in reversed(events) if e.to_status == "buried"), None)
+    if last is None or not (last.message or "").startswith("buried by hand"):
+        return None
+    return f"{last.message} (by {last.actor})"
+
+
+def explain_job(q, job: Job, events: Sequence, now: int) -> tuple[str | None, int]:
+    """explain() of a job, with what the queue `q` knows of it, as `show` and top's details give
+    it; and the time to show its times against (a held job's lease clock: a step of the wall
+    clock since its lease was set is left out)."""
+    if job.status in HELD:
+        now = q.engine.lease_now(job, now)
+    ready = job.status == "pending" and not job.waiting_on and job.run_at <= now
+    why = explain(job, now, dependencies=q.dependencies(job.id) if job.after else [],
+                  pauses=q.pauses() if job.status == "pending" else [],
+                  held=q.held_because(job) if ready else None,
+                  lease_expired=q.engine.lease_expired(job, now) if job.status in HELD else None,
+                  running_ms=q.engine.running_ms(job, now) if job.status in HELD else None,
+                  buried_by_hand=by_hand_note(events) if job.status == "buried" else None)
+    return why, now
 
 
 def _paused(job: Job, now: int, pauses: Sequence[tuple[str, str | None, int | None]],

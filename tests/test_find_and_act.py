@@ -122,7 +122,11 @@ def test_bury_edit_and_show_by_key(any_db):
     again = cli("enqueue", "send-email", '{"password": "s3cret", "to": "b@example.com"}', "--key", "order-42",
                 "--json")
     assert json.loads(again.stdout)["id"] == 6 and json.loads(again.stdout)["created"] is False, again.output
-    assert cli("bury", "6", "--reason", "bad address").stdout == "6 buried\n"
+    assert cli("bury", "6", "--reason", "bad address, token=abc123").stdout == "6 buried\n"
+    # show says a person parked it, why and how to undo it (a secret in the reason masked there too)
+    why = " ".join(cli("show", "6").stdout.split("why", 1)[1].split("\n  ")[0].split())
+    assert "buried by hand: bad address" in why and "`jobctl retry 6` requeues it" in why, why
+    assert "bury exit code" not in why and "abc123" not in why, why
     assert cli("retry", "6").stdout == "6 pending\n"
     r = cli("show", "--key", "no-such-key")
     assert r.exit_code == 3 and "no job has the idempotency key" in r.stderr, r.output

@@ -107,17 +107,9 @@ def show(
         if as_json:
             emit_json({**job.to_dict(), "events": [e.to_dict() for e in events]})
             return
-        from jobctl.models import HELD
-        from jobctl.stats import explain
+        from jobctl.stats import explain_job
 
-        if job.status in HELD:  # its times written before a step of the wall clock read as they were
-            now = q.engine.lease_now(job, now)
-        ready = job.status == "pending" and not job.waiting_on and job.run_at <= now
-        why = explain(job, now, dependencies=q.dependencies(job.id) if job.after else [],
-                      pauses=q.pauses() if job.status == "pending" else [],
-                      held=q.held_because(job) if ready else None,
-                      lease_expired=q.engine.lease_expired(job, now) if job.status in HELD else None,
-                      running_ms=q.engine.running_ms(job, now) if job.status in HELD else None)
+        why, now = explain_job(q, job, events, now)
         run_output = q.run_output(job_id)
     from jobctl import output
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from jobctl.models import HELD, Job
+from jobctl.models import Job
 from jobctl.top.filters import WAITING, Filter
 
 ROWS = 200  # rows a jobs tab reads: a screen's worth many times over, cheap on 1,000,000 jobs
@@ -194,20 +194,12 @@ class DataSource:
     def detail(self, job_id: int) -> Detail:
         """The job as `jobctl show` reads it (its history and why it waits), and its log's tail."""
         from jobctl import runlog
-        from jobctl.stats import explain
+        from jobctl.stats import explain_job
 
         q = self.queue()
         job = q.get(job_id)
         events = q.events(job_id)
-        now = q.now()
-        if job.status in HELD:  # its times written before a step of the wall clock read as they were
-            now = q.engine.lease_now(job, now)
-        ready = job.status == "pending" and not job.waiting_on and job.run_at <= now
-        why = explain(job, now, dependencies=q.dependencies(job.id) if job.after else [],
-                      pauses=q.pauses() if job.status == "pending" else [],
-                      held=q.held_because(job) if ready else None,
-                      lease_expired=q.engine.lease_expired(job, now) if job.status in HELD else None,
-                      running_ms=q.engine.running_ms(job, now) if job.status in HELD else None)
+        why, now = explain_job(q, job, events, q.now())
         log = q.run_output(job_id)
         lines = runlog.last_lines(log, LOG_LINES, self.settings.secret_keys) if log is not None else []
         return Detail(job, events, why, log, lines, now)

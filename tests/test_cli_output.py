@@ -41,7 +41,7 @@ def test_stdout_stays_the_contract_and_a_terminal_is_told_what_was_done(cli, db,
     code, stdout, shown = on_terminal(db, "cancel", "2")
     assert (code, stdout) == (0, "2 cancelled\n") and "cancel: job 2 is now cancelled" in shown, shown
     code, stdout, shown = on_terminal(db, "cancel", "-q", "default", "--dry-run")
-    assert (code, stdout) == (0, "1\n") and "would cancel 1 job" in shown and "nothing changed" in shown, shown
+    assert (code, stdout) == (0, "1\n") and "would cancel 1 job (3); --dry-run: nothing changed" in shown, shown
     code, stdout, shown = on_terminal(db, "retry-buried")
     assert (code, stdout) == (0, "0\n") and "retried 0 buried jobs" in shown, shown
     code, stdout, shown = on_terminal(db, "purge", "--cancelled-older-than", "0s")
@@ -117,3 +117,11 @@ def test_json_for_the_commands_that_print_a_path(cli, db, tmp_path):
     assert json.loads(cli("backup", str(copy), "--json").stdout) == {"path": str(copy)}
     cfg = tmp_path / "c.toml"
     assert json.loads(cli("config", "init", str(cfg), "--json").stdout) == {"path": str(cfg)}
+
+
+def test_a_dry_run_names_at_most_twenty_jobs_and_says_how_many_more():
+    from jobctl.cli.filters import report
+
+    line = report("cancel", 25, {"cancelled": 25}, True, would=list(range(1, 26)))
+    assert line == ("would cancel 25 jobs (" + ", ".join(map(str, range(1, 21)))
+                    + " and 5 more: --json lists them); --dry-run: nothing changed"), line

@@ -8,7 +8,7 @@ import contextlib
 import functools
 import inspect
 import sys
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, TypeVar
 
 import typer
 
@@ -34,7 +34,7 @@ SINCE = typer.Option(None, "--since", metavar="WHEN", help="Only jobs changed at
 BEFORE = typer.Option(None, "--before", metavar="WHEN", help="Only jobs last changed before WHEN (a time, or a duration: that long ago).")
 MIN_ATTEMPTS = typer.Option(None, "--min-attempts", metavar="N", help="Only jobs that used at least N runs.")
 YES = typer.Option(False, "--yes", "-y", help="Do not ask on a terminal before acting on several jobs.")
-DRY_RUN = typer.Option(False, "--dry-run", help="Print what would change; change nothing.")
+DRY_RUN = typer.Option(False, "--dry-run", help="Print what would change (how many jobs; on a terminal also their ids; --json: one line per job); change nothing.")
 JSON_EACH = typer.Option(False, "--json", help="Print each job as JSON (one per line); with a filter one {\"id\", \"action\"} per job.")
 
 
@@ -170,10 +170,13 @@ def act(ctx, action: str, sel, *, dry_run: bool, yes: bool, as_json: bool, **inp
                 sys.stderr.write("not confirmed: nothing changed\n")
                 return
         counts: dict[str, int] = {}
+        would: list[int] = []  # (--dry-run: the jobs it would change, for a person to check)
         try:
             for job_id, outcome, detail in acting(q, action, ids, sel, dry_run=dry_run, **inputs):
                 word = _word(action, outcome, detail)
                 counts[word] = counts.get(word, 0) + 1
+                if dry_run and outcome == "changed":
+                    would.append(job_id)
                 if as_json:
                     emit_json({"id": job_id, "action": word, **({"dry_run": True} if dry_run else {})})
         except (Interrupted, KeyboardInterrupt) as e:
@@ -184,7 +187,7 @@ def act(ctx, action: str, sel, *, dry_run: bool, yes: bool, as_json: bool, **inp
         emit(str(_changed(counts)))
     from jobctl.cli.state import tell
 
-    tell(report(action, len(ids), counts, dry_run, states=sel.statuses))
+    tell(report(action, len(ids), counts, dry_run, states=sel.statuses, would=would))
 
 
 class Interrupted(Exception):
@@ -264,11 +267,19 @@ def _word(action: str, outcome: str, detail) -> str:
     return DONE[action]
 
 
-def report(action: str, matched: int, counts: dict[str, int], dry_run: bool, states: Optional[List[str]] = None) -> str:
-    """`retried 1,234 jobs; skipped 3 (changed meanwhile)`, `would cancel 2 jobs; --dry-run: nothing changed`."""
+SHOWN_IDS = 20  # at most this many ids in --dry-run's line (--json lists them all)
+
+
+def report(action: str, matched: int, counts: dict[str, int], dry_run: bool, states: Optional[List[str]] = None,
+           would: Sequence[int] = ()) -> str:
+    """`retried 1,234 jobs; skipped 3 (changed meanwhile)`, `would cancel 2 jobs (4, 7); --dry-run:
+    nothing changed` (would: the ids a dry run would change)."""
     why = {"skipped": "changed meanwhile", "refused": "not allowed in their state", "unchanged": "nothing to change"}
     done = sum(n for word, n in counts.items() if word not in why)
     line = f"{'would ' + action if dry_run else DONE[action]} {done:,} job{'' if done == 1 else 's'}"
+    if would:
+        more = f" and {len(would) - SHOWN_IDS:,} more: --json lists them" if len(would) > SHOWN_IDS else ""
+        line += f" ({', '.join(map(str, would[:SHOWN_IDS]))}{more})"
     if counts.get("cancel_requested"):
         line += f" ({counts['cancel_requested']:,} running: cancellation requested)"
     line += "".join(f"; {word} {counts[word]:,} ({reason})" for word, reason in why.items() if counts.get(word))

@@ -17,7 +17,7 @@ TOKEN_MAX = 70  # bytes of the token kept (a claim's token is 24)
 # A handler's slot: in use, pid, start time range in ticks (-1: unknown), token length, token
 SLOT = struct.Struct(f"<BxxxiqqH{TOKEN_MAX}s")
 SLOT_SIZE = SLOT.size  # 96
-SLOTS = 4096  # two per handler at most (a reaped one is cleared before the next start): --concurrency 1024 fits
+SLOTS = 4096  # two per handler at most (an exited one is cleared right after the next start): --concurrency 1024 fits
 TABLE_FD = 3  # the table, in the keeper
 LOOK_EVERY = 5.0  # seconds: the keeper's one periodic look (is its worker still its parent?), a safety net
 

@@ -1,9 +1,10 @@
 """The work loop behind `jobctl work`: claim jobs, start their handlers, report what they came to.
 
 One thread, one loop. Signal handlers only count signals; through `signal.set_wakeup_fd` every
-signal (SIGCHLD included) also writes a byte to a pipe, so the loop sleeps in `select()` until a
-handler exits, a signal arrives or the next deadline (timeout, heartbeat, poll) is due: no
-spinning, and near-zero CPU when idle. While idle it also asks the database, cheaply, whether
+signal also writes a byte to a pipe, and each handler has a pidfd that turns readable when it
+exits (where the kernel has none, SIGCHLD wakes the pipe instead), so the loop sleeps in
+`select()` until a handler exits, a signal arrives or the next deadline (timeout, heartbeat,
+poll) is due: no spinning, and near-zero CPU when idle. While idle it also asks the database, cheaply, whether
 anyone committed (`queue.has_changed()`), so a job enqueued meanwhile starts at once instead of at
 the next poll.
 
@@ -231,7 +232,7 @@ class Worker:
                 if self.sup.unregistered:
                     # A first short wait: a handler that is over by then needs no orphan record.
                     # Its pipes are not watched during it (their end-of-file would wake the loop
-                    # once more, just before the SIGCHLD): the most a handler that fills one
+                    # once more, just before its exit does): the most a handler that fills one
                     # within it waits is those 2 ms.
                     self._wait(wake_r, min(wait, REGISTER_AFTER), output=False)
                     self.sup.register()

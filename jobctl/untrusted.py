@@ -93,8 +93,8 @@ def mask_text(value, patterns, reveal: bool = False) -> str:
             if not is_secret(m.group("key").strip("\"'-")):
                 continue  # a key that is not secret hides nothing: its value may hold the next pair
             v = _VALUE.match(s, m.end())
-            if v is None:
-                continue
+            if v is None or v.group(0) == "null":
+                continue  # (JSON's null: no secret is there to hide, and *** would say there was)
             quote = v.group(0)[0] if v.group(0)[:1] in ("'", '"') else ""
             found.append((m.end(), v.end(), quote))
     out, done = [], 0

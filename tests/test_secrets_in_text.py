@@ -21,6 +21,7 @@ def test_mask_text_forms():
         "GET https://x/?a=1&client_secret=zz HTTP/1.1": "GET https://x/?a=1&client_secret=*** HTTP/1.1",
         "db_password = 'p w' x": "db_password = '***' x",
         "at 12:30 the queue=billing": "at 12:30 the queue=billing",
+        '{"token":null,"password":"null"}': '{"token":null,"password":"***"}',  # JSON's null hides nothing
     }
     for text, shown in cases.items():
         assert mask_text(text, KEYS) == shown, text

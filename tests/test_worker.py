@@ -21,13 +21,19 @@ from conftest import JOBCTL, finish, run_cli, run_inproc, start_worker, wait_for
 PY = sys.executable
 
 
-def write_config(tmp_path, body: str, worker: str = 'lease = "1s"\nkill_grace = "300ms"\nrecover_every = "200ms"\npoll = "100ms"'):
+# Short leases, graces and polls, so each test is quick (tests/test_worker_faults.py uses them too).
+WORKER_CONF = 'lease = "1s"\nkill_grace = "300ms"\nrecover_every = "200ms"\npoll = "100ms"'
+
+
+def write_config(tmp_path, body: str, worker: str = WORKER_CONF):
     (tmp_path / "jobctl.toml").write_text(f"{textwrap.dedent(body)}\n[worker]\n{worker}\n")
 
 
 def script(tmp_path, name: str, code: str) -> str:
+    """A handler written into tmp_path, executable (run as itself, or by an interpreter)."""
     path = tmp_path / name
     path.write_text(textwrap.dedent(code))
+    path.chmod(0o755)
     return str(path)
 
 

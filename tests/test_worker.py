@@ -546,9 +546,10 @@ conn.execute("COMMIT")
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_worker_waits_out_a_write_lock_held_by_another_process(tmp_path, cli, db):
     write_config(tmp_path, """
-        busy_timeout = "1s"
+        busy_timeout = "500ms"
 
         [types.append]
         command = ["sh", "-c", "echo $JOBCTL_JOB_ID >> ids.txt; sleep 0.2"]
@@ -558,8 +559,9 @@ def test_worker_waits_out_a_write_lock_held_by_another_process(tmp_path, cli, db
     wait_for(lambda: (tmp_path / "ids.txt").exists() and len((tmp_path / "ids.txt").read_text().split()) >= 2,
              what="some jobs to run")
     # held for 4 busy timeouts: the worker meets the lock, backs off and retries several times
-    # (0.1 s, 0.2 s, 0.4 s... between tries of 1 s each) before it is free; 10 s proved no more
-    locker = subprocess.Popen([PY, "-c", LOCKER, str(db), "4"], stdout=subprocess.PIPE, text=True)
+    # (0.1 s, 0.2 s, 0.4 s... between tries of 0.5 s each) before it is free; 10 s (and 4 s for
+    # tries of 1 s) proved no more
+    locker = subprocess.Popen([PY, "-c", LOCKER, str(db), "2"], stdout=subprocess.PIPE, text=True)
     assert locker.stdout.readline().strip() == "locked"
     assert locker.wait(timeout=30) == 0
     code, log = finish(worker, timeout=60)

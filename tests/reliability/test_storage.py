@@ -21,6 +21,10 @@ from jobctl.queue import Queue
 
 from .util import files_state, hold, integrity, jobctl, jobs, release, rows, run_inproc
 
+# Outcomes only (exit codes, error lines, files byte for byte; the locks are held until released,
+# not for a while): these run beside other tests.
+pytestmark = pytest.mark.shared
+
 
 def init_db(db: Path, n_jobs: int = 0) -> None:
     r = run_inproc("init", db=db)

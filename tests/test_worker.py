@@ -312,12 +312,12 @@ def test_handler_ignoring_sigterm_is_killed_after_the_grace(tmp_path, cli, db):
 def test_job_longer_than_its_lease_completes_and_is_not_claimed_twice(tmp_path, cli, db):
     write_config(tmp_path, """
         [types.long]
-        command = ["sh", "-c", "echo $JOBCTL_ATTEMPT >> runs.txt; sleep 3"]
-    """)  # lease 1s: the job runs three leases long
+        command = ["sh", "-c", "echo $JOBCTL_ATTEMPT >> runs.txt; sleep 2"]
+    """)  # lease 1s: the job runs two leases long (three proved no more)
     job_id = int(cli("enqueue", "long").stdout)
     first = start_worker(tmp_path, db, "--max-jobs", 1, name="first")
     wait_for(lambda: (tmp_path / "runs.txt").exists(), what="the job to start")
-    other = start_worker(tmp_path, db, "--max-time", "4s", name="other")  # recovers every 200 ms
+    other = start_worker(tmp_path, db, "--max-time", "3s", name="other")  # recovers every 200 ms, past the job's end
     code, log = finish(first)
     assert code == 0, log
     code, other_log = finish(other)

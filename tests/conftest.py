@@ -53,8 +53,8 @@ def pytest_unconfigure(config):
 # -- sharing the machine between the test processes ---------------------------------------------
 # The suite runs on 2 processes (pytest-xdist). Most tests wait on processes, I/O or sleeps and run
 # side by side; a test that measures time, throughput or memory against a bound, or a torture test
-# that loads the machine by itself, must have it alone: a test marked `alone` (tests/test_bench.py
-# and tests/test_batch_stream.py whole), `slow` or `reliability` (all of tests/reliability/), unless
+# that loads the machine by itself, must have it alone: a test marked `alone` (such as the memory
+# bounds of tests/test_batch_stream.py), `slow` or `reliability` (all of tests/reliability/), unless
 # it is also marked `shared`: a long test that checks only outcomes, with no time bound that a busy
 # machine could cross (hostile input, damaged rows, races counted job by job).
 

@@ -86,6 +86,7 @@ HANDLER = ('import os, sys, time\n'
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_four_workers_hold_to_the_claimers_limit_for_jobs_enqueued_without_its_config(any_db, tmp_path):
     handler, log = tmp_path / "handler.py", tmp_path / "runs.log"
     handler.write_text(HANDLER)

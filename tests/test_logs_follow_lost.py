@@ -104,6 +104,7 @@ def test_follow_of_a_renewed_claim_goes_on_and_ends_once_renewals_stop(tmp_path,
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_a_user_who_may_only_read_is_told_the_worker_was_lost_too(pg_base, pg_url, pg_schema):
     # A monitoring role with USAGE and SELECT may read `logs`: asking whether the worker is lost
     # must not need a row lock (UPDATE rights), or its --follow would fail with permission denied.

@@ -3,6 +3,7 @@ database on both engines; text snapshots at 80x24 and 200x50 on a fixed clock; t
 the database going away; and once in a real terminal (tmux)."""
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -47,6 +48,14 @@ async def settle(app, pilot, timeout=10.0):
 async def press(app, pilot, *keys):
     await pilot.press(*keys)
     await settle(app, pilot)
+
+
+@contextlib.asynccontextmanager
+async def running(app, size=(80, 24)):
+    """(app, pilot): the app running headless at `size`, its first look settled."""
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)
+        yield app, pilot
 
 
 def screen_text(app) -> str:
@@ -134,9 +143,7 @@ def test_keys_act_in_the_database(known):
     db, clock = known
 
     async def go():
-        app = make_app(db, clock)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, clock)) as (app, pilot):
             # buried tab: the group of job 8 ("bad input"); r retries it as `jobctl retry 8` would
             await press(app, pilot, "2", "r")
             assert "retry: job 8 is now pending" in app.status_text
@@ -179,9 +186,7 @@ def test_bulk_retries_ask_first_the_filter_narrows_them(known):
             q.fail(j, token=q.claim(types=[type]).token, error=error, bury=True)
 
     async def go():
-        app = make_app(db, clock)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, clock)) as (app, pilot):
             await press(app, pilot, "slash")
             await pilot.press(*"error:timeout", "enter")
             await settle(app, pilot)
@@ -230,9 +235,7 @@ def test_bury_and_edit_keys(known, tmp_path, monkeypatch):
     monkeypatch.setenv("EDITOR", str(editor))
 
     async def go():
-        app = make_app(db, clock)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, clock)) as (app, pilot):
             await press(app, pilot, "3")  # aging: job 2 first (job 1 is held)
             await press(app, pilot, "b")
             assert "Bury job 2 (t2 in billing, pending)?" in screen_text(app)
@@ -278,9 +281,7 @@ def test_snapshot(tmp_path, monkeypatch, size):
     add_held(db, clock)
 
     async def go():
-        app = make_app(db, clock)
-        async with app.run_test(size=size) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, clock), size=size) as (app, pilot):
             shots = {"": screen_text(app)}
             # the running job's details; the pane's scroll bar is drawn a frame after its content
             # or not (a race in the drawing, not in jobctl): the snapshot leaves it out
@@ -307,9 +308,7 @@ def test_below_80x24_it_asks_for_room(tmp_path):
     Queue.open(db, create=True).close()
 
     async def go():
-        app = make_app(db, Clock(T0))
-        async with app.run_test(size=(70, 20)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, Clock(T0)), size=(70, 20)) as (app, pilot):
             await press(app, pilot, "2", "r")  # nothing acts on what cannot be seen
             said = screen_text(app), app.status_text
             await pilot.resize_terminal(80, 24)  # made larger: the view, without the old complaint
@@ -356,9 +355,7 @@ def test_workers_pane_drains_the_selected_worker(known):
     add_workers(db, clock)
 
     async def go():
-        app = make_app(db, clock)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, clock)) as (app, pilot):
             assert "workers 1 alive, 1 lost" in screen_text(app)
             await press(app, pilot, "w")
             shown = screen_text(app)
@@ -417,9 +414,7 @@ def test_a_lost_server_connection_is_said_and_the_view_goes_on(pg_url):
     q.close()
 
     async def go():
-        app = make_app(url, clock)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(url, clock)) as (app, pilot):
             base = url.split("?")[0]
             assert sql(base, "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                              "WHERE application_name = %s) t", (app_name,))[0][0] >= 1
@@ -526,9 +521,7 @@ def test_at_80_columns_the_keys_act_on_the_job_shown(known):
     db, clock = known
 
     async def go():
-        app = make_app(db, clock)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, clock)) as (app, pilot):
             await press(app, pilot, "3", "enter")  # aging: jobs 2 and 5; job 2's details
             assert app.detail.job.id == 2 and app.focused.id == "detail"
             await press(app, pilot, "j", "b")  # j scrolls the details; b is about job 2
@@ -551,9 +544,7 @@ def test_cancel_asks_first_and_bury_refuses_a_running_job_without_asking(known):
     db, clock = known
 
     async def go():
-        app = make_app(db, clock)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, clock)) as (app, pilot):
             await press(app, pilot, "b")  # running job 9: refused at once, no question
             assert len(app.screen_stack) == 1
             assert app.status_text == "job 9 is running; cannot bury it (it is running; `jobctl cancel 9` stops it)"
@@ -575,9 +566,7 @@ def test_nothing_is_cut_at_80_columns(known):
     db, clock = known
 
     async def go():
-        app = make_app(db, clock)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, clock)) as (app, pilot):
             await press(app, pilot, "e")  # running job 9: refused with a reason longer than a line
             assert len(app.status_text) > 80
             assert app.status_text in " ".join(screen_text(app).split()), screen_text(app)
@@ -598,9 +587,7 @@ def test_ctrl_c_quits(known):
     db, clock = known
 
     async def go():
-        app = make_app(db, clock)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, clock)) as (app, pilot):
             await pilot.press("ctrl+c")
             await pilot.pause()
         return app.return_code
@@ -620,9 +607,7 @@ def test_a_database_removed_under_the_view_is_said(tmp_path, monkeypatch):
         q.enqueue("mail", {})
 
     async def go():
-        app = make_app(db, Clock(T0))
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, Clock(T0))) as (app, pilot):
             assert app.snapshot.figures["totals"]["ready"] == 1
             for name in os.listdir(db.parent):
                 os.remove(db.parent / name)
@@ -651,9 +636,7 @@ def test_a_long_queue_name_leaves_the_paused_column_on_screen(known):
         q.pause(name)
 
     async def go():
-        app = make_app(db, clock)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, clock)) as (app, pilot):
             lines = screen_text(app).splitlines()
             assert lines[3].split() == ["QUEUE", "READY", "HELD", "SCHED", "RUNNING", "BURIED", "OLDEST", "READY",
                                         "PAUSED"], lines[3]
@@ -675,9 +658,7 @@ def test_long_names_leave_each_tabs_last_columns_on_screen(known):
         q.enqueue(long_type, {}, queue="z" * 60)
 
     async def go():
-        app = make_app(db, clock)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, clock)) as (app, pilot):
             await press(app, pilot, "3")  # aging: the new job waits 0s, longest-waiting last
             lines = screen_text(app).splitlines()
             row = next((line for line in lines if "send-yyy" in line), "\n".join(lines))
@@ -686,20 +667,33 @@ def test_long_names_leave_each_tabs_last_columns_on_screen(known):
     asyncio.run(go())
 
 
+@contextlib.contextmanager
+def in_tmux(tmp_path, name: str, top: str):
+    """A private tmux server with one 80x24 session that runs `top` (a shell command line, in
+    which {db} names a new, empty queue) and then writes its exit code to tmp_path/exit; yields
+    the tmux command to ask it things and that file. The server is killed at the end."""
+    db = tmp_path / "q" / "jobs.db"
+    Queue.open(db, create=True).close()
+    tmux = ["tmux", "-L", f"jobctl-top-{name}-{os.getpid()}", "-f", os.devnull]
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TMUX")}
+    done = tmp_path / "exit"
+    cmd = f"{top.format(db=db)}; echo $? > {done}; sleep 60"
+    subprocess.run([*tmux, "new-session", "-d", "-s", "s", "-x", "80", "-y", "24", cmd], check=True, env=env)
+    try:
+        yield tmux, done
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_a_terminating_signal_gives_the_terminal_back(tmp_path):
     """SIGTERM (`kill`, `timeout`) or SIGHUP ends the view as q does: the terminal is given back
     (the main screen, no mouse reporting) and the exit is 0, as a worker stopped by a signal."""
     import signal
 
-    db = tmp_path / "q" / "jobs.db"
-    Queue.open(db, create=True).close()
-    tmux = ["tmux", "-L", f"jobctl-top-sig-{os.getpid()}", "-f", os.devnull]
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TMUX")}
-    done, pid = tmp_path / "exit", tmp_path / "pid"
-    cmd = f"sh -c 'echo $$ > {pid}; exec {sys.executable} -m jobctl --db {db} top'; echo $? > {done}; sleep 60"
-    subprocess.run([*tmux, "new-session", "-d", "-s", "s", "-x", "80", "-y", "24", cmd], check=True, env=env)
-    try:
+    pid = tmp_path / "pid"
+    with in_tmux(tmp_path, "sig", f"sh -c 'echo $$ > {pid}; exec {sys.executable} -m jobctl --db {{db}} top'") as (
+            tmux, done):
         def flags() -> str:
             return subprocess.run([*tmux, "display", "-p", "-t", "s", "#{alternate_on} #{mouse_any_flag}"],
                                   capture_output=True, text=True).stdout.strip()
@@ -714,29 +708,19 @@ def test_a_terminating_signal_gives_the_terminal_back(tmp_path):
             assert time.monotonic() < deadline
             time.sleep(0.1)
         assert done.read_text().strip() == "0" and flags() == "0 0"
-    finally:
-        subprocess.run([*tmux, "kill-server"], capture_output=True)
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_stderr_redirected_is_refused_not_drawn_into(tmp_path):
     """The view draws on stderr (Textual does): `jobctl top 2>>log` on a terminal is refused with
     exit 2 and its line in the log, instead of a blank screen and the view written into the log."""
-    db = tmp_path / "q" / "jobs.db"
-    Queue.open(db, create=True).close()
-    tmux = ["tmux", "-L", f"jobctl-top-err-{os.getpid()}", "-f", os.devnull]
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TMUX")}
-    done, log = tmp_path / "exit", tmp_path / "log"
-    cmd = f"{sys.executable} -m jobctl --db {db} top 2>>{log}; echo $? > {done}; sleep 60"
-    subprocess.run([*tmux, "new-session", "-d", "-s", "s", "-x", "80", "-y", "24", cmd], check=True, env=env)
-    try:
+    log = tmp_path / "log"
+    with in_tmux(tmp_path, "err", f"{sys.executable} -m jobctl --db {{db}} top 2>>{log}") as (_, done):
         deadline = time.monotonic() + 15
         while not done.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert done.exists() and done.read_text().strip() == "2"
         assert "needs a terminal" in log.read_text() and len(log.read_text().splitlines()) == 1
-    finally:
-        subprocess.run([*tmux, "kill-server"], capture_output=True)
 
 
 def test_a_resize_with_the_details_open_moves_the_focus_where_the_arrows_belong(known):
@@ -745,9 +729,7 @@ def test_a_resize_with_the_details_open_moves_the_focus_where_the_arrows_belong(
     db, clock = known
 
     async def go():
-        app = make_app(db, clock)
-        async with app.run_test(size=(200, 50)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, clock), size=(200, 50)) as (app, pilot):
             await press(app, pilot, "enter")
             assert app.focused.id == "table-running"
             await pilot.resize_terminal(80, 24)
@@ -767,9 +749,7 @@ def test_a_secret_typed_in_the_filter_is_masked_where_the_view_shows_it(known):
     db, clock = known
 
     async def go():
-        app = make_app(db, clock)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, clock)) as (app, pilot):
             await press(app, pilot, "slash")
             await pilot.press(*"payload:password=hunter2", "enter")
             await settle(app, pilot)
@@ -798,9 +778,7 @@ def test_the_held_tab_says_why_each_job_is_held(known, size):
     assert listed == {1: "type t1 paused"}
 
     async def go():
-        app = make_app(db, clock)
-        async with app.run_test(size=size) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, clock), size=size) as (app, pilot):
             assert app.snapshot.held_why == listed
             await press(app, pilot, "4")
             lines = screen_text(app).splitlines()
@@ -820,9 +798,7 @@ def test_bury_refuses_a_buried_job_without_asking(known):
         before = len(q.events(8))
 
     async def go():
-        app = make_app(db, clock)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, clock)) as (app, pilot):
             await press(app, pilot, "2", "b")  # buried: the group of job 8
             assert len(app.screen_stack) == 1, screen_text(app)
             assert app.status_text == "job 8 is buried; cannot bury it (it is buried already; r retries it)"
@@ -837,9 +813,7 @@ def test_the_questions_say_scheduled_for_a_scheduled_job(known):
     db, clock = known
 
     async def go():
-        app = make_app(db, clock)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(app, pilot)
+        async with running(make_app(db, clock)) as (app, pilot):
             await press(app, pilot, "5", "c")  # scheduled: job 3
             assert "Cancel job 3 (t3 in billing, scheduled)?" in screen_text(app), screen_text(app)
             await press(app, pilot, "n", "b")

@@ -21,13 +21,19 @@ from conftest import JOBCTL, finish, run_cli, run_inproc, start_worker, wait_for
 PY = sys.executable
 
 
-def write_config(tmp_path, body: str, worker: str = 'lease = "1s"\nkill_grace = "300ms"\nrecover_every = "200ms"\npoll = "100ms"'):
+# Short leases, graces and polls, so each test is quick (tests/test_worker_faults.py uses them too).
+WORKER_CONF = 'lease = "1s"\nkill_grace = "300ms"\nrecover_every = "200ms"\npoll = "100ms"'
+
+
+def write_config(tmp_path, body: str, worker: str = WORKER_CONF):
     (tmp_path / "jobctl.toml").write_text(f"{textwrap.dedent(body)}\n[worker]\n{worker}\n")
 
 
 def script(tmp_path, name: str, code: str) -> str:
+    """A handler written into tmp_path, executable (run as itself, or by an interpreter)."""
     path = tmp_path / name
     path.write_text(textwrap.dedent(code))
+    path.chmod(0o755)
     return str(path)
 
 
@@ -339,12 +345,12 @@ def test_handler_ignoring_sigterm_is_killed_after_the_grace(tmp_path, cli, db):
 def test_job_longer_than_its_lease_completes_and_is_not_claimed_twice(tmp_path, cli, db):
     write_config(tmp_path, """
         [types.long]
-        command = ["sh", "-c", "echo $JOBCTL_ATTEMPT >> runs.txt; sleep 3"]
-    """)  # lease 1s: the job runs three leases long
+        command = ["sh", "-c", "echo $JOBCTL_ATTEMPT >> runs.txt; sleep 2"]
+    """)  # lease 1s: the job runs two leases long (three proved no more)
     job_id = int(cli("enqueue", "long").stdout)
     first = start_worker(tmp_path, db, "--max-jobs", 1, name="first")
     wait_for(lambda: (tmp_path / "runs.txt").exists(), what="the job to start")
-    other = start_worker(tmp_path, db, "--max-time", "4s", name="other")  # recovers every 200 ms
+    other = start_worker(tmp_path, db, "--max-time", "3s", name="other")  # recovers every 200 ms, past the job's end
     code, log = finish(first)
     assert code == 0, log
     code, other_log = finish(other)
@@ -573,9 +579,10 @@ conn.execute("COMMIT")
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_worker_waits_out_a_write_lock_held_by_another_process(tmp_path, cli, db):
     write_config(tmp_path, """
-        busy_timeout = "1s"
+        busy_timeout = "500ms"
 
         [types.append]
         command = ["sh", "-c", "echo $JOBCTL_JOB_ID >> ids.txt; sleep 0.2"]
@@ -585,8 +592,9 @@ def test_worker_waits_out_a_write_lock_held_by_another_process(tmp_path, cli, db
     wait_for(lambda: (tmp_path / "ids.txt").exists() and len((tmp_path / "ids.txt").read_text().split()) >= 2,
              what="some jobs to run")
     # held for 4 busy timeouts: the worker meets the lock, backs off and retries several times
-    # (0.1 s, 0.2 s, 0.4 s... between tries of 1 s each) before it is free; 10 s proved no more
-    locker = subprocess.Popen([PY, "-c", LOCKER, str(db), "4"], stdout=subprocess.PIPE, text=True)
+    # (0.1 s, 0.2 s, 0.4 s... between tries of 0.5 s each) before it is free; 10 s (and 4 s for
+    # tries of 1 s) proved no more
+    locker = subprocess.Popen([PY, "-c", LOCKER, str(db), "2"], stdout=subprocess.PIPE, text=True)
     assert locker.stdout.readline().strip() == "locked"
     assert locker.wait(timeout=30) == 0
     code, log = finish(worker, timeout=60)

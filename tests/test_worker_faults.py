@@ -16,34 +16,9 @@ import time
 import pytest
 
 from conftest import JOBCTL, finish, run_cli, start_worker, wait_for
+from test_worker import WORKER_CONF, alive, script, show, write_config  # noqa: F401  (the same helpers)
 
 PY = sys.executable
-WORKER_CONF = 'lease = "1s"\nkill_grace = "300ms"\nrecover_every = "200ms"\npoll = "100ms"'
-
-
-def write_config(tmp_path, body: str, worker: str = WORKER_CONF):
-    (tmp_path / "jobctl.toml").write_text(f"{textwrap.dedent(body)}\n[worker]\n{worker}\n")
-
-
-def script(tmp_path, name: str, code: str) -> str:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(code))
-    path.chmod(0o755)
-    return str(path)
-
-
-def show(db, job_id) -> dict:
-    r = run_cli("show", job_id, "--json", db=db)
-    assert r.exit_code == 0, r.output
-    return json.loads(r.stdout)
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 

@@ -166,7 +166,7 @@ def test_a_concurrency_limit_holds_when_a_worker_is_killed(tmp_path):
     script.write_text(textwrap.dedent(f"""\
         #!/bin/bash
         echo "start $JOBCTL_JOB_ID.$JOBCTL_ATTEMPT $(date +%s.%N)" >> {log}
-        n=10; [[ $(cat) == *long* && $JOBCTL_ATTEMPT == 1 ]] && n=1800  # the runs of the worker killed: 3 min
+        n=5; [[ $(cat) == *long* && $JOBCTL_ATTEMPT == 1 ]] && n=1800  # the runs of the worker killed: 3 min
         for i in $(seq $n); do echo "tick $JOBCTL_JOB_ID.$JOBCTL_ATTEMPT $(date +%s.%N)" >> {log}; sleep 0.1; done
     """))
     script.chmod(0o755)

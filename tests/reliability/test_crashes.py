@@ -22,6 +22,7 @@ from .util import JOBCTL, integrity, jobctl, jobs, rows, run_inproc
 # -- 5. eight concurrent recover sweeps ------------------------------------------------------
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_eight_concurrent_recover_sweeps_act_on_each_job_exactly_once(any_db):
     db = any_db
     n = 1200

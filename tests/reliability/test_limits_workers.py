@@ -46,7 +46,7 @@ command = {sh(0.05)}
 rate_limit = [4, "1s"]
 
 [types.render]
-command = {sh(0.3)}
+command = {sh(0.2)}
 concurrency_group = "gpu"
 concurrency_limit = 3
 cost_units = 2

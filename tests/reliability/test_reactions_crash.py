@@ -28,6 +28,7 @@ def start(db, config: Path, name: str, log: Path, *args) -> subprocess.Popen:
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_every_buried_job_has_exactly_one_reaction_despite_kill_9(any_db, tmp_path):
     db = any_db
     config = tmp_path / "jobctl.toml"

@@ -21,6 +21,10 @@ from jobctl.queue import Queue
 
 from .util import files_state, hold, integrity, jobctl, jobs, release, rows, run_inproc
 
+# Outcomes only (exit codes, error lines, files byte for byte; the locks are held until released,
+# not for a while): these run beside other tests.
+pytestmark = pytest.mark.shared
+
 
 def init_db(db: Path, n_jobs: int = 0) -> None:
     r = run_inproc("init", db=db)
@@ -274,16 +278,21 @@ COMMANDS = [["list"], ["enqueue", "t", "{}"], ["enqueue", "--batch", "-"], ["cla
             ["recover"], ["init"], ["doctor"], ["backup", "copy.db"]]
 
 
+def _file_made_by(make, tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """(its folder, the file, their state): a file `make` wrote, owner-only in a folder of its own."""
+    folder = tmp_path / "d"
+    folder.mkdir(mode=0o700)
+    db = folder / "jobs.db"
+    make(db)
+    os.chmod(db, 0o600)
+    return folder, db, files_state(folder)
+
+
 def test_a_zero_length_file_is_left_alone_by_what_reads_and_made_a_database_only_by_what_creates(tmp_path):
     """An empty file holds no one's data (only a non-empty file without jobctl's mark is refused):
     the commands that read say it is empty (exit 8) and leave it byte for byte; enqueue makes it a
     database, saying so on stderr, as a queue truncated by mistake must not pass in silence."""
-    folder = tmp_path / "d"
-    folder.mkdir(mode=0o700)
-    db = folder / "jobs.db"
-    _zero_length(db)
-    os.chmod(db, 0o600)
-    before = files_state(folder)
+    folder, db, before = _file_made_by(_zero_length, tmp_path)
     for args in (["list"], ["claim"], ["show", "1"], ["recover"], ["doctor"], ["backup", "copy.db"]):
         r = run_inproc(*args, db=db)
         assert r.exit_code == 8 and "empty file" in r.one_error_line(), (args, r.output)
@@ -296,12 +305,7 @@ def test_a_zero_length_file_is_left_alone_by_what_reads_and_made_a_database_only
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_damaged_or_foreign_file_is_exit_8_and_left_byte_for_byte(tmp_path, damage):
     make, words = DAMAGE[damage]
-    folder = tmp_path / "d"
-    folder.mkdir(mode=0o700)
-    db = folder / "jobs.db"
-    make(db)
-    os.chmod(db, 0o600)
-    before = files_state(folder)
+    folder, db, before = _file_made_by(make, tmp_path)
     for i, args in enumerate(COMMANDS):
         run = jobctl if i == 0 else run_inproc  # the first as a real process, the rest in-process
         r = run(*args, db=db, input='{"type": "t"}\n' if "--batch" in args else None)

@@ -59,6 +59,7 @@ def test_a_worker_stuck_on_a_full_disk_leaves_at_the_third_signal_and_names_the_
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only: runs beside other tests
 def test_on_a_full_disk_the_worker_checkpoints_its_own_wal_and_carries_on(env, tmpfs):
     e = env(command=fill_command(tmpfs / "filler"), lease="1h")
     e.db = tmpfs / "jobs.db"

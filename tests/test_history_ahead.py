@@ -158,6 +158,7 @@ def test_a_v7_file_gets_the_table_and_keeps_its_history(tmp_path):
     conn.execute(f"CREATE TRIGGER jobs_count_insert AFTER INSERT ON jobs BEGIN {_COUNT_ADD} END")
     conn.execute("DROP TABLE job_counts_deferred")
     conn.execute("DROP TABLE workers")  # (and v11 undone)
+    conn.execute("ALTER TABLE jobs DROP COLUMN claimed_boot_ms")  # (and v12 undone)
     conn.execute("PRAGMA user_version = 7")
     conn.execute("COMMIT")
     conn.close()

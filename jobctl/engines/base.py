@@ -33,10 +33,22 @@ clock, schema and files, wake-ups, health checks) through the hooks that module 
 
 from __future__ import annotations
 
+from hashlib import sha256
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol
 
 from jobctl.models import Event, Job, Record
+
+
+# The key that finds a job's live twins (`--unique`): every job has one, written at insert and
+# kept in step by an edit of its payload or queue and by a retry (sql.py). 16 hex digits (64 bits)
+# keep the index that holds the key of every live job small; a lookup compares queue, type and
+# payload_hash as well, so a collision of keys never takes one job for another.
+UNIQUE_KEY_DIGITS = 16
+
+
+def unique_key(queue: str, type: str, payload_hash: str) -> str:
+    return sha256(f"{queue}\0{type}\0{payload_hash}".encode()).hexdigest()[:UNIQUE_KEY_DIGITS]
 
 
 class NewJob(Record):
@@ -79,6 +91,10 @@ class NewJob(Record):
 
     def run_at(self, now: int) -> int:
         return max(now + self.delay_ms, self.not_before or 0)
+
+    @property
+    def unique_key(self) -> str:
+        return unique_key(self.queue, self.type, self.payload_hash)
 
 
 class Inserted:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 APPLICATION_ID = 0x6A6F6263  # "jobc"
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 
 # The state a job counts in (job_counts), and the triggers' change of one row's count.
@@ -318,7 +318,25 @@ def _v12(db) -> None:
         db.execute(statement)
 
 
-MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11, 12: _v12}
+_LIVE_JOBS = "SELECT id, queue, type, payload_hash FROM jobs WHERE status IN ('pending', 'running', 'cancel_requested')"
+
+
+def _v13(db) -> None:
+    """Every job has a unique_key from its insert on (16 hex digits of the sha256 of its queue,
+    type and payload hash: engines/base.py), not only the jobs enqueued with --unique, so that a
+    --unique enqueue finds any live job with the same queue, type and payload through the index
+    jobs_unique (unchanged: it holds the keys of live jobs only). The live jobs get theirs here
+    (a --unique job's old 64-digit key is written anew too); a finished job gets its key when it
+    is retried."""
+    from jobctl.engines.base import unique_key
+
+    rows = db.execute(_LIVE_JOBS).fetchall()
+    db.conn.executemany("UPDATE jobs SET unique_key = ? WHERE id = ?",
+                        [(unique_key(queue, type_, payload_hash), job_id) for job_id, queue, type_, payload_hash in rows])
+
+
+MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11, 12: _v12,
+              13: _v13}
 
 
 def migrate(conn: sqlite3.Connection, from_version: int) -> None:

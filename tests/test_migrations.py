@@ -103,28 +103,29 @@ def test_a_v12_database_gets_the_keys_that_unique_enqueues_find(tmp_path):
     conn.execute("PRAGMA user_version = 12")
     conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
     now = int(time.time() * 1000)
-    for i, (status, was_unique) in enumerate((("pending", False), ("running", True), ("buried", False),
-                                              ("completed", True)), 1):
+    for i, (status, was_unique, type_) in enumerate((("pending", False, "t"), ("running", True, "t"),
+                                                     ("buried", False, "t"), ("completed", True, "t"),
+                                                     ("buried", False, "u")), 1):
         h = _hash({"i": i})
         old_key = sha256(f"default\0t\0{h}".encode()).hexdigest() if was_unique else None
         conn.execute(
             "INSERT INTO jobs (queue, type, payload, payload_hash, priority, status, attempts, max_attempts, backoff, "
             "timeout_ms, run_at, created_at, updated_at, worker, token, lease_expires_at, claimed_at, finished_at, "
-            "unique_key) VALUES ('default', 't', ?, ?, 10, ?, 1, 3, 'exponential', 60000, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (json.dumps({"i": i}, separators=(",", ":")), h, status, now, now, now,
+            "unique_key) VALUES ('default', ?, ?, ?, 10, ?, 1, 3, 'exponential', 60000, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (type_, json.dumps({"i": i}, separators=(",", ":")), h, status, now, now, now,
              "w" if status == "running" else None, "tok" if status == "running" else None,
              now + 600_000 if status == "running" else None, now, now if status in ("buried", "completed") else None,
              old_key))
     conn.execute("COMMIT")
     conn.close()
 
-    def unique(i):
-        r = run_cli("--db", db, "enqueue", "--unique", "t", json.dumps({"i": i}), "--json")
+    def unique(i, type_="t"):
+        r = run_cli("--db", db, "enqueue", "--unique", type_, json.dumps({"i": i}), "--json")
         assert r.exit_code == 0, r.output
-        return json.loads(r.stdout)
+        return json.loads(r.stdout)["id"], json.loads(r.stdout)["created"]
 
-    assert (unique(1)["id"], unique(1)["created"]) == (1, False)  # pending, enqueued without --unique
-    assert (unique(2)["id"], unique(2)["created"]) == (2, False)  # running, its key written anew
+    assert unique(1) == (1, False)  # pending, enqueued without --unique
+    assert unique(2) == (2, False)  # running, its key written anew
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
     keys = dict(conn.execute("SELECT id, unique_key FROM jobs WHERE id <= 4").fetchall())
@@ -132,7 +133,9 @@ def test_a_v12_database_gets_the_keys_that_unique_enqueues_find(tmp_path):
                     3: None, 4: sha256(f"default\0t\0{_hash({'i': 4})}".encode()).hexdigest()}
     conn.close()
     assert run_cli("--db", db, "retry", 3).exit_code == 0
-    assert (unique(3)["id"], unique(3)["created"]) == (3, False)  # retried: live again, with its key
-    assert unique(4)["created"] is True  # completed: a new job
+    assert unique(3) == (3, False)  # retried: live again, with its key
+    assert run_cli("--db", db, "retry", "-t", "u", "--yes").exit_code == 0  # (by a filter: another path)
+    assert unique(5, "u") == (5, False)
+    assert unique(4) == (6, True)  # completed: a new job
     checks = {c["check"]: c for c in json.loads(run_cli("--db", db, "doctor", "--json").stdout)["checks"]}
     assert all(checks[name]["ok"] for name in ("integrity", "schema", "journal mode", "job rows")), checks

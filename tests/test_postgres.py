@@ -285,6 +285,30 @@ def test_a_v1_schema_is_migrated_to_the_index_by_type_and_group(pg_url, pg_base,
     assert {"lease_boot_ms", "lease_boot_id", "progress_at", "claimed_boot_ms"} <= columns and "expiry_seen_at" not in columns
 
 
+def test_a_v5_schema_gets_the_keys_of_its_live_jobs(pg_url, pg_base, pg_schema):
+    """v6 writes a unique_key for every live job (before it, only --unique jobs had one), as
+    engines/base.py computes it for a new job, so --unique finds any of them."""
+    from hashlib import sha256
+
+    from jobctl.engines.base import unique_key
+
+    for payload in ('{"a": 1}', '{"b": "é"}', '{"c": 3}'):
+        assert run_cli("--db", pg_url, "enqueue", "-q", "q-1", "t.x", payload).exit_code == 0
+    s = f'"{pg_schema}"'
+    hashes = dict(sql(pg_base, f"SELECT id, payload_hash FROM {s}.jobs ORDER BY id"))
+    sql(pg_base, f"UPDATE {s}.jobs SET unique_key = NULL WHERE id = 1; "
+                 f"UPDATE {s}.jobs SET unique_key = %s WHERE id = 2; "  # (a --unique job's key before v6)
+                 f"UPDATE {s}.jobs SET unique_key = NULL, status = 'cancelled' WHERE id = 3; "
+                 f"UPDATE {s}.schema_version SET version = 5",
+        (sha256(f"q-1\0t.x\0{hashes[2]}".encode()).hexdigest(),))
+    open_pg(pg_url).close()
+    assert sql(pg_base, f"SELECT version FROM {s}.schema_version") == [(SCHEMA_VERSION,)]
+    assert sql(pg_base, f"SELECT id, unique_key FROM {s}.jobs ORDER BY id") == [
+        (1, unique_key("q-1", "t.x", hashes[1])), (2, unique_key("q-1", "t.x", hashes[2])), (3, None)]
+    r = run_cli("--db", pg_url, "enqueue", "--unique", "-q", "q-1", "t.x", '{"a": 1}', "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["id"] == 1, r.output
+
+
 def test_ten_processes_creating_the_schema_at_once_all_succeed(pg_url, pg_base, pg_schema):
     procs = [subprocess.Popen([*JOBCTL, "--db", pg_url, "enqueue", "t", json.dumps({"i": i})],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(10)]

@@ -33,11 +33,11 @@ clock, schema and files, wake-ups, health checks) through the hooks that module 
 
 from __future__ import annotations
 
-from hashlib import sha256
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol
 
 from jobctl.models import Event, Job, Record
+from jobctl.payloads import sha256  # (CPython's own: hashlib would load OpenSSL)
 
 
 # The key that finds a job's live twins (`--unique`): every job has one, written at insert and

@@ -33,6 +33,7 @@ clock, schema and files, wake-ups, health checks) through the hooks that module 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol
 
@@ -41,14 +42,23 @@ from jobctl.payloads import sha256  # (CPython's own: hashlib would load OpenSSL
 
 
 # The key that finds a job's live twins (`--unique`): every job has one, written at insert and
-# kept in step by an edit of its payload or queue and by a retry (sql.py). 16 hex digits (64 bits)
-# keep the index that holds the key of every live job small; a lookup compares queue, type and
-# payload_hash as well, so a collision of keys never takes one job for another.
-UNIQUE_KEY_DIGITS = 16
+# kept in step by an edit of its payload or queue and by a retry (sql.py), and the index
+# jobs_unique holds the key of every live job. 16 hex digits: the first 8 of the sha256 of its
+# queue, NUL, type (one hash per queue and type, not one per job), then the first 8 of its payload
+# hash. A lookup compares queue, type and payload_hash as well, so two jobs with one key (rare,
+# and harmless but for a row read) are never taken for each other. Measured (docs/performance.md,
+# "Every job's unique key"): 100,000 jobs inserted at once cost about 0.25 CPU s more than without
+# keys, 0.3 s with 16 digits of a sha256 per job, 0.6 s with all 64 (and a 3× larger index).
+UNIQUE_KEY_DIGITS = 8  # of each of the two hashes
+
+
+@lru_cache(maxsize=1024)
+def _queue_and_type_key(queue: str, type: str) -> str:
+    return sha256(f"{queue}\0{type}".encode()).hexdigest()[:UNIQUE_KEY_DIGITS]
 
 
 def unique_key(queue: str, type: str, payload_hash: str) -> str:
-    return sha256(f"{queue}\0{type}\0{payload_hash}".encode()).hexdigest()[:UNIQUE_KEY_DIGITS]
+    return _queue_and_type_key(queue, type) + payload_hash[:UNIQUE_KEY_DIGITS]
 
 
 class NewJob(Record):

@@ -197,14 +197,13 @@ def _v5() -> list[str]:
 
 def _v6() -> list[str]:
     """As SQLite's v13: every job has a unique_key from its insert on; the live jobs get theirs
-    here, computed as engines/base.py's unique_key() does (the sha256 of queue, NUL, type, NUL,
-    payload hash, its first 16 hex digits)."""
-    from jobctl.engines.base import UNIQUE_KEY_DIGITS
+    here, made as engines/base.py's unique_key() makes it (the first digits of the sha256 of
+    queue, NUL, type, then as many of the payload hash)."""
+    from jobctl.engines.base import UNIQUE_KEY_DIGITS as n
 
-    nul = "decode('00', 'hex')"
     return [
-        f"UPDATE jobs SET unique_key = substr(encode(sha256(convert_to(queue, 'UTF8') || {nul} || "
-        f"convert_to(type, 'UTF8') || {nul} || convert_to(payload_hash, 'UTF8')), 'hex'), 1, {UNIQUE_KEY_DIGITS}) "
+        "UPDATE jobs SET unique_key = substr(encode(sha256(convert_to(queue, 'UTF8') || decode('00', 'hex') || "
+        f"convert_to(type, 'UTF8')), 'hex'), 1, {n}) || substr(payload_hash, 1, {n}) "
         "WHERE status IN ('pending', 'running', 'cancel_requested')",
     ]
 

@@ -322,8 +322,8 @@ _LIVE_JOBS = "SELECT id, queue, type, payload_hash FROM jobs WHERE status IN ('p
 
 
 def _v13(db) -> None:
-    """Every job has a unique_key from its insert on (16 hex digits of the sha256 of its queue,
-    type and payload hash: engines/base.py), not only the jobs enqueued with --unique, so that a
+    """Every job has a unique_key from its insert on (16 hex digits made from its queue, type and
+    payload hash: engines/base.py), not only the jobs enqueued with --unique, so that a
     --unique enqueue finds any live job with the same queue, type and payload through the index
     jobs_unique (unchanged: it holds the keys of live jobs only). The live jobs get theirs here
     (a --unique job's old 64-digit key is written anew too); a finished job gets its key when it

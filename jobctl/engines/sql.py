@@ -36,6 +36,7 @@ from functools import lru_cache, partial
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, Decision, Inserted, NewJob, RunLog, unique_key
 from jobctl.errors import DamagedJob, InvalidState, JobctlError, KeyConflict, NoSuchJob
 from jobctl.models import FINISHED, HELD, JOB_COLUMNS, REACTING, Event, Job, row_damage
+from jobctl.engines.schema import UNIQUE_LIVE_SQL
 from jobctl import payloads
 
 # The states in SQL, as the partial indexes of both schemas spell them (schema.py, pg_schema.py,
@@ -44,8 +45,6 @@ from jobctl import payloads
 READY = "status = 'pending' AND waiting_on = 0"  # ready, or scheduled for later (run_at): not blocked
 HELD_SQL = "status IN (" + ", ".join(f"'{s}'" for s in HELD) + ")"
 DEPENDS, DEPENDED_ON = 1, 2  # bits of jobs.dep_flags (schema.py)
-UNIQUE_LIVE = ("pending", "running", "cancel_requested")
-_LIVE_SQL = "(" + ", ".join(f"'{s}'" for s in UNIQUE_LIVE) + ")"  # as the index jobs_unique says it
 WORKERS_FORGET_MS = 86_400_000  # a stopped or lost worker's row is forgotten a day after it was last seen
 MAX_CLAIMS_KEPT = 4096  # jobs an engine remembers as it claimed them (a worker holds a few)
 
@@ -535,10 +534,10 @@ class SQLEngine:
         key = j.unique_key  # (every job has one: a later --unique enqueue finds it)
         if j.unique:
             self._lock_unique(c, key)
-            # (the states written out, not as parameters: else no planner may use the partial
-            # index, and the lookup read every live job)
+            # (the states written out as the index jobs_unique says them, not as parameters: else
+            # no planner may use the partial index, and the lookup read every live job)
             row = c.execute(
-                f"SELECT id FROM jobs{self._indexed('jobs_unique')} WHERE unique_key = ? AND status IN {_LIVE_SQL} "
+                f"SELECT id FROM jobs{self._indexed('jobs_unique')} WHERE unique_key = ? AND {UNIQUE_LIVE_SQL} "
                 "AND queue = ? AND type = ? AND payload_hash = ? ORDER BY id LIMIT 1",
                 (key, j.queue, j.type, j.payload_hash),
             ).fetchone()

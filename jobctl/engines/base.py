@@ -47,8 +47,8 @@ from jobctl.payloads import sha256  # (CPython's own: hashlib would load OpenSSL
 # queue, NUL, type (one hash per queue and type, not one per job), then the first 8 of its payload
 # hash. A lookup compares queue, type and payload_hash as well, so two jobs with one key (rare,
 # and harmless but for a row read) are never taken for each other. Measured (docs/performance.md,
-# "Every job's unique key"): 100,000 jobs inserted at once cost about 0.25 CPU s more than without
-# keys, 0.3 s with 16 digits of a sha256 per job, 0.6 s with all 64 (and a 3× larger index).
+# "Every job's unique key"): 100,000 jobs inserted at once cost about 0.2 CPU s more than without
+# keys, 0.35 s with 16 digits of a sha256 per job, 0.6 s with all 64 (and a 3× larger index).
 UNIQUE_KEY_DIGITS = 8  # of each of the two hashes
 
 

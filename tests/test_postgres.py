@@ -806,13 +806,11 @@ def test_a_server_whose_default_isolation_is_repeatable_read_keeps_unique_enqueu
     READ COMMITTED itself, and the session's own default is set to it when jobctl connects (the
     worker's one-statement steps run outside BEGIN), whatever the server's or the URL's."""
     from jobctl.engines.postgres import _key
-    from jobctl.payloads import sha256
 
     app = f"jt_rr_{pg_schema}"
     url = repeatable_read_url(pg_base, pg_schema, app)
     open_pg(url).close()
-    job = new(unique=True)
-    unique_key = sha256(f"{job.queue}\0{job.type}\0{job.payload_hash}".encode()).hexdigest()
+    unique_key = new(unique=True).unique_key
     engines = [open_pg(url, busy_timeout=20) for _ in range(2)]
     try:
         assert engines[0].conn.execute("SHOW transaction_isolation").fetchone()[0] == "read committed"

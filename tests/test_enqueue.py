@@ -390,3 +390,27 @@ def test_batch_after_a_missing_job_names_the_line(cli):
     assert r.exit_code == 3, r.output
     assert "line 3" in r.stderr and "99" in r.stderr and len(r.stderr.splitlines()) == 1
     assert cli("list", "--json").stdout.count("\n") == 1  # nothing of the batch was inserted
+
+
+def test_unique_lookup_reads_the_same_however_many_jobs_are_live(tmp_path):
+    """One probe of the index of live jobs' keys: the work of a --unique enqueue does not grow with
+    the live jobs (it used to read each of them, through the index by status)."""
+    with Queue.open(tmp_path / "q.db", create=True) as q:
+        def steps() -> int:
+            count = [0]
+
+            def tick():
+                count[0] += 1
+                return 0
+            q.engine.conn.set_progress_handler(tick, 100)
+            try:
+                assert q.enqueue("t", {"n": 1}, unique=True).created is False
+            finally:
+                q.engine.conn.set_progress_handler(None, 0)
+            return count[0]
+
+        q.enqueue("t", {"n": 1}, unique=True)
+        few = steps()
+        q.insert([q.prepare("t", {"n": i}) for i in range(2, 5_001)])
+        many = steps()
+        assert many <= few + 5, (few, many)

@@ -332,9 +332,9 @@ def _v13(db) -> None:
     """Every job has a unique_key from its insert on (16 hex digits made from its queue, type and
     payload hash: engines/base.py), not only the jobs enqueued with --unique, so that a
     --unique enqueue finds any live job with the same queue, type and payload through the index
-    jobs_unique (unchanged: it holds the keys of live jobs only). The live jobs get theirs here
-    (a --unique job's old 64-digit key is written anew too); a finished job gets its key when it
-    is retried. The index names the live states as UNIQUE_LIVE_SQL does."""
+    jobs_unique (still the keys of live jobs only, its states now ORed: UNIQUE_LIVE_SQL). The live
+    jobs get theirs here (a --unique job's old 64-digit key is written anew too); a finished job
+    gets its key when it is retried."""
     from jobctl.engines.base import unique_key
 
     db.execute("DROP INDEX jobs_unique")

@@ -143,6 +143,13 @@ def test_insert_key_returns_the_existing_job_or_refuses(engine):
     assert list(statuses(engine)) == [1]  # the batch with a conflict inserted nothing
 
 
+def test_insert_unique_returns_a_live_job_inserted_without_it(engine):
+    """Every job is found, whichever path inserted it (the bulk one here: no job of it is unique)."""
+    assert engine.insert_jobs([new(), new(), new(queue="other")], "a") == [(1, True), (2, True), (3, True)]
+    assert engine.insert_jobs([new(unique=True), new(unique=True, queue="other")], "a") == [(1, False), (3, False)]
+    assert engine.insert_jobs([new()], "a") == [(4, True)]
+
+
 def test_insert_unique_returns_a_live_twin(engine):
     assert engine.insert_jobs([new(unique=True)], "a") == [(1, True)]
     assert engine.insert_jobs([new(unique=True)], "a") == [(1, False)]

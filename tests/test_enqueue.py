@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from conftest import JOBCTL, count_rows
+from conftest import JOBCTL, count_rows, on_db, run_inproc
 from jobctl.durations import parse_time
 from jobctl.queue import Queue
 
@@ -124,7 +124,6 @@ def test_unique_returns_the_live_twin(cli, db):
     assert int(ok(cli("enqueue", "t", '{"x": 2}', "--unique")).stdout) != a["id"]
     assert int(ok(cli("enqueue", "t", '{"x": 1}', "--unique", "-q", "other")).stdout) != a["id"]
     assert int(ok(cli("enqueue", "u", '{"x": 1}', "--unique")).stdout) != a["id"]
-    assert int(ok(cli("enqueue", "t", '{"x": 1}')).stdout) != a["id"]
     # still the twin while it runs
     job = json.loads(ok(cli("claim", "-q", "default", "-t", "t")).stdout)
     assert job["id"] == a["id"]
@@ -133,6 +132,23 @@ def test_unique_returns_the_live_twin(cli, db):
     ok(cli("complete", a["id"], "--token", job["token"]))
     c = json.loads(ok(cli("enqueue", "t", '{"x": 1}', "--unique", "--json")).stdout)
     assert c["created"] is True and c["id"] != a["id"]
+
+
+def test_unique_returns_a_live_job_enqueued_without_it(any_db):
+    """Any pending or running job with the same queue, type and payload is the twin, however it
+    was enqueued; without --unique a job is always created."""
+    cli = on_db(run_inproc, any_db)
+    plain = int(ok(cli("enqueue", "t", '{"a": 1}')).stdout)
+    assert int(ok(cli("enqueue", "t", '{"a":1}')).stdout) == plain + 1  # (two plain ones may coexist)
+    twin = json.loads(ok(cli("enqueue", "--unique", "t", '{"a": 1}', "--json")).stdout)
+    assert (twin["id"], twin["created"]) == (plain, False)
+    r = ok(cli("enqueue", "--batch", "-", input='{"type": "t", "payload": {"a": 1}, "unique": true}\n'))
+    assert int(r.stdout) == plain
+    for _ in range(2):  # both finish: the next --unique one is a new job
+        job = json.loads(ok(cli("claim", "-t", "t")).stdout)
+        ok(cli("complete", job["id"], "--token", job["token"]))
+    fresh = json.loads(ok(cli("enqueue", "--unique", "t", '{"a": 1}', "--json")).stdout)
+    assert fresh["created"] is True and fresh["id"] == plain + 2
 
 
 # -- --after ------------------------------------------------------------------------------------
@@ -374,3 +390,27 @@ def test_batch_after_a_missing_job_names_the_line(cli):
     assert r.exit_code == 3, r.output
     assert "line 3" in r.stderr and "99" in r.stderr and len(r.stderr.splitlines()) == 1
     assert cli("list", "--json").stdout.count("\n") == 1  # nothing of the batch was inserted
+
+
+def test_unique_lookup_reads_the_same_however_many_jobs_are_live(tmp_path):
+    """One probe of the index of live jobs' keys: the work of a --unique enqueue does not grow with
+    the live jobs (it used to read each of them, through the index by status)."""
+    with Queue.open(tmp_path / "q.db", create=True) as q:
+        def steps() -> int:
+            count = [0]
+
+            def tick():
+                count[0] += 1
+                return 0
+            q.engine.conn.set_progress_handler(tick, 100)
+            try:
+                assert q.enqueue("t", {"n": 1}, unique=True).created is False
+            finally:
+                q.engine.conn.set_progress_handler(None, 0)
+            return count[0]
+
+        q.enqueue("t", {"n": 1}, unique=True)
+        few = steps()
+        q.insert([q.prepare("t", {"n": i}) for i in range(2, 5_001)])
+        many = steps()
+        assert many <= few + 5, (few, many)

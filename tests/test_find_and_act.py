@@ -252,14 +252,17 @@ def parse_selection(**options):
     return parse(**options)
 
 
-def test_an_edited_unique_job_is_the_twin_of_its_new_payload(any_db):
+@pytest.mark.parametrize("unique", [True, False])
+def test_an_edited_job_is_the_twin_of_its_new_payload(any_db, unique):
+    """Whether or not it was enqueued with unique: --unique looks for every live job."""
     with Queue.open(any_db, create=True) as q:
-        first = q.enqueue("t", {"n": 1}, unique=True).id
+        first = q.enqueue("t", {"n": 1}, unique=unique).id
         q.edit(first, payload={"n": 2})
         assert q.enqueue("t", {"n": 2}, unique=True).id == first  # its twin now
         assert q.enqueue("t", {"n": 1}, unique=True).id != first  # no longer
         q.edit(first, queue="other")
         assert q.enqueue("t", {"n": 2}, unique=True, queue="other").id == first
+        assert q.enqueue("t", {"n": 2}, unique=True).id != first
 
 
 def test_payload_and_attempt_values_no_column_can_hold_are_answered_not_crashed(any_db):

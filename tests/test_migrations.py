@@ -85,3 +85,57 @@ def test_a_v8_database_with_a_sighted_lease_keeps_its_live_job(tmp_path):
     assert conn.execute("SELECT status, lease_boot_ms, lease_boot_id, progress_at, claimed_boot_ms FROM jobs").fetchall() == [
         ("running", None, None, None, None)]  # (its run is judged on the wall clock, as its lease)
     conn.close()
+
+
+def test_a_v12_database_gets_the_keys_that_unique_enqueues_find(tmp_path):
+    """v13 gives every job a unique_key: the live jobs of an older file get theirs (a --unique
+    job's 64-digit one is written anew), a buried one gets its key when it is retried."""
+    from hashlib import sha256
+
+    from jobctl.engines.base import unique_key
+
+    db = tmp_path / "v12.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("BEGIN IMMEDIATE")
+    for version in range(1, 13):
+        schema.MIGRATIONS[version](sqlite_utils.Database(conn))
+    conn.execute("PRAGMA user_version = 12")
+    conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
+    now = int(time.time() * 1000)
+    for i, (status, was_unique, type_) in enumerate((("pending", False, "t"), ("running", True, "t"),
+                                                     ("buried", False, "t"), ("completed", True, "t"),
+                                                     ("buried", False, "u")), 1):
+        h = _hash({"i": i})
+        old_key = sha256(f"default\0t\0{h}".encode()).hexdigest() if was_unique else None
+        conn.execute(
+            "INSERT INTO jobs (queue, type, payload, payload_hash, priority, status, attempts, max_attempts, backoff, "
+            "timeout_ms, run_at, created_at, updated_at, worker, token, lease_expires_at, claimed_at, finished_at, "
+            "unique_key) VALUES ('default', ?, ?, ?, 10, ?, 1, 3, 'exponential', 60000, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (type_, json.dumps({"i": i}, separators=(",", ":")), h, status, now, now, now,
+             "w" if status == "running" else None, "tok" if status == "running" else None,
+             now + 600_000 if status == "running" else None, now, now if status in ("buried", "completed") else None,
+             old_key))
+    conn.execute("COMMIT")
+    conn.close()
+
+    def unique(i, type_="t"):
+        r = run_cli("--db", db, "enqueue", "--unique", type_, json.dumps({"i": i}), "--json")
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)["id"], json.loads(r.stdout)["created"]
+
+    assert unique(1) == (1, False)  # pending, enqueued without --unique
+    assert unique(2) == (2, False)  # running, its key written anew
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+    keys = dict(conn.execute("SELECT id, unique_key FROM jobs WHERE id <= 4").fetchall())
+    assert keys == {1: unique_key("default", "t", _hash({"i": 1})), 2: unique_key("default", "t", _hash({"i": 2})),
+                    3: None, 4: sha256(f"default\0t\0{_hash({'i': 4})}".encode()).hexdigest()}
+    conn.close()
+    assert run_cli("--db", db, "retry", 3).exit_code == 0
+    assert unique(3) == (3, False)  # retried: live again, with its key
+    assert run_cli("--db", db, "retry", "-t", "u", "--yes").exit_code == 0  # (by a filter: another path)
+    assert unique(5, "u") == (5, False)
+    assert unique(4) == (6, True)  # completed: a new job
+    checks = {c["check"]: c for c in json.loads(run_cli("--db", db, "doctor", "--json").stdout)["checks"]}
+    assert all(checks[name]["ok"] for name in ("integrity", "schema", "journal mode", "job rows")), checks

@@ -285,6 +285,30 @@ def test_a_v1_schema_is_migrated_to_the_index_by_type_and_group(pg_url, pg_base,
     assert {"lease_boot_ms", "lease_boot_id", "progress_at", "claimed_boot_ms"} <= columns and "expiry_seen_at" not in columns
 
 
+def test_a_v5_schema_gets_the_keys_of_its_live_jobs(pg_url, pg_base, pg_schema):
+    """v6 writes a unique_key for every live job (before it, only --unique jobs had one), as
+    engines/base.py computes it for a new job, so --unique finds any of them."""
+    from hashlib import sha256
+
+    from jobctl.engines.base import unique_key
+
+    for payload in ('{"a": 1}', '{"b": "é"}', '{"c": 3}'):
+        assert run_cli("--db", pg_url, "enqueue", "-q", "q-1", "t.x", payload).exit_code == 0
+    s = f'"{pg_schema}"'
+    hashes = dict(sql(pg_base, f"SELECT id, payload_hash FROM {s}.jobs ORDER BY id"))
+    sql(pg_base, f"UPDATE {s}.jobs SET unique_key = NULL WHERE id = 1; "
+                 f"UPDATE {s}.jobs SET unique_key = %s WHERE id = 2; "  # (a --unique job's key before v6)
+                 f"UPDATE {s}.jobs SET unique_key = NULL, status = 'cancelled' WHERE id = 3; "
+                 f"UPDATE {s}.schema_version SET version = 5",
+        (sha256(f"q-1\0t.x\0{hashes[2]}".encode()).hexdigest(),))
+    open_pg(pg_url).close()
+    assert sql(pg_base, f"SELECT version FROM {s}.schema_version") == [(SCHEMA_VERSION,)]
+    assert sql(pg_base, f"SELECT id, unique_key FROM {s}.jobs ORDER BY id") == [
+        (1, unique_key("q-1", "t.x", hashes[1])), (2, unique_key("q-1", "t.x", hashes[2])), (3, None)]
+    r = run_cli("--db", pg_url, "enqueue", "--unique", "-q", "q-1", "t.x", '{"a": 1}', "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["id"] == 1, r.output
+
+
 def test_ten_processes_creating_the_schema_at_once_all_succeed(pg_url, pg_base, pg_schema):
     procs = [subprocess.Popen([*JOBCTL, "--db", pg_url, "enqueue", "t", json.dumps({"i": i})],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(10)]
@@ -782,13 +806,11 @@ def test_a_server_whose_default_isolation_is_repeatable_read_keeps_unique_enqueu
     READ COMMITTED itself, and the session's own default is set to it when jobctl connects (the
     worker's one-statement steps run outside BEGIN), whatever the server's or the URL's."""
     from jobctl.engines.postgres import _key
-    from jobctl.payloads import sha256
 
     app = f"jt_rr_{pg_schema}"
     url = repeatable_read_url(pg_base, pg_schema, app)
     open_pg(url).close()
-    job = new(unique=True)
-    unique_key = sha256(f"{job.queue}\0{job.type}\0{job.payload_hash}".encode()).hexdigest()
+    unique_key = new(unique=True).unique_key
     engines = [open_pg(url, busy_timeout=20) for _ in range(2)]
     try:
         assert engines[0].conn.execute("SHOW transaction_isolation").fetchone()[0] == "read committed"

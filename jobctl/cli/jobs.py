@@ -184,7 +184,7 @@ def enqueue(
     backoff: Optional[str] = typer.Option(None, "--backoff", autocompletion=complete_backoff, help="exponential, linear, fixed, or seconds like 10,30,60."),
     timeout: Optional[str] = typer.Option(None, "--timeout", metavar="DUR", help="Longest a run may take (default 10m)."),
     key: Optional[str] = typer.Option(None, "--key", metavar="K", help="Idempotency key: the same key returns the same job."),
-    unique: bool = typer.Option(False, "--unique", help="Return the pending or running job of the same queue, type and payload that was also enqueued with --unique, instead of adding one."),
+    unique: bool = typer.Option(False, "--unique", help="Return the pending or running job of the same queue, type and payload, however it was enqueued, instead of adding one."),
     after: Optional[List[int]] = typer.Option(None, "--after", metavar="ID", help="Run only after job ID completed (repeatable). With --chain: the first job."),
     cost: Optional[str] = typer.Option(None, "--cost", metavar="N", help="Cost units the job holds of its concurrency limit while it runs (default: the type's cost_units, else 1)."),
     group: Optional[str] = typer.Option(None, "--group", metavar="G", help="Concurrency group whose limit the job counts against (default: the type's concurrency_group)."),

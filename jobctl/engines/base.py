@@ -33,10 +33,32 @@ clock, schema and files, wake-ups, health checks) through the hooks that module 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Protocol
 
 from jobctl.models import Event, Job, Record
+from jobctl.payloads import sha256  # (CPython's own: hashlib would load OpenSSL)
+
+
+# The key that finds a job's live twins (`--unique`): every job has one, written at insert and
+# kept in step by an edit of its payload or queue and by a retry (sql.py), and the index
+# jobs_unique holds the key of every live job. 16 hex digits: the first 8 of the sha256 of its
+# queue, NUL, type (one hash per queue and type, not one per job), then the first 8 of its payload
+# hash. A lookup compares queue, type and payload_hash as well, so two jobs with one key (rare,
+# and harmless but for a row read) are never taken for each other. Measured (docs/performance.md,
+# "Every job's unique key"): 100,000 jobs inserted at once cost about 0.2 CPU s more than without
+# keys, 0.35 s with 16 digits of a sha256 per job, 0.6 s with all 64 (and a 3× larger index).
+UNIQUE_KEY_DIGITS = 8  # of each of the two hashes
+
+
+@lru_cache(maxsize=1024)
+def _queue_and_type_key(queue: str, type: str) -> str:
+    return sha256(f"{queue}\0{type}".encode()).hexdigest()[:UNIQUE_KEY_DIGITS]
+
+
+def unique_key(queue: str, type: str, payload_hash: str) -> str:
+    return _queue_and_type_key(queue, type) + payload_hash[:UNIQUE_KEY_DIGITS]
 
 
 class NewJob(Record):
@@ -79,6 +101,10 @@ class NewJob(Record):
 
     def run_at(self, now: int) -> int:
         return max(now + self.delay_ms, self.not_before or 0)
+
+    @property
+    def unique_key(self) -> str:
+        return unique_key(self.queue, self.type, self.payload_hash)
 
 
 class Inserted:

@@ -22,7 +22,7 @@ states plus the changes since the last fold, never the number of finished jobs.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # A pending job waiting on `after` jobs counts as 'blocked' (as in SQLite's job_counts).
 _STATE = "CASE WHEN status = 'pending' AND waiting_on > 0 THEN 'blocked' ELSE status END"
@@ -195,7 +195,20 @@ def _v5() -> list[str]:
     return list(CLAIM_ON_BOOT)
 
 
-MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5}
+def _v6() -> list[str]:
+    """As SQLite's v13: every job has a unique_key from its insert on; the live jobs get theirs
+    here, made as engines/base.py's unique_key() makes it (the first digits of the sha256 of
+    queue, NUL, type, then as many of the payload hash)."""
+    from jobctl.engines.base import UNIQUE_KEY_DIGITS as n
+
+    return [
+        "UPDATE jobs SET unique_key = substr(encode(sha256(convert_to(queue, 'UTF8') || decode('00', 'hex') || "
+        f"convert_to(type, 'UTF8')), 'hex'), 1, {n}) || substr(payload_hash, 1, {n}) "
+        "WHERE status IN ('pending', 'running', 'cancel_requested')",
+    ]
+
+
+MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6}
 
 # Reading the counts: the folded totals plus the changes not yet folded (one snapshot).
 STATE_COUNTS = ("SELECT queue, state, sum(n) FROM (SELECT queue, state, n FROM job_counts "

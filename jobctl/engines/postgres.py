@@ -547,7 +547,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         return [(r[0], r[1], int(r[2])) for r in c.execute(pg_schema.STATE_COUNTS).fetchall()]
 
     _COLUMNS = ("id, queue, type, payload, payload_hash, priority, status, max_attempts, backoff, timeout_ms, run_at, "
-                "created_at, updated_at, cost_units, concurrency_group, on_buried, on_completed, on_cancelled")
+                "unique_key, created_at, updated_at, cost_units, concurrency_group, on_buried, on_completed, on_cancelled")
 
     def _insert_many(self, c, jobs: list[NewJob], now: int, actor: str,
                      on_progress: Callable[[int, int], None] | None = None) -> list[tuple[int, bool]]:
@@ -557,12 +557,12 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
         for j in jobs:
             _refuse_nul(j)
         ids: list[int | None] = [None]
-        template = "(DEFAULT,?,?,?,?,?,'pending',?,?,?,?,?,?,?,?,?,?,?)"
+        template = "(DEFAULT,?,?,?,?,?,'pending',?,?,?,?,?,?,?,?,?,?,?,?)"
         if len(jobs) > 1:  # (one job: `jobctl enqueue`, the job and its event in one round trip)
             ids = sorted(r[0] for r in c.execute(
                 "SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, ?)",
                 (len(jobs),)).fetchall())
-            template = "(?,?,?,?,?,?,'pending',?,?,?,?,?,?,?,?,?,?,?)"
+            template = "(?,?,?,?,?,?,'pending',?,?,?,?,?,?,?,?,?,?,?,?)"
         head = f"WITH inserted AS (INSERT INTO jobs ({self._COLUMNS}) VALUES "
         tail = (" RETURNING id) INSERT INTO events (job_id, at, from_status, to_status, actor, message) "
                 f"SELECT id, {int(now)}, NULL, 'pending', {_literal(c, actor)}, 'enqueued' FROM inserted "
@@ -570,7 +570,7 @@ class PostgresEngine(PostgresTransfer, SQLEngine):
 
         def row(job_id, j: NewJob) -> tuple:
             values = (j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff, j.timeout_ms,
-                      j.run_at(now), now, now, j.cost_units, j.concurrency_group, j.on_buried, j.on_completed,
+                      j.run_at(now), j.unique_key, now, now, j.cost_units, j.concurrency_group, j.on_buried, j.on_completed,
                       j.on_cancelled)
             return values if job_id is None else (job_id, *values)
 

@@ -33,11 +33,11 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache, partial
 
-from jobctl.engines.base import Change, Check, ClaimRequest, Decide, Decision, Inserted, NewJob, RunLog
+from jobctl.engines.base import Change, Check, ClaimRequest, Decide, Decision, Inserted, NewJob, RunLog, unique_key
 from jobctl.errors import DamagedJob, InvalidState, JobctlError, KeyConflict, NoSuchJob
 from jobctl.models import FINISHED, HELD, JOB_COLUMNS, REACTING, Event, Job, row_damage
+from jobctl.engines.schema import UNIQUE_LIVE_SQL
 from jobctl import payloads
-from jobctl.payloads import sha256
 
 # The states in SQL, as the partial indexes of both schemas spell them (schema.py, pg_schema.py,
 # whose migrations keep their own frozen text: tests/test_engine_contract.py checks they agree).
@@ -45,7 +45,6 @@ from jobctl.payloads import sha256
 READY = "status = 'pending' AND waiting_on = 0"  # ready, or scheduled for later (run_at): not blocked
 HELD_SQL = "status IN (" + ", ".join(f"'{s}'" for s in HELD) + ")"
 DEPENDS, DEPENDED_ON = 1, 2  # bits of jobs.dep_flags (schema.py)
-UNIQUE_LIVE = ("pending", "running", "cancel_requested")
 WORKERS_FORGET_MS = 86_400_000  # a stopped or lost worker's row is forgotten a day after it was last seen
 MAX_CLAIMS_KEPT = 4096  # jobs an engine remembers as it claimed them (a worker holds a few)
 
@@ -532,13 +531,15 @@ class SQLEngine:
                 if row["type"] != j.type or row["payload_hash"] != j.payload_hash:
                     raise KeyConflict(j.idempotency_key, row["id"])
                 return row["id"], False
-        unique_key = None
+        key = j.unique_key  # (every job has one: a later --unique enqueue finds it)
         if j.unique:
-            unique_key = sha256(f"{j.queue}\0{j.type}\0{j.payload_hash}".encode()).hexdigest()
-            self._lock_unique(c, unique_key)
+            self._lock_unique(c, key)
+            # (the states written out as the index jobs_unique says them, not as parameters: else
+            # no planner may use the partial index, and the lookup read every live job)
             row = c.execute(
-                "SELECT id FROM jobs WHERE unique_key = ? AND status IN (?,?,?) ORDER BY id LIMIT 1",
-                (unique_key, *UNIQUE_LIVE),
+                f"SELECT id FROM jobs{self._indexed('jobs_unique')} WHERE unique_key = ? AND {UNIQUE_LIVE_SQL} "
+                "AND queue = ? AND type = ? AND payload_hash = ? ORDER BY id LIMIT 1",
+                (key, j.queue, j.type, j.payload_hash),
             ).fetchone()
             if row:
                 return row["id"], False
@@ -562,7 +563,7 @@ class SQLEngine:
         job_id = c.execute(
             self._INSERT + " RETURNING id",
             (j.queue, j.type, j.payload, j.payload_hash, j.priority, j.max_attempts, j.backoff, j.timeout_ms,
-             j.run_at(now), waiting, unique_key, j.idempotency_key, now, now, j.cost_units, j.concurrency_group,
+             j.run_at(now), waiting, key, j.idempotency_key, now, now, j.cost_units, j.concurrency_group,
              j.on_buried, j.on_completed, j.on_cancelled),
         ).fetchall()[0][0]  # fetch it all: an unfinished RETURNING statement blocks COMMIT
         if after:
@@ -1158,10 +1159,12 @@ class SQLEngine:
             self._time_lease(fields, now, job)
         assignments = ", ".join(f"{k} = ?" for k in fields)
         extra: list = []
-        if "payload_hash" in fields or "queue" in fields:  # (an edit) a --unique job's key follows its payload
-            assignments += ", unique_key = CASE WHEN unique_key IS NULL THEN NULL ELSE ? END"
-            extra.append(sha256(f"{fields.get('queue', job.queue)}\0{job.type}\0"
-                                f"{fields.get('payload_hash') or self._payload_hash(c, job.id)}".encode()).hexdigest())
+        if "payload_hash" in fields or "queue" in fields or (job.status in FINISHED and change.to_status not in FINISHED):
+            # (an edit, a retry) the key follows the payload and queue; a finished job's key, which
+            # no lookup reads, may be missing (a job finished before schema v13) or stale
+            assignments += ", unique_key = ?"
+            extra.append(unique_key(fields.get("queue", job.queue), job.type,
+                                    fields.get("payload_hash") or self._payload_hash(c, job.id)))
         reacting = change.to_status != job.status and change.to_status in REACTING
         # The changed row is the one read before with these values written, and is built so, unless
         # a reaction needs it as stored or a value might be stored as other than it was given (a
@@ -1253,6 +1256,11 @@ class SQLEngine:
                                     "AND status = ?", [*fields.values(), *(j.id for j in part), from_status]).rowcount
                 if changed not in (len(part), -1):  # cannot happen under the lock: refuse rather than guess
                     raise InvalidState(f"jobs {part[0].id}..{part[-1].id} changed while they were being updated; retry")
+                if from_status in FINISHED and to_status not in FINISHED:  # their keys, as _apply writes them
+                    c.executemany("UPDATE jobs SET unique_key = ? WHERE id = ?", [
+                        (unique_key(r[1], r[2], r[3]), r[0]) for r in c.execute(
+                            f"SELECT id, queue, type, payload_hash FROM jobs WHERE id IN ({','.join('?' * len(part))})",
+                            [j.id for j in part]).fetchall()])
             if to_status == "pending" and any(fields.get("run_at", j.run_at) <= now and not j.waiting_on for j in jobs):
                 self._jobs_may_be_ready(c)
             if message is not None or to_status != from_status:

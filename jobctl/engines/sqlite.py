@@ -43,7 +43,7 @@ WAL_WARN_BYTES = 64 * 1024 * 1024  # doctor: a WAL this big means something hold
 INSERT_PAGE = 64
 # A bulk row's parameters (SQLiteEngine._insert_page), read in C rather than one by one in Python.
 _BULK_ROW = attrgetter("queue", "type", "payload", "payload_hash", "priority", "max_attempts", "backoff", "timeout_ms",
-                       "delay_ms", "not_before", "cost_units", "concurrency_group", "on_buried", "on_completed",
+                       "delay_ms", "not_before", "unique_key", "cost_units", "concurrency_group", "on_buried", "on_completed",
                        "on_cancelled")
 FILE_HISTORY_EVERY = 300  # rows of history_log (about 100 jobs a worker ran) filed into events and runs at once
 _EVENT_AHEAD = "INSERT INTO history_log (job_id, at, from_status, to_status, actor, message, details) VALUES "
@@ -802,7 +802,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         each row's run_at computed from it as NewJob.run_at does."""
         head, _one = self._INSERT.split(" VALUES ")
         now = int(now)
-        one = (f"(?,?,?,?,?,'pending',?,?,?,MAX({now} + ?, COALESCE(?, 0)),0,NULL,NULL,{now},{now},?,?,?,?,?)")
+        one = (f"(?,?,?,?,?,'pending',?,?,?,MAX({now} + ?, COALESCE(?, 0)),0,?,NULL,{now},{now},?,?,?,?,?)")
         return f"{head} VALUES {','.join([one] * rows)}"
 
     def _insert_many(self, c, jobs: list[NewJob], now: int, actor: str,

@@ -58,17 +58,24 @@ def test_a_0_1_0_database_is_migrated_and_keeps_every_job(tmp_path):
     assert all(checks[name]["ok"] for name in ("integrity", "schema", "journal mode", "job rows")), checks
 
 
+def file_at_version(db, n: int) -> sqlite3.Connection:
+    """A new file made by migrations 1 to n, as jobctl's version n left it; the connection is
+    inside the transaction that made it (the caller adds rows, then commits)."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("BEGIN IMMEDIATE")
+    for version in range(1, n + 1):
+        schema.MIGRATIONS[version](sqlite_utils.Database(conn))
+    conn.execute(f"PRAGMA user_version = {n}")
+    conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
+    return conn
+
+
 def test_a_v8_database_with_a_sighted_lease_keeps_its_live_job(tmp_path):
     """v9 times leases on the boot clock in the columns where v2-v8 kept the first sighting of an
     expired lease: a sighting left there is cleared, not read as a lease of another boot."""
     db = tmp_path / "v8.db"
-    conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("BEGIN IMMEDIATE")
-    for version in range(1, 9):
-        schema.MIGRATIONS[version](sqlite_utils.Database(conn))
-    conn.execute("PRAGMA user_version = 8")
-    conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
+    conn = file_at_version(db, 8)
     now = int(time.time() * 1000)
     conn.execute(
         "INSERT INTO jobs (queue, type, payload, payload_hash, priority, status, attempts, max_attempts, backoff, "
@@ -95,13 +102,7 @@ def test_a_v12_database_gets_the_keys_that_unique_enqueues_find(tmp_path):
     from jobctl.engines.base import unique_key
 
     db = tmp_path / "v12.db"
-    conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("BEGIN IMMEDIATE")
-    for version in range(1, 13):
-        schema.MIGRATIONS[version](sqlite_utils.Database(conn))
-    conn.execute("PRAGMA user_version = 12")
-    conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
+    conn = file_at_version(db, 12)
     now = int(time.time() * 1000)
     for i, (status, was_unique, type_) in enumerate((("pending", False, "t"), ("running", True, "t"),
                                                      ("buried", False, "t"), ("completed", True, "t"),

@@ -159,6 +159,10 @@ def test_a_v7_file_gets_the_table_and_keeps_its_history(tmp_path):
     conn.execute("DROP TABLE job_counts_deferred")
     conn.execute("DROP TABLE workers")  # (and v11 undone)
     conn.execute("ALTER TABLE jobs DROP COLUMN claimed_boot_ms")  # (and v12 undone)
+    conn.execute("DROP INDEX jobs_status")  # (and v13 undone: its indexes as v1 made them)
+    conn.execute("CREATE INDEX jobs_status ON jobs (status, queue, finished_at)")
+    conn.execute("CREATE INDEX jobs_unique ON jobs (unique_key) "
+                 "WHERE unique_key IS NOT NULL AND status IN ('pending', 'running', 'cancel_requested')")
     conn.execute("PRAGMA user_version = 7")
     conn.execute("COMMIT")
     conn.close()

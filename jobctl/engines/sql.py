@@ -534,11 +534,12 @@ class SQLEngine:
         key = j.unique_key  # (every job has one: a later --unique enqueue finds it)
         if j.unique:
             self._lock_unique(c, key)
-            # (the states written out as the index jobs_unique says them, not as parameters: else
-            # no planner may use the partial index, and the lookup read every live job)
+            # (the states written out, not as parameters: else no planner may use a partial index
+            # of them (PostgreSQL's jobs_unique), and the lookup read every live job. SQLite seeks
+            # jobs_status, whose columns are status, queue, finished_at (NULL while live), the key.)
             row = c.execute(
-                f"SELECT id FROM jobs{self._indexed('jobs_unique')} WHERE unique_key = ? AND {UNIQUE_LIVE_SQL} "
-                "AND queue = ? AND type = ? AND payload_hash = ? ORDER BY id LIMIT 1",
+                f"SELECT id FROM jobs{self._indexed('jobs_status')} WHERE unique_key = ? AND {UNIQUE_LIVE_SQL} "
+                "AND finished_at IS NULL AND queue = ? AND type = ? AND payload_hash = ? ORDER BY id LIMIT 1",
                 (key, j.queue, j.type, j.payload_hash),
             ).fetchone()
             if row:

@@ -788,3 +788,32 @@ def test_worker_json_log_of_a_real_run_is_ascii(cli, db, tmp_path):
     assert r.stderr.isascii() and b"\x1b" not in r.stderr, r.stderr
     records = [json.loads(line) for line in r.stderr.splitlines()]
     assert any(rec.get("error") == "exit 3: bad \x1b[2J\u202e x" for rec in records), r.stderr
+
+
+@pytest.mark.alone  # (a time bound: 4 s for what takes ~0.6 s, and 5 s or more without the wake)
+def test_without_pidfds_a_handlers_exit_wakes_the_worker_by_sigchld(tmp_path):
+    """Where the kernel gives no pidfds (before Linux 5.3) SIGCHLD wakes the loop when a handler
+    exits, as pidfds do elsewhere: ten 50 ms jobs run one after another at once. Without any wake
+    each would wait for the next deadline, a heartbeat 5 s away (a handler over within the loop's
+    first 2 ms look needs no wake: these are not)."""
+    from jobctl.config import Settings, TypeConfig
+    from jobctl.queue import Queue
+    from jobctl.worker import Log, Worker, WorkerOptions
+    from jobctl.worker.supervisor import PosixLauncher
+
+    class WithoutPidfds(PosixLauncher):
+        def __init__(self):
+            super().__init__()
+            self.exit_fds = False
+
+    settings = Settings(types={"t": TypeConfig("t", command=["sleep", "0.05"], timeout=60, max_attempts=1)})
+    with Queue.open(tmp_path / "q.db", settings, create=True) as q:
+        ids = [q.enqueue("t", {"i": i}).id for i in range(10)]
+        launcher = WithoutPidfds()
+        w = Worker(q, settings, WorkerOptions(worker_id="w", poll=5.0, stop_when_empty=True),
+                   Log("w", "json", io.StringIO()), launcher=launcher)
+        started = time.monotonic()
+        assert w.run() == 0
+        assert time.monotonic() - started < 4.0  # (without a wake the loop sleeps to a deadline 5 s away)
+        assert [q.get(i).status for i in ids] == ["completed"] * 10
+        assert signal.getsignal(signal.SIGCHLD) in (signal.SIG_DFL, None)  # (given back as it was)

@@ -322,10 +322,9 @@ def _v12(db) -> None:
 # which it is the last column: (status, queue, finished_at, unique_key). A --unique lookup is one
 # seek per live state there (a live job's finished_at is NULL), and no job writes an entry in a
 # second index: the index jobs_unique of v1-v12, over --unique jobs only, is gone. (A separate
-# index of every live job's key cost `enqueue --batch` a fifth of its speed and each worker step
-# two more WAL pages; the status index is written by each of them anyway.)
-UNIQUE_LIVE = ("pending", "running", "cancel_requested")  # (a job asked to cancel runs until it stops)
-UNIQUE_LIVE_SQL = "(" + " OR ".join(f"status = '{s}'" for s in UNIQUE_LIVE) + ")"
+# index of every live job's key cost each worker step one more WAL page, since the status index is
+# written by every insert, claim and completion anyway; the key's own bytes, in the row and in
+# the entry, cost `enqueue --batch` about a sixth of its speed either way: docs/performance.md.)
 STATUS_INDEX = "CREATE INDEX jobs_status ON jobs (status, queue, finished_at, unique_key)"
 _LIVE_JOBS = "SELECT id, queue, type, payload_hash FROM jobs WHERE status IN ('pending', 'running', 'cancel_requested')"
 

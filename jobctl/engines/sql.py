@@ -36,7 +36,6 @@ from functools import lru_cache, partial
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, Decision, Inserted, NewJob, RunLog, unique_key
 from jobctl.errors import DamagedJob, InvalidState, JobctlError, KeyConflict, NoSuchJob
 from jobctl.models import FINISHED, HELD, JOB_COLUMNS, REACTING, Event, Job, row_damage
-from jobctl.engines.schema import UNIQUE_LIVE_SQL
 from jobctl import payloads
 
 # The states in SQL, as the partial indexes of both schemas spell them (schema.py, pg_schema.py,
@@ -44,6 +43,11 @@ from jobctl import payloads
 # A query that means "ready" or "held" says it with these, so the planner matches the index.
 READY = "status = 'pending' AND waiting_on = 0"  # ready, or scheduled for later (run_at): not blocked
 HELD_SQL = "status IN (" + ", ".join(f"'{s}'" for s in HELD) + ")"
+# A live job, which an `--unique` enqueue returns instead of making a twin (a job asked to cancel
+# runs until it stops). ORed, not an IN list: SQLite then seeks each state in jobs_status, and
+# PostgreSQL's planner may use its partial index jobs_unique, which names the states so.
+UNIQUE_LIVE = ("pending", *HELD)
+UNIQUE_LIVE_SQL = "(" + " OR ".join(f"status = '{s}'" for s in UNIQUE_LIVE) + ")"
 DEPENDS, DEPENDED_ON = 1, 2  # bits of jobs.dep_flags (schema.py)
 WORKERS_FORGET_MS = 86_400_000  # a stopped or lost worker's row is forgotten a day after it was last seen
 MAX_CLAIMS_KEPT = 4096  # jobs an engine remembers as it claimed them (a worker holds a few)
@@ -362,11 +366,6 @@ class SQLEngine:
     def running_ms(self, job: Job, now: int) -> int | None:
         """How long a held job's run has lasted, on the clock that times its lease; None: no claim."""
         return None if job.claimed_at is None else now - job.claimed_at
-
-    def over_timeout(self, job: Job, now: int) -> bool:
-        """Whether a held job has run longer than its timeout (as _over_timeout_where judges it)."""
-        ran = self.running_ms(job, now)
-        return ran is not None and ran > job.timeout_ms
 
     def _write(self, *, rollback: bool = False) -> AbstractContextManager[tuple]:
         """One write transaction: yields (connection, now), "now" read once inside it; commits

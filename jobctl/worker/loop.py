@@ -4,9 +4,9 @@ One thread, one loop. Signal handlers only count signals; through `signal.set_wa
 signal also writes a byte to a pipe, and each handler has a pidfd that turns readable when it
 exits (where the kernel has none, SIGCHLD wakes the pipe instead), so the loop sleeps in
 `select()` until a handler exits, a signal arrives or the next deadline (timeout, heartbeat,
-poll) is due: no spinning, and near-zero CPU when idle. While idle it also asks the database, cheaply, whether
-anyone committed (`queue.has_changed()`), so a job enqueued meanwhile starts at once instead of at
-the next poll.
+poll) is due: no spinning, and near-zero CPU when idle. While idle it also asks the database,
+cheaply, whether anyone committed (`queue.has_changed()`), so a job enqueued meanwhile starts at
+once instead of at the next poll.
 
 Each step of the loop reads the injected monotonic clock and acts on what is due; `step()` does
 one round without waiting, so the rules can be driven by a fake clock in unit tests. Processes are
@@ -373,7 +373,7 @@ class Worker:
             self._pump()
             time.sleep(min(timeout, 0.05))
             return
-        exits = self.sup.exit_fds() if self.sup.launcher.exit_fds else set()
+        exits = self.sup.exit_fds()
         if exits is None:  # a handler without one (no descriptor was left): look at it often
             timeout = min(timeout, UNWATCHED_LOOK)
             exits = set()

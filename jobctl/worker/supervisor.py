@@ -226,7 +226,8 @@ class PosixLauncher:
 
     def watch(self, proc: Proc) -> None:
         """Give a started handler its exit fd (a pidfd): the loop sleeps on it, not on SIGCHLD.
-        None where the kernel has no pidfds (the loop then wakes by SIGCHLD) or none is left."""
+        None where the kernel has no pidfds (the loop then wakes by SIGCHLD) or no descriptor is
+        left (the loop then looks often)."""
         if self.exit_fds:
             try:
                 proc.exit_fd = os.pidfd_open(proc.pid)
@@ -511,8 +512,7 @@ class Supervisor:
             try:
                 _feed(feed, payload)
             except OSError as e:  # (not seen: an empty pipe takes a page at once) never half a payload
-                self.launcher.signal_group(proc, signal.SIGKILL)
-                self.launcher.reap(proc)
+                self._kill_and_reap(proc)
                 for fd in (stdin, *writers, *readers):
                     os.close(fd)
                 if slot is not None and self.cgroups is not None:
@@ -567,8 +567,10 @@ class Supervisor:
         return {fd: r for r in self.running for fd in r.fds()}
 
     def exit_fds(self) -> set[int] | None:
-        """The fds that turn readable when a running handler exits; None when one has none (the
-        loop must then look often)."""
+        """The fds that turn readable when a running handler exits: none where the launcher gives
+        none (SIGCHLD wakes the loop then); None when a handler has none (the loop must look often)."""
+        if not self.launcher.exit_fds:
+            return set()
         fds = {r.proc.exit_fd for r in self.running}
         return None if -1 in fds else fds
 
@@ -658,12 +660,7 @@ class Supervisor:
                 self._exited.append(r.proc)
                 finished.append((r, rc))
                 continue
-            # The leader is a zombie: its group id is still ours. Kill what it left behind.
-            self.launcher.signal_group(r.proc, signal.SIGKILL)
-            rc = self.launcher.reap(r.proc)
-            r.proc.forget_exit_fd()
-            if self.keeper is not None:
-                self.keeper.remove(r.proc.pid)
+            rc = self._kill_and_reap(r.proc)
             if r.stop_reason is not None and r.job.token:
                 # Stopped by us: nothing of this run may outlive it, not even what left the group.
                 left = self.launcher.token_holders(r.job.token)
@@ -677,16 +674,25 @@ class Supervisor:
         return finished
 
     def finish_reaping(self) -> None:
-        """For the handlers `reap` took off the running list by their exit status alone: kill what
-        each left in its process group (the leader, a zombie until reaped, keeps the group id
-        ours, never a stranger's), then reap it, and take it off the keeper's table."""
+        """The rest of `reap` for the handlers it took off the running list by their exit status
+        alone (after the next start: off the path from an exit to it)."""
         exited, self._exited = self._exited, []
         for proc in exited:
-            self.launcher.signal_group(proc, signal.SIGKILL)
-            self.launcher.reap(proc)
-            proc.forget_exit_fd()
-            if self.keeper is not None:
-                self.keeper.remove(proc.pid)
+            self._kill_and_reap(proc)
+
+    def _kill_and_reap(self, proc: Proc) -> int:
+        """A handler that has exited: kill what it left in its process group (the leader, a zombie
+        until reaped, keeps the group id ours, never a stranger's), reap it, and let go of it."""
+        self.launcher.signal_group(proc, signal.SIGKILL)
+        rc = self.launcher.reap(proc)
+        self._let_go(proc)
+        return rc
+
+    def _let_go(self, proc: Proc) -> None:
+        """A reaped handler: its exit fd closed, its slot in the keeper's table freed."""
+        proc.forget_exit_fd()
+        if self.keeper is not None:
+            self.keeper.remove(proc.pid)
 
     def _end_cgroup(self, r: Running) -> None:
         """The handler has exited: read its cgroup's OOM kills, then kill what is left in it (a
@@ -706,9 +712,7 @@ class Supervisor:
         self.kill(r)
         rc = self.launcher.reap(r.proc, timeout=wait)
         if rc is not None:
-            r.proc.forget_exit_fd()
-            if self.keeper is not None:
-                self.keeper.remove(r.proc.pid)
+            self._let_go(r.proc)
         if r.cgroup is not None:
             self._end_cgroup(r)
         if r in self.running:

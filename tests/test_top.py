@@ -821,3 +821,12 @@ def test_the_questions_say_scheduled_for_a_scheduled_job(known):
             await press(app, pilot, "escape")
 
     asyncio.run(go())
+
+
+def test_the_queues_pane_counts_a_job_being_cancelled_as_running_as_its_tab_does():
+    # (its handler still runs until the worker stops it: a queue showing RUNNING 0 then hides it)
+    from jobctl.top.widgets import queue_cells
+
+    q = {"ready": 2, "scheduled": 0, "running": 0, "cancel_requested": 1, "buried": 1, "oldest_ready_age": None}
+    cells = queue_cells("default", q, [("name", "QUEUE"), ("running", "RUNNING"), ("buried", "BURIED")])
+    assert [c.plain for c in cells] == ["default", "1", "1"]

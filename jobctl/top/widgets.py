@@ -105,6 +105,8 @@ def queue_cells(name: str, q: dict, cols: list[tuple[str, str]]) -> list:
             cells.append(Text(label or "", style="magenta"))
         else:
             n = q.get(key, 0) or 0
+            if key == "running":  # held by a worker, as the running tab counts them: one being cancelled too
+                n += q.get("cancel_requested", 0) or 0
             style = "red" if key == "buried" and n else "yellow" if key == "held" and n else ""
             cells.append(Text(f"{n:,}", style=style, justify="right"))
     return cells

@@ -462,8 +462,10 @@ def explain(job: Job, now: int, *, dependencies: Sequence[tuple[int, str | None]
 def by_hand_note(events: Sequence) -> str | None:
     """How the history says a person parked the job (`buried by hand: REASON (by ACTOR)`), when
     its latest move to buried was `jobctl bury`'s; else None (a failure buried it)."""
+    from jobctl.transitions import BURIED_BY_HAND
+
     last = next((e for e in reversed(events) if e.to_status == "buried"), None)
-    if last is None or not (last.message or "").startswith("buried by hand"):
+    if last is None or not (last.message or "").startswith(BURIED_BY_HAND):
         return None
     return f"{last.message} (by {last.actor})"
 

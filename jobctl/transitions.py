@@ -158,6 +158,9 @@ def retry(job: Job, now: int, *, reset_attempts: bool) -> Change:
     return Change("pending", fields, message="retried" + (" with attempts reset" if reset_attempts else ""))
 
 
+BURIED_BY_HAND = "buried by hand"  # the history's word of `jobctl bury` (stats.by_hand_note reads it back)
+
+
 def bury(job: Job, now: int, *, reason: str | None) -> Change:
     """Park a job that has not started (pending, scheduled, blocked) as buried, for a person: it
     stops, and `retry` brings it back. A running job is refused (its worker would not know):
@@ -172,7 +175,7 @@ def bury(job: Job, now: int, *, reason: str | None) -> Change:
     if job.status != "pending":
         raise refuse(job, "bury it (it has finished)")
     note = f": {reason}" if reason else ""
-    return Change("buried", {}, message=f"buried by hand{note}")
+    return Change("buried", {}, message=f"{BURIED_BY_HAND}{note}")
 
 
 EDITABLE = ("payload", "queue", "priority", "max_attempts", "timeout_ms", "backoff")

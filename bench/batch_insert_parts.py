@@ -1,11 +1,11 @@
 """Where the CPU of SQLite's bulk insert of `enqueue --batch` goes: the same statements as
-SQLiteEngine._insert_many (pages of INSERT_PAGE rows, the deferred count, the enqueue events, the
-commit) on a database `jobctl init` made, each timed in CPU seconds of this process.
+SQLiteEngine._insert_many (pages of INSERT_PAGE rows of jobs that set no option, the count, the
+enqueue events, the commit) on a database `jobctl init` made, each timed in CPU seconds of this process.
 
     python bench/batch_insert_parts.py [--jobs 100000] [--rounds 2] [--drop NAME ...]
 
---drop NAME (repeatable): drop that index (or, for a name that starts with jobs_count, that trigger)
-before the insert, to see what it costs. Each round uses a fresh database.
+--drop NAME (repeatable): drop that index before the insert, to see what it costs. Each round uses
+a fresh database.
 """
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ import sqlite3
 import sys
 import tempfile
 import time
+from functools import partial
+from hashlib import sha256
 from itertools import chain
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from jobctl.engines.base import unique_key  # noqa: E402
 from jobctl.engines.schema import COUNT_INSERTED  # noqa: E402
 from jobctl.engines.sqlite import INSERT_PAGE, SQLiteEngine  # noqa: E402
 
@@ -32,21 +35,18 @@ def one_round(db: Path, n: int, drop: list[str]) -> dict[str, float]:
     c.execute("PRAGMA synchronous = FULL")
     c.execute("PRAGMA temp_store = MEMORY")
     for name in drop:
-        c.execute(f"DROP {'TRIGGER' if name.startswith('jobs_count') else 'INDEX'} {name}")
+        c.execute(f"DROP INDEX {name}")
     now = int(time.time() * 1000)
-    head, one = SQLiteEngine._INSERT.split(" VALUES ")
-    rows = [("default", "bench", '{"i":%d}' % i, "x" * 64, 0, 3, "exponential", 600000, now, 0, None, None, now, now,
-             0, None, None, None, None) for i in range(n)]
+    page = partial(SQLiteEngine._insert_page, now=now, plain=True)
+    rows = [("default", "bench", '{"i":%d}' % i, sha256(b"%d" % i).hexdigest(), 10, 3, "exponential", 600000, 0,
+             unique_key("default", "bench", sha256(b"%d" % i).hexdigest()), 1) for i in range(n)]
     full = n - n % INSERT_PAGE
     t = [time.process_time()]
     c.execute("BEGIN IMMEDIATE")
-    c.execute("INSERT INTO job_counts_deferred (since) VALUES (1)")
-    c.executemany(f"{head} VALUES {','.join([one] * INSERT_PAGE)}",
-                  (tuple(chain.from_iterable(rows[i:i + INSERT_PAGE])) for i in range(0, full, INSERT_PAGE)))
+    c.executemany(page(INSERT_PAGE), (tuple(chain.from_iterable(rows[i:i + INSERT_PAGE])) for i in range(0, full, INSERT_PAGE)))
     if n % INSERT_PAGE:
-        c.execute(f"{head} VALUES {','.join([one] * (n % INSERT_PAGE))}", tuple(chain.from_iterable(rows[full:])))
+        c.execute(page(n % INSERT_PAGE), tuple(chain.from_iterable(rows[full:])))
     t.append(time.process_time())
-    c.execute("DELETE FROM job_counts_deferred")
     c.execute(COUNT_INSERTED, (1, n))
     t.append(time.process_time())
     c.execute("INSERT INTO events (job_id, at, from_status, to_status, actor, message) "

@@ -70,6 +70,9 @@ def fill_sqlite(path: str, n: int) -> None:
     conn.execute("BEGIN IMMEDIATE")
     conn.execute(f"INSERT INTO jobs ({COLUMNS}) WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s "
                  f"WHERE i < {n}) " + _select(now, n))
+    from jobctl.engines.schema import COUNT_INSERTED  # (as jobctl counts its own inserts: no trigger does)
+
+    conn.execute(COUNT_INSERTED, (0, 1 << 62))
     # The runs of the buried jobs: eight workers took turns.
     conn.execute("INSERT INTO runs (job_id, queue, type, worker, ready_at, started_at, ended_at, outcome) "
                  "SELECT id, queue, type, 'w-' || (id % 8), run_at, updated_at - 1000, updated_at, 'failed' "

@@ -233,3 +233,24 @@ def test_a_bulk_insert_starts_each_job_at_its_delay_or_its_time_whichever_is_lat
     jobs = [show(cli, i) for i in ids]
     assert [parse_time(j["run_at"]) - parse_time(j["created_at"]) for j in jobs[:3] + jobs[4:]] == [0, 90_000, 0, 0]
     assert jobs[3]["run_at"] == "2031-01-01T00:00:00.500Z"
+
+
+def test_a_chunk_of_jobs_without_options_is_stored_as_one_with_them(any_db):
+    """A chunk whose jobs set no start time, group or reaction writes those as NULLs in its statement
+    (not as bound parameters); every other column is as the general statement writes it."""
+    from jobctl.durations import parse_time
+
+    cli = cli_on(any_db)
+    lines = [{"type": "t", "payload": {"i": 1}, "delay": "90s", "priority": "high"}, {"type": "u", "queue": "q2"}]
+    plain = enqueue_many(cli, "--batch", ndjson(*lines))
+    general = enqueue_many(cli, "--batch", ndjson(*lines, {"type": "t", "group": "g", "on_buried": "r"}))
+    fields = ("queue", "type", "payload", "priority", "max_attempts", "backoff", "timeout", "status", "cost_units",
+              "concurrency_group", "on_buried", "on_completed", "on_cancelled", "after", "attempts")
+
+    def stored(job_id):
+        job = show(cli, job_id)
+        return ({k: job.get(k) for k in fields},
+                parse_time(job["run_at"]) - parse_time(job["created_at"]))
+
+    assert [stored(i) for i in plain] == [stored(i) for i in general[:2]]
+    assert stored(plain[0])[1] == 90_000 and stored(general[2])[0]["concurrency_group"] == "g"

@@ -30,7 +30,7 @@ def drop(db, *statements: str) -> None:
 @pytest.mark.parametrize("ddl, named", [
     ("DROP TABLE events", "table events"),
     ("DROP INDEX jobs_ready_by_queue", "index jobs_ready_by_queue"),
-    ("DROP TRIGGER jobs_count_insert{on}", "trigger jobs_count_insert"),
+    ("DROP TRIGGER jobs_count_delete{on}", "trigger jobs_count_delete"),
     ("ALTER TABLE events DROP COLUMN details", "column events.details"),
     ("DROP TABLE jobs", "table jobs"),
 ])

@@ -244,8 +244,8 @@ def test_derived_counts_that_do_not_match_fail_loudly(files):
     build_source(source)
     ok(run_inproc("init", db=target))
     with sqlite3.connect(target) as conn:  # a target whose kept counts drift from its rows
-        conn.execute("CREATE TRIGGER drift AFTER INSERT ON jobs WHEN NEW.id = 2 "
-                     "BEGIN UPDATE job_counts SET n = n + 1 WHERE queue = NEW.queue; END")
+        conn.execute("CREATE TRIGGER drift AFTER INSERT ON jobs WHEN NEW.id = 2 BEGIN INSERT INTO job_counts "
+                     "(queue, state, n) VALUES (NEW.queue, 'pending', 1) ON CONFLICT DO UPDATE SET n = n + 1; END")
     r = run_inproc("migrate", "--to", target, db=source)
     assert r.exit_code == 8, r.output
     assert "job counts of queue work (pending): 5 kept, 4 rows" in r.one_error_line()

@@ -7,6 +7,7 @@ import pytest
 
 from conftest import JOBCTL, Clock, run_on_pty
 from jobctl import output, stats_view
+from jobctl.config import Settings
 from jobctl.queue import Queue
 from jobctl.stats import check, prometheus
 
@@ -416,3 +417,34 @@ def test_a_batch_is_counted_exactly_by_queue_and_state_and_not_when_rolled_back(
     kept, counted = kept_and_counted(any_db)
     assert kept == counted and counted[("q0", "completed")] == 1 and counted[("q1", "cancelled")] == 1
     assert sum(counted.values()) == 40 + 9 + 5 + 1 + 4
+
+
+def test_every_kind_of_insert_is_counted_and_a_failed_bulk_insert_leaves_nothing(any_db, monkeypatch):
+    """On SQLite no trigger counts an inserted job: the engine counts each insert right after it
+    (one trigger on the table made every multi-row INSERT keep a statement journal). A single
+    enqueue, one blocked by --after, a --unique one, the reaction to a bury and a bulk insert are
+    counted exactly; a bulk insert that fails on a later statement (the earlier ones written
+    without a statement journal) leaves no row and no count."""
+    from conftest import run_inproc
+    from jobctl.engines.base import NewJob
+    from jobctl.engines.sql import SQLEngine
+    from jobctl.jobspec import prepare
+
+    for args in (["t"], ["t", "--after", "1"], ["t", "--unique"], ["t", "--unique"], ["t", "-q", "q2"],
+                 ["t", "--on-buried", "r"]):
+        assert run_inproc("enqueue", *args, db=any_db).exit_code == 0
+    assert run_inproc("bury", "4", "--reason", "by hand", db=any_db).exit_code == 0  # (--unique gave 1): reaction 5
+    kept, counted = kept_and_counted(any_db)
+    assert kept == counted == {("default", "pending"): 2, ("default", "blocked"): 1, ("q2", "pending"): 1,
+                               ("default", "buried"): 1}, (kept, counted)
+
+    monkeypatch.setattr(SQLEngine, "BULK_STEP", 100)
+    good = prepare(Settings(), "t", {})
+    bad = NewJob(*(None if name == "type" else getattr(good, name) for name in NewJob.__slots__))  # NOT NULL
+    q = Queue.open(any_db)
+    try:
+        with pytest.raises(Exception):
+            q.insert([good] * 250 + [bad])  # (the bad row in the last chunk, after 250 rows written)
+    finally:
+        q.close()
+    assert kept_and_counted(any_db) == (kept, counted)

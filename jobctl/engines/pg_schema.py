@@ -10,8 +10,8 @@ transaction under a transaction advisory lock named after the schema, so that ma
 starting at once on an empty database queue behind the first: each then finds the schema made.
 
 One difference in how the figures are kept: the counts of jobs per queue and state. SQLite keeps
-them exact in job_counts, one UPSERT per change, which costs nothing there because SQLite has one
-writer at a time anyway. On PostgreSQL a row that every transaction updates makes every writer
+them exact in job_counts, one UPSERT per change (and one grouped statement per insert), which costs
+nothing there because SQLite has one writer at a time anyway. On PostgreSQL a row that every transaction updates makes every writer
 wait for the previous one's commit (a hot row). So here every statement that changes jobs only
 APPENDS its net change, (queue, state, +n/-n) rows, to job_count_changes (a statement trigger
 over the statement's transition tables: one small insert per statement, whatever number of rows

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 APPLICATION_ID = 0x6A6F6263  # "jobc"
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 
 # The state a job counts in (job_counts), and the triggers' change of one row's count.
@@ -259,9 +259,8 @@ def _v9(db) -> None:
         db.execute(statement)
 
 
-# A bulk insert's jobs, counted once by one grouped statement (SQLiteEngine._insert_many), in the
-# transaction that inserts them, while a row of job_counts_deferred tells the insert trigger to skip
-# them (the row is deleted before the transaction ends).
+# Jobs just inserted (ids first..last, in the transaction that inserts them), counted by queue and
+# state in one grouped statement: SQLiteEngine._count_inserted_jobs, used by every insert of a job.
 COUNT_INSERTED = ("INSERT INTO job_counts (queue, state, n) SELECT queue, " + _STATE.format(r="jobs") + ", count(*) "
                   "FROM jobs WHERE id BETWEEN ? AND ? GROUP BY 1, 2 "
                   "ON CONFLICT (queue, state) DO UPDATE SET n = n + excluded.n")
@@ -349,8 +348,19 @@ def _v13(db) -> None:
     db.execute(STATUS_INDEX)
 
 
+def _v14(db) -> None:
+    """No trigger counts an inserted job: the engine counts its inserts itself, right after them and
+    in their transaction (COUNT_INSERTED). A trigger on the table, even one whose WHEN skips the
+    rows of a batch (v10), makes SQLite keep a statement journal for every multi-row INSERT: a copy
+    of each page the statement first touches, which for the random places of the jobs' keys in
+    jobs_status (v13) was most of `enqueue --batch`'s time (docs/performance.md). The updates and
+    deletes are still counted by triggers."""
+    db.execute("DROP TRIGGER jobs_count_insert")
+    db.execute("DROP TABLE job_counts_deferred")
+
+
 MIGRATIONS = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11, 12: _v12,
-              13: _v13}
+              13: _v13, 14: _v14}
 
 
 def migrate(conn: sqlite3.Connection, from_version: int) -> None:

@@ -414,6 +414,11 @@ class SQLEngine:
         pending, dependents unblocked, a pause removed or shortened), to wake waiting workers."""
         raise NotImplementedError
 
+    def _count_inserted_jobs(self, c, first: int, last: int) -> None:
+        """Jobs with ids first..last were just inserted in this transaction, and nothing has
+        changed them yet: count them by queue and state, where the engine's triggers do not."""
+        raise NotImplementedError
+
     def _state_counts(self, c) -> list[tuple[str, str, int]]:
         """(queue, state, n) of every queue and state (a pending job waiting on `after` jobs:
         state "blocked"); rows with n = 0 may appear."""
@@ -566,6 +571,7 @@ class SQLEngine:
              j.run_at(now), waiting, key, j.idempotency_key, now, now, j.cost_units, j.concurrency_group,
              j.on_buried, j.on_completed, j.on_cancelled),
         ).fetchall()[0][0]  # fetch it all: an unfinished RETURNING statement blocks COMMIT
+        self._count_inserted_jobs(c, job_id, job_id)
         if after:
             c.executemany("INSERT INTO job_deps (job_id, after_id) VALUES (?, ?)", [(job_id, a) for a in after])
             c.execute(

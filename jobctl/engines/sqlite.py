@@ -36,15 +36,24 @@ from jobctl.engines.transfer import SQLiteTransfer
 from jobctl.errors import DatabaseBusy, DatabaseUnusable, DiskFull, InvalidInput
 
 _TEXT = partial(str, encoding="utf-8", errors="surrogateescape")
+# A None parameter is bound as NULL either way; without an adapter of its own, Python's sqlite3
+# first looks for one by raising and catching an AttributeError (~0.2 µs a None: five a job of
+# `enqueue --batch`). dict.get of an empty dict hands None back, in C.
+sqlite3.register_adapter(type(None), {}.get)  # type: ignore[arg-type]
 WAL_WARN_BYTES = 64 * 1024 * 1024  # doctor: a WAL this big means something holds back checkpoints
-# Jobs a statement of the bulk insert: each statement costs a statement journal and a run of the
-# row triggers' set-up, so one a row was most of `enqueue --batch`'s time (docs/performance.md);
-# past ~100 rows a page the longer statement costs more than it saves.
+# Jobs a statement of the bulk insert: one statement a row costs its preparation and step a row;
+# past ~100 rows a page the longer statement costs more than it saves (docs/performance.md).
 INSERT_PAGE = 64
-# A bulk row's parameters (SQLiteEngine._insert_page), read in C rather than one by one in Python.
+# A bulk row's parameters (SQLiteEngine._insert_page), read in C rather than one by one in Python:
+# all of them, or (_PLAIN_ROW) those of a job that sets none of the options _UNSET reads (most
+# jobs of most batches), whose NULLs are then written into the statement instead of bound.
 _BULK_ROW = attrgetter("queue", "type", "payload", "payload_hash", "priority", "max_attempts", "backoff", "timeout_ms",
                        "delay_ms", "not_before", "unique_key", "cost_units", "concurrency_group", "on_buried", "on_completed",
                        "on_cancelled")
+_PLAIN_ROW = attrgetter("queue", "type", "payload", "payload_hash", "priority", "max_attempts", "backoff", "timeout_ms",
+                        "delay_ms", "unique_key", "cost_units")
+_UNSET = attrgetter("not_before", "concurrency_group", "on_buried", "on_completed", "on_cancelled")
+_NONE_SET = (None,) * 5
 FILE_HISTORY_EVERY = 300  # rows of history_log (about 100 jobs a worker ran) filed into events and runs at once
 _EVENT_AHEAD = "INSERT INTO history_log (job_id, at, from_status, to_status, actor, message, details) VALUES "
 _EVENT_AHEAD_SQL = {False: _EVENT_AHEAD + "(?,?,?,?,?,?,?)", True: _EVENT_AHEAD + "(?,?,?,?,?,?,NULL)"}  # by "no details"
@@ -572,9 +581,8 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
                 conn.text_factory = _TEXT
                 conn.execute(f"PRAGMA synchronous = {'NORMAL' if synchronous == 'normal' else 'FULL'}")
                 conn.execute("PRAGMA journal_size_limit = 8388608")  # a checkpointed WAL shrinks back to 8 MiB
-                # Every write to jobs fires the job_counts triggers, so SQLite keeps a statement
-                # journal for each statement, by default in a new temporary file: ~35 µs per
-                # inserted row, half of `enqueue --batch` (bench/run.py); in memory, a few µs.
+                # An update of jobs fires the job_counts triggers, so SQLite keeps a statement
+                # journal for it, by default in a new temporary file; in memory, a few µs.
                 conn.execute("PRAGMA temp_store = MEMORY")
                 # The first read opens the -wal and -shm: they must be the checked ones before a write.
                 conn.execute("PRAGMA application_id").fetchone()
@@ -792,17 +800,30 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
     def _jobs_may_be_ready(self, c) -> None:
         pass  # waiting workers see every commit through PRAGMA data_version (has_changed)
 
+    def _count_inserted_jobs(self, c, first: int, last: int) -> None:
+        """Jobs first..last were just inserted: count them in job_counts (no trigger does, schema v14),
+        before anything changes them (the update triggers count a change from the state counted here)."""
+        c.execute(COUNT_INSERTED, (first, last))
+
     def _state_counts(self, c) -> list[tuple[str, str, int]]:
-        # job_counts: one row per queue and state, kept exact by triggers (schema.py)
+        # job_counts: one row per queue and state, exact: the inserts count themselves
+        # (_count_inserted_jobs), triggers count the updates and deletes (schema.py)
         return [(r[0], r[1], r[2]) for r in c.execute("SELECT queue, state, n FROM job_counts")]
 
-    def _insert_page(self, rows: int, now: int) -> str:
+    @classmethod
+    def _insert_page(cls, rows: int, now: int, plain: bool) -> str:
         """The INSERT of `rows` jobs at once, as _INSERT inserts one, each with the parameters
-        _BULK_ROW reads: the transaction's `now` is written in (an integer of this process), and
-        each row's run_at computed from it as NewJob.run_at does."""
-        head, _one = self._INSERT.split(" VALUES ")
+        _BULK_ROW (plain: _PLAIN_ROW) reads: the transaction's `now` is written in (an integer of
+        this process), and each row's run_at computed from it as NewJob.run_at does."""
+        head, _one = cls._INSERT.split(" VALUES ")
+        # OR FAIL: a statement that fails keeps the rows it inserted before, so SQLite keeps no
+        # statement journal (a copy of every page the statement first touches, to undo it alone:
+        # for the random places of the jobs' keys in jobs_status, most of the batch's time). Nothing
+        # is kept all the same: any error rolls the whole transaction back (_write).
+        head = head.replace("INSERT INTO", "INSERT OR FAIL INTO", 1)
         now = int(now)
-        one = (f"(?,?,?,?,?,'pending',?,?,?,MAX({now} + ?, COALESCE(?, 0)),0,?,NULL,{now},{now},?,?,?,?,?)")
+        one = (f"(?,?,?,?,?,'pending',?,?,?,{now} + ?,0,?,NULL,{now},{now},?,NULL,NULL,NULL,NULL)" if plain else
+               f"(?,?,?,?,?,'pending',?,?,?,MAX({now} + ?, COALESCE(?, 0)),0,?,NULL,{now},{now},?,?,?,?,?)")
         return f"{head} VALUES {','.join([one] * rows)}"
 
     def _insert_many(self, c, jobs: list[NewJob], now: int, actor: str,
@@ -811,24 +832,22 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         row = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").fetchone()
         first = (row[0] if row else 0) + 1
         step = len(jobs) if on_progress is None else self.PROGRESS_STEP
-        # The rows are counted once below, not one by one by the insert trigger (schema v10). On any
-        # error the caller's transaction rolls back, this row with it.
-        c.execute("INSERT INTO job_counts_deferred (since) VALUES (?)", (first,))
         for start in range(0, len(jobs), step):  # chunks of one transaction: still all or nothing
-            values = list(map(_BULK_ROW, jobs[start:start + step]))
+            chunk = jobs[start:start + step]
+            plain = all(map(_NONE_SET.__eq__, map(_UNSET, chunk)))
+            values = list(map(_PLAIN_ROW if plain else _BULK_ROW, chunk))
             pages = range(0, len(values) - len(values) % INSERT_PAGE, INSERT_PAGE)
-            c.executemany(self._insert_page(INSERT_PAGE, now),
+            c.executemany(self._insert_page(INSERT_PAGE, now, plain),
                           (tuple(chain.from_iterable(values[i:i + INSERT_PAGE])) for i in pages))
             if len(values) % INSERT_PAGE:
                 rest = values[len(pages) * INSERT_PAGE:]
-                c.execute(self._insert_page(len(rest), now), tuple(chain.from_iterable(rest)))
+                c.execute(self._insert_page(len(rest), now, plain), tuple(chain.from_iterable(rest)))
             if on_progress is not None:
                 on_progress(min(start + step, len(jobs)), len(jobs))
-        c.execute("DELETE FROM job_counts_deferred")
         last = c.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").fetchone()[0]
         if last - first + 1 != len(jobs):  # cannot happen while we hold the write lock
             raise RuntimeError("job ids of one batch are not consecutive")
-        c.execute(COUNT_INSERTED, (first, last))
+        self._count_inserted_jobs(c, first, last)
         c.execute(
             "INSERT INTO events (job_id, at, from_status, to_status, actor, message) "
             "SELECT id, ?, NULL, 'pending', ?, 'enqueued' FROM jobs WHERE id BETWEEN ? AND ?",

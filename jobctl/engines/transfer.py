@@ -138,7 +138,7 @@ class Transfer:
 
     def _transfer_problems(self, c) -> list[str]:
         """Derived data on the target that does not agree with its rows: the engine's counts by
-        queue and state (SQLEngine._state_counts, kept by triggers as the rows arrived)."""
+        queue and state (SQLEngine._state_counts, counted as the rows arrived)."""
         kept = {(q, s): int(n) for q, s, n in self._state_counts(c) if n}  # type: ignore[attr-defined]
         actual = {(r[0], r[1]): int(r[2]) for r in c.execute(
             "SELECT queue, CASE WHEN status = 'pending' AND waiting_on > 0 THEN 'blocked' ELSE status END AS state, "
@@ -181,6 +181,9 @@ class Importer:
         try:
             self.c.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
                                rows)
+            if table == "jobs" and rows:  # (a page of ids in order, above the last page's)
+                ids = columns.index("id")
+                self.engine._count_inserted_jobs(self.c, rows[0][ids], rows[-1][ids])  # type: ignore[attr-defined]
         except UnicodeEncodeError:  # read with its bad bytes kept (sqlite.py's text factory): cannot be written
             raise DatabaseUnusable(
                 f"{source.engine.location} holds damaged text in its {_NAMES[table]} (not UTF-8), which "

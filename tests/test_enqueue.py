@@ -151,6 +151,21 @@ def test_unique_returns_a_live_job_enqueued_without_it(any_db):
     assert fresh["created"] is True and fresh["id"] == plain + 2
 
 
+def test_unique_returns_the_oldest_twin_whether_it_runs_waits_or_is_being_cancelled(any_db):
+    """Pending twins are found by their key, running ones among the jobs being run: the oldest of
+    either wins, and a job asked to cancel (it runs until it stops) is still a twin."""
+    cli = on_db(run_inproc, any_db)
+    first, second = (int(ok(cli("enqueue", "t", '{"a": 1}')).stdout) for _ in range(2))
+    job = json.loads(ok(cli("claim", "-t", "t")).stdout)
+    assert job["id"] == first
+    assert int(ok(cli("enqueue", "--unique", "t", '{"a":1}')).stdout) == first  # running, older than the pending one
+    ok(cli("cancel", first))  # asked to cancel: it still runs
+    assert json.loads(ok(cli("show", first, "--json")).stdout)["status"] == "cancel_requested"
+    assert int(ok(cli("enqueue", "--unique", "t", '{"a":1}')).stdout) == first
+    ok(cli("complete", first, "--token", job["token"]))  # (it stops: cancelled)
+    assert int(ok(cli("enqueue", "--unique", "t", '{"a":1}')).stdout) == second
+
+
 # -- --after ------------------------------------------------------------------------------------
 
 

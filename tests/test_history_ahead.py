@@ -151,10 +151,11 @@ def test_a_v7_file_gets_the_table_and_keeps_its_history(tmp_path):
     conn.execute("ALTER TABLE jobs RENAME COLUMN lease_boot_ms TO expiry_seen_at")  # (and v9 undone)
     conn.execute("ALTER TABLE jobs RENAME COLUMN lease_boot_id TO expiry_seen_hb")
     conn.execute("ALTER TABLE jobs DROP COLUMN progress_at")
-    # (and v10 and v14 undone: the insert trigger as v1 made it)
+    # (and v10 and v14 undone: the insert trigger as v1 made it, no index of pending jobs' keys)
     from jobctl.engines.schema import _COUNT_ADD
 
     conn.execute(f"CREATE TRIGGER jobs_count_insert AFTER INSERT ON jobs BEGIN {_COUNT_ADD} END")
+    conn.execute("DROP INDEX jobs_pending_key")
     conn.execute("DROP TABLE workers")  # (and v11 undone)
     conn.execute("ALTER TABLE jobs DROP COLUMN claimed_boot_ms")  # (and v12 undone)
     conn.execute("DROP INDEX jobs_status")  # (and v13 undone: its indexes as v1 made them)

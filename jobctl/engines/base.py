@@ -43,8 +43,8 @@ from jobctl.payloads import sha256  # (CPython's own: hashlib would load OpenSSL
 
 # The key that finds a job's live twins (`--unique`): every job has one, written at insert and
 # kept in step by an edit of its payload or queue and by a retry (sql.py); an index finds a live
-# job by it (SQLite: jobs_status, of which it is the last column; PostgreSQL: jobs_unique, the
-# keys of live jobs). 16 hex digits: the first 8 of the sha256 of its
+# job by it (SQLite: jobs_pending_key, the keys of pending jobs, and the few running ones through
+# jobs_status; PostgreSQL: jobs_unique, the keys of live jobs). 16 hex digits: the first 8 of the sha256 of its
 # queue, NUL, type (one hash per queue and type, not one per job), then the first 8 of its payload
 # hash. A lookup compares queue, type and payload_hash as well, so two jobs with one key (rare,
 # and harmless but for a row read) are never taken for each other. Measured (docs/performance.md,

@@ -43,11 +43,6 @@ from jobctl import payloads
 # A query that means "ready" or "held" says it with these, so the planner matches the index.
 READY = "status = 'pending' AND waiting_on = 0"  # ready, or scheduled for later (run_at): not blocked
 HELD_SQL = "status IN (" + ", ".join(f"'{s}'" for s in HELD) + ")"
-# A live job, which an `--unique` enqueue returns instead of making a twin (a job asked to cancel
-# runs until it stops). ORed, not an IN list: SQLite then seeks each state in jobs_status, and
-# PostgreSQL's planner may use its partial index jobs_unique, which names the states so.
-UNIQUE_LIVE = ("pending", *HELD)
-UNIQUE_LIVE_SQL = "(" + " OR ".join(f"status = '{s}'" for s in UNIQUE_LIVE) + ")"
 DEPENDS, DEPENDED_ON = 1, 2  # bits of jobs.dep_flags (schema.py)
 WORKERS_FORGET_MS = 86_400_000  # a stopped or lost worker's row is forgotten a day after it was last seen
 MAX_CLAIMS_KEPT = 4096  # jobs an engine remembers as it claimed them (a worker holds a few)
@@ -295,6 +290,12 @@ class SQLEngine:
     ID_AMONG = "id IN ({})"
     MAX_SEEKS = 100  # a claim under a full limit seeks at most this many (type, group) pairs, else walks
     PARENTS_LOCK = ""  # after the SELECT of `after` parents at enqueue, which it updates (PostgreSQL: FOR NO KEY UPDATE)
+    # The oldest live twin of a `--unique` job, by its key, queue, type and payload hash (the
+    # states written out, not as parameters: else no planner may use a partial index of them, and
+    # the lookup read every live job). PostgreSQL finds it in jobs_unique, the keys of live jobs;
+    # SQLite (sqlite.py) in two indexes.
+    LIVE_TWIN = ("SELECT min(id) FROM jobs WHERE unique_key = ? AND (" + " OR ".join(f"status = '{s}'" for s in ("pending", *HELD))
+                 + ") AND finished_at IS NULL AND queue = ? AND type = ? AND payload_hash = ?")
 
     # Between two transactions of one long action (update_selection), a pause in which waiting
     # workers take the write lock. SQLite's lock is not fair: a waiter sleeps between its tries
@@ -536,18 +537,11 @@ class SQLEngine:
                     raise KeyConflict(j.idempotency_key, row["id"])
                 return row["id"], False
         key = j.unique_key  # (every job has one: a later --unique enqueue finds it)
-        if j.unique:
+        if j.unique:  # (a live twin: pending, or held by a run; a job asked to cancel runs until it stops)
             self._lock_unique(c, key)
-            # (the states written out, not as parameters: else no planner may use a partial index
-            # of them (PostgreSQL's jobs_unique), and the lookup read every live job. SQLite seeks
-            # jobs_status, whose columns are status, queue, finished_at (NULL while live), the key.)
-            row = c.execute(
-                f"SELECT id FROM jobs{self._indexed('jobs_status')} WHERE unique_key = ? AND {UNIQUE_LIVE_SQL} "
-                "AND finished_at IS NULL AND queue = ? AND type = ? AND payload_hash = ? ORDER BY id LIMIT 1",
-                (key, j.queue, j.type, j.payload_hash),
-            ).fetchone()
-            if row:
-                return row["id"], False
+            row = c.execute(self.LIVE_TWIN, (key, j.queue, j.type, j.payload_hash)).fetchone()
+            if row[0] is not None:
+                return row[0], False
         waiting = 0
         after = sorted(set(j.after))
         if after:

@@ -322,6 +322,12 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
     reconnects = False  # a file: no connection to lose
     on_reconnect: Callable[[str], None] | None = None  # (never called)
     UNICODE_LOWER = "jobctl_lower"  # (registered on each connection: _lower)
+    # A pending twin by its key in jobs_pending_key, a running one among the jobs being run in its
+    # queue, through jobs_status (how many run at once bounds that read, not the backlog; schema v14).
+    _TWIN = "unique_key = ?1 AND queue = ?2 AND type = ?3 AND payload_hash = ?4"
+    LIVE_TWIN = (f"SELECT min(id) FROM (SELECT id FROM jobs INDEXED BY jobs_pending_key WHERE status = 'pending' "
+                 f"AND {_TWIN} UNION ALL SELECT id FROM jobs INDEXED BY jobs_status WHERE {HELD_SQL} "
+                 f"AND finished_at IS NULL AND {_TWIN})")
 
     def __init__(self, conn: sqlite3.Connection, path: str, busy_timeout: float, clock=None):
         self.conn = conn

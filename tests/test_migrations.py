@@ -144,19 +144,23 @@ def test_a_v12_database_gets_the_keys_that_unique_enqueues_find(tmp_path):
 
 def test_a_v13_database_counts_its_inserts_without_the_insert_trigger(tmp_path):
     """v14 drops the trigger that counted inserted jobs (and v10's table that let a batch skip it):
-    the engine counts its inserts itself. The counts a v13 file kept stay, and new jobs add to them."""
+    the engine counts its inserts itself. The counts a v13 file kept stay, and new jobs add to them;
+    its pending job's key, moved to an index of pending jobs, still finds it."""
     db = tmp_path / "v13.db"
     conn = file_at_version(db, 13)
     now = int(time.time() * 1000)
+    from jobctl.engines.base import unique_key
+
     conn.execute(
         "INSERT INTO jobs (queue, type, payload, payload_hash, priority, status, max_attempts, backoff, timeout_ms, "
-        "run_at, created_at, updated_at) VALUES ('default', 't', '{}', ?, 10, 'pending', 3, 'exponential', 60000, "
-        "?, ?, ?)", (_hash({}), now, now, now))  # (counted by v13's trigger)
+        "run_at, created_at, updated_at, unique_key) VALUES ('default', 't', '{}', ?, 10, 'pending', 3, 'exponential', "
+        "60000, ?, ?, ?, ?)", (_hash({}), now, now, now, unique_key("default", "t", _hash({}))))  # (counted by v13's trigger)
     conn.execute("COMMIT")
     conn.close()
     r = run_cli("--db", db, "enqueue", "--batch", "-", input='{"type": "t", "payload": {"i": 1}}\n{"type": "u"}\n')
     assert r.exit_code == 0, r.output
     assert run_cli("--db", db, "enqueue", "t", "--after", "1").exit_code == 0
+    assert run_cli("--db", db, "enqueue", "t", "--unique").stdout.strip() == "1"  # (its key in the new index)
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
     assert conn.execute("SELECT name FROM sqlite_master WHERE name IN ('jobs_count_insert', 'job_counts_deferred')"

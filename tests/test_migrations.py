@@ -40,6 +40,17 @@ def _hash(payload):
     return payloads.canonical_hash(payload)
 
 
+def insert_job(conn, payload: dict, **columns) -> None:
+    """A job row as an older version wrote it: a pending job of type t in the default queue, at
+    now, with `payload`, unless `columns` say otherwise (only the columns that version had)."""
+    now = int(time.time() * 1000)
+    row = {"queue": "default", "type": "t", "payload": json.dumps(payload, separators=(",", ":")),
+           "payload_hash": _hash(payload), "priority": 10, "status": "pending", "attempts": 0, "max_attempts": 3,
+           "backoff": "exponential", "timeout_ms": 60000, "run_at": now, "created_at": now, "updated_at": now,
+           **columns}
+    conn.execute(f"INSERT INTO jobs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
+
+
 def test_a_0_1_0_database_is_migrated_and_keeps_every_job(tmp_path):
     db = tmp_path / "old.db"
     make_v1(db)
@@ -77,12 +88,8 @@ def test_a_v8_database_with_a_sighted_lease_keeps_its_live_job(tmp_path):
     db = tmp_path / "v8.db"
     conn = file_at_version(db, 8)
     now = int(time.time() * 1000)
-    conn.execute(
-        "INSERT INTO jobs (queue, type, payload, payload_hash, priority, status, attempts, max_attempts, backoff, "
-        "timeout_ms, run_at, created_at, updated_at, worker, token, lease_expires_at, claimed_at, heartbeat_at, "
-        "expiry_seen_at, expiry_seen_hb) VALUES ('default', 't', '{}', ?, 10, 'running', 1, 3, 'exponential', "
-        "60000, ?, ?, ?, 'w', 'tok', ?, ?, ?, ?, ?)",
-        (_hash({}), now, now, now, now + 600_000, now, now, now - 5_000, now - 60_000))
+    insert_job(conn, {}, status="running", attempts=1, worker="w", token="tok", lease_expires_at=now + 600_000,
+               claimed_at=now, heartbeat_at=now, expiry_seen_at=now - 5_000, expiry_seen_hb=now - 60_000)
     conn.execute("COMMIT")
     conn.close()
     r = run_cli("--db", db, "recover", "--json")
@@ -148,13 +155,9 @@ def test_a_v13_database_counts_its_inserts_without_the_insert_trigger(tmp_path):
     its pending job's key, moved to an index of pending jobs, still finds it."""
     db = tmp_path / "v13.db"
     conn = file_at_version(db, 13)
-    now = int(time.time() * 1000)
     from jobctl.engines.base import unique_key
 
-    conn.execute(
-        "INSERT INTO jobs (queue, type, payload, payload_hash, priority, status, max_attempts, backoff, timeout_ms, "
-        "run_at, created_at, updated_at, unique_key) VALUES ('default', 't', '{}', ?, 10, 'pending', 3, 'exponential', "
-        "60000, ?, ?, ?, ?)", (_hash({}), now, now, now, unique_key("default", "t", _hash({}))))  # (counted by v13's trigger)
+    insert_job(conn, {}, unique_key=unique_key("default", "t", _hash({})))  # (counted by v13's trigger)
     conn.execute("COMMIT")
     conn.close()
     r = run_cli("--db", db, "enqueue", "--batch", "-", input='{"type": "t", "payload": {"i": 1}}\n{"type": "u"}\n')

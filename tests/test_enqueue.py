@@ -408,8 +408,8 @@ def test_batch_after_a_missing_job_names_the_line(cli):
 
 
 def test_unique_lookup_reads_the_same_however_many_jobs_are_live(tmp_path):
-    """One probe of the index of live jobs' keys: the work of a --unique enqueue does not grow with
-    the live jobs (it used to read each of them, through the index by status)."""
+    """One probe of the index of pending jobs' keys: the work of a --unique enqueue does not grow
+    with the live jobs (it used to read each of them, through the index by status)."""
     with Queue.open(tmp_path / "q.db", create=True) as q:
         def steps() -> int:
             count = [0]

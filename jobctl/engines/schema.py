@@ -348,11 +348,11 @@ def _v13(db) -> None:
     db.execute(STATUS_INDEX)
 
 
-# The keys of pending jobs, in an index of their own: short entries (the key and the row id),
-# which a batch writes at random places as fast as it appends to jobs_status (a wider entry there
-# cost it ~0.1 s of CPU per 100,000 jobs more); a claim takes the claimed job's entry out, a
-# completion touches none. A job being run is found through jobs_status (how many run at once, not
-# the backlog, bounds that read).
+# The keys of pending jobs, in an index of their own: short entries (the key and the row id), which
+# a batch writes at random places (the key as the last column of jobs_status, a wider entry, cost
+# it ~0.1 s more CPU per 100,000 jobs); a claim takes the claimed job's entry out, a completion
+# touches none. A job being run is found through jobs_status (how many run at once, not the
+# backlog, bounds that read).
 PENDING_KEY_INDEX = "CREATE INDEX jobs_pending_key ON jobs (unique_key) WHERE status = 'pending'"
 
 

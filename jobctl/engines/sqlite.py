@@ -824,7 +824,7 @@ class SQLiteEngine(SQLiteTransfer, SQLEngine):
         head, _one = cls._INSERT.split(" VALUES ")
         # OR FAIL: a statement that fails keeps the rows it inserted before, so SQLite keeps no
         # statement journal (a copy of every page the statement first touches, to undo it alone:
-        # for the random places of the jobs' keys in jobs_status, most of the batch's time). Nothing
+        # for the random places of the jobs' keys in their index, most of the batch's time). Nothing
         # is kept all the same: any error rolls the whole transaction back (_write).
         head = head.replace("INSERT INTO", "INSERT OR FAIL INTO", 1)
         now = int(now)

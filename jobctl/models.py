@@ -37,9 +37,16 @@ TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.CANCELLED})
 FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.CANCELLED, JobStatus.BURIED})
 ACTIVE = frozenset({JobStatus.RUNNING, JobStatus.CANCEL_REQUESTED})  # held by a worker
 # The same states as tuples, named once for the code and its SQL alike (a query takes them as
-# parameters, or as literals through engines/sql.py, in this order).
+# parameters, or as literals through states_in(), in this order).
 HELD = ("running", "cancel_requested")  # held by a worker (ACTIVE)
+UNFINISHED = ("pending", *HELD)  # (not FINISHED) a `--unique` job's twins, what the limits count
 REACTING = ("buried", "completed", "cancelled")  # the states a job may have a reaction to (Job.reaction_type)
+
+
+def states_in(states) -> str:
+    """`status IN ('a', 'b')`: states as literals, so that a planner can match a partial index."""
+    return "status IN (" + ", ".join(f"'{s}'" for s in states) + ")"
+
 
 STATES = tuple(s.value for s in JobStatus)
 # What each action by filter can act on (its --status values: states and the views scheduled, blocked,

@@ -15,7 +15,7 @@ import time
 from typing import Iterable, Protocol
 
 from jobctl.errors import InvalidInput
-from jobctl.models import STATES, Record
+from jobctl.models import STATES, Record, states_in
 
 # The views a --status may name besides the states: pending jobs not yet ready (run_at later),
 # waiting on `after` jobs, or ready but held back by a pause or a limit.
@@ -206,7 +206,7 @@ def where_sql(sel: Selection, now: int, dialect: Dialect, admission=None) -> tup
         ors: list[str] = []
         if states:
             ors.append(f"status = '{states[0]}'" if len(states) == 1
-                       else "status IN (" + ", ".join(f"'{s}'" for s in states) + ")")  # literals: as the indexes say
+                       else states_in(states))  # literals: as the indexes say
         for view in ("scheduled", "blocked"):
             if view in sel.statuses:
                 ors.append(STATUS_SQL[view])

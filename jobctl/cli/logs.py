@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from jobctl.cli.app import app, emit_json, state
+from jobctl.models import HELD
 
 FOLLOW_POLL = 0.5  # the worker stores output every few seconds; a look twice a second is enough
 LOST_CHECK = 2.0  # seconds between asks whether a running job's worker is lost (a dry run of recover)
@@ -122,7 +123,7 @@ def _lost_worker(q, job) -> None:
     `jobctl recover` judges it (a dry run of it), so no run will end until someone recovers the job."""
     from jobctl.errors import DatabaseBusy, InvalidState
 
-    if job.status not in ("running", "cancel_requested"):
+    if job.status not in HELD:
         return
     try:
         found = next((j for j, _ in q.recover(dry_run=True) if j.id == job.id), None)
@@ -150,7 +151,7 @@ def _follow(q, job_id: int, run: int | None, patterns, reveal: bool, as_json: bo
     lost_check_at = time.monotonic()  # a worker lost long ago is told at once
     while True:
         job = q.get(job_id)
-        if want is None and job.attempts and job.status in ("running", "cancel_requested"):
+        if want is None and job.attempts and job.status in HELD:
             want = job.attempts  # the run going on now, even before it stored any output: not an earlier one
         log = q.run_output(job_id, want)
         if log is None:

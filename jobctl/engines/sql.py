@@ -35,14 +35,14 @@ from functools import lru_cache, partial
 
 from jobctl.engines.base import Change, Check, ClaimRequest, Decide, Decision, Inserted, NewJob, RunLog, unique_key
 from jobctl.errors import DamagedJob, InvalidState, JobctlError, KeyConflict, NoSuchJob
-from jobctl.models import FINISHED, HELD, JOB_COLUMNS, REACTING, Event, Job, row_damage
+from jobctl.models import FINISHED, HELD, JOB_COLUMNS, REACTING, UNFINISHED, Event, Job, row_damage, states_in
 from jobctl import payloads
 
 # The states in SQL, as the partial indexes of both schemas spell them (schema.py, pg_schema.py,
 # whose migrations keep their own frozen text: tests/test_engine_contract.py checks they agree).
 # A query that means "ready" or "held" says it with these, so the planner matches the index.
 READY = "status = 'pending' AND waiting_on = 0"  # ready, or scheduled for later (run_at): not blocked
-HELD_SQL = "status IN (" + ", ".join(f"'{s}'" for s in HELD) + ")"
+HELD_SQL = states_in(HELD)
 DEPENDS, DEPENDED_ON = 1, 2  # bits of jobs.dep_flags (schema.py)
 WORKERS_FORGET_MS = 86_400_000  # a stopped or lost worker's row is forgotten a day after it was last seen
 MAX_CLAIMS_KEPT = 4096  # jobs an engine remembers as it claimed them (a worker holds a few)
@@ -294,7 +294,7 @@ class SQLEngine:
     # states written out, not as parameters: else no planner may use a partial index of them, and
     # the lookup read every live job). PostgreSQL finds it in jobs_unique, the keys of live jobs;
     # SQLite (sqlite.py) in two indexes.
-    LIVE_TWIN = ("SELECT min(id) FROM jobs WHERE unique_key = ? AND (" + " OR ".join(f"status = '{s}'" for s in ("pending", *HELD))
+    LIVE_TWIN = ("SELECT min(id) FROM jobs WHERE unique_key = ? AND (" + " OR ".join(f"status = '{s}'" for s in UNFINISHED)
                  + ") AND finished_at IS NULL AND queue = ? AND type = ? AND payload_hash = ?")
 
     # Between two transactions of one long action (update_selection), a pause in which waiting
@@ -1898,7 +1898,7 @@ class SQLEngine:
                 (*only_args, limit))]
             # Held and buried jobs by type (held: few rows; buried: those a person has to see to).
             states_by_type = [(r[0], r[1], int(r[2])) for r in c.execute(
-                "SELECT type, status, count(*) FROM jobs WHERE status IN ('running', 'cancel_requested', 'buried')" + only
+                f"SELECT type, status, count(*) FROM jobs WHERE {states_in((*HELD, 'buried'))}" + only
                 + " GROUP BY type, status", only_args)]
             # Runs that ended in (now - 60 min, now], per minute back from now (bucket 0 = the last
             # minute), outcome and type: counted from the latest runs when those are every run of
@@ -2143,8 +2143,7 @@ class SQLEngine:
         with self._read() as c:
             return [tuple(r) for r in c.execute(
                 "SELECT type, concurrency_group, cost_units, count(*), min(id) FROM jobs "
-                "WHERE status IN ('pending', 'running', 'cancel_requested') "
-                f"AND type IN ({','.join('?' * len(types))}) AND (concurrency_group IS NOT NULL OR cost_units <> 0) "
+                f"WHERE {states_in(UNFINISHED)} AND type IN ({','.join('?' * len(types))}) AND (concurrency_group IS NOT NULL OR cost_units <> 0) "
                 "GROUP BY type, concurrency_group, cost_units ORDER BY type, min(id)", types)]
 
     def pending_costs(self) -> list[tuple[str, str | None, int, int, int]]:

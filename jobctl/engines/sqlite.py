@@ -47,13 +47,14 @@ INSERT_PAGE = 64
 # A bulk row's parameters (SQLiteEngine._insert_page), read in C rather than one by one in Python:
 # all of them, or (_PLAIN_ROW) those of a job that sets none of the options _UNSET reads (most
 # jobs of most batches), whose NULLs are then written into the statement instead of bound.
-_BULK_ROW = attrgetter("queue", "type", "payload", "payload_hash", "priority", "max_attempts", "backoff", "timeout_ms",
-                       "delay_ms", "not_before", "unique_key", "cost_units", "concurrency_group", "on_buried", "on_completed",
-                       "on_cancelled")
-_PLAIN_ROW = attrgetter("queue", "type", "payload", "payload_hash", "priority", "max_attempts", "backoff", "timeout_ms",
-                        "delay_ms", "unique_key", "cost_units")
-_UNSET = attrgetter("not_before", "concurrency_group", "on_buried", "on_completed", "on_cancelled")
-_NONE_SET = (None,) * 5
+_BULK_FIELDS = ("queue", "type", "payload", "payload_hash", "priority", "max_attempts", "backoff", "timeout_ms",
+                "delay_ms", "not_before", "unique_key", "cost_units", "concurrency_group", "on_buried", "on_completed",
+                "on_cancelled")
+_OPTIONS = ("not_before", "concurrency_group", "on_buried", "on_completed", "on_cancelled")
+_BULK_ROW = attrgetter(*_BULK_FIELDS)
+_PLAIN_ROW = attrgetter(*(f for f in _BULK_FIELDS if f not in _OPTIONS))
+_UNSET = attrgetter(*_OPTIONS)
+_NONE_SET = (None,) * len(_OPTIONS)
 FILE_HISTORY_EVERY = 300  # rows of history_log (about 100 jobs a worker ran) filed into events and runs at once
 _EVENT_AHEAD = "INSERT INTO history_log (job_id, at, from_status, to_status, actor, message, details) VALUES "
 _EVENT_AHEAD_SQL = {False: _EVENT_AHEAD + "(?,?,?,?,?,?,?)", True: _EVENT_AHEAD + "(?,?,?,?,?,?,NULL)"}  # by "no details"

@@ -123,16 +123,16 @@ def release(job: Job, now: int, *, token: str, reason: str) -> Change:
 
 def cancel(job: Job, now: int, *, token: str | None, reason: str | None) -> Change | None:
     note = f": {reason}" if reason else ""
-    if token is not None and job.status not in HELD:
-        # A holder's confirmation, but no run holds the job now: said by its state, as complete
-        # and fail say it, not as a token of a claim "recovered or claimed again".
-        if job.status == "completed":
-            raise refuse(job, "cancel it (it has finished)")
-        if job.status == "cancelled":
-            raise refuse(job, "cancel it (it is cancelled already; nothing changed)")
-        raise refuse(job, f"cancel it with --token (no run holds it now; `jobctl cancel {job.id}` without --token "
-                          "cancels it)")
+    if job.status == "cancelled":
+        raise refuse(job, "cancel it (it is cancelled already; nothing changed)")
+    if job.status == "completed":
+        raise refuse(job, "cancel it (it has finished)")
     if token is not None:
+        if job.status not in HELD:
+            # A holder's confirmation, but no run holds the job now: said by its state, as complete
+            # and fail say it, not as a token of a claim "recovered or claimed again".
+            raise refuse(job, f"cancel it with --token (no run holds it now; `jobctl cancel {job.id}` without "
+                              "--token cancels it)")
         check_token(job, token, "cancel")
     if job.status in ("pending", "buried"):
         return Change("cancelled", {}, message=f"cancelled{note}")
@@ -140,11 +140,7 @@ def cancel(job: Job, now: int, *, token: str | None, reason: str | None) -> Chan
         return Change("cancelled", {**CLEAR_CLAIM}, message=f"stopped and cancelled{note}", run="cancelled")
     if job.status == "running":
         return Change("cancel_requested", {}, message=f"cancellation requested{note}")
-    if job.status == "cancel_requested":
-        return None  # asked again: nothing changes, and that is no refusal (the request stands)
-    if job.status == "cancelled":
-        raise refuse(job, "cancel it (it is cancelled already; nothing changed)")
-    raise refuse(job, "cancel it (it has finished)")
+    return None  # cancel_requested, asked again: nothing changes, and that is no refusal (the request stands)
 
 
 def retry(job: Job, now: int, *, reset_attempts: bool) -> Change:

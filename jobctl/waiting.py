@@ -43,9 +43,10 @@ def wait_finished(q, job_ids: list[int], timeout: float | None = None, *,
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             shown = ", ".join(f"{j.id} ({j.status})" for j in jobs if j.id in left_ids)
-            error = WaitTimedOut(f"timed out after {_seconds(timeout)}: not finished yet: {shown}; nothing was "
-                                 f"changed; `jobctl wait {' '.join(map(str, left_ids))}` waits again")
-            error.unfinished = f"timed out after {_seconds(timeout)}: not finished yet: {shown}"
+            unfinished = f"timed out after {_seconds(timeout)}: not finished yet: {shown}"
+            error = WaitTimedOut(f"{unfinished}; nothing was changed; `jobctl wait {' '.join(map(str, left_ids))}` "
+                                 "waits again")
+            error.unfinished = unfinished
             raise error
         pause = step if left is None else min(step, left)
         if watch:

@@ -257,6 +257,20 @@ def test_sqlite_commands_never_load_the_driver(tmp_path):
 
 # -- the schema -------------------------------------------------------------------------------
 
+# The count functions and changes as schemas before v7 had them: the changes with an id, the
+# functions setting search_path on every call.
+BEFORE_V7 = """
+ALTER TABLE {s}.job_count_changes ADD COLUMN id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY;
+ALTER TABLE {s}.job_count_changes REPLICA IDENTITY DEFAULT;
+CREATE OR REPLACE FUNCTION {s}.jobs_counted_update() RETURNS trigger LANGUAGE plpgsql
+SET search_path = {s} AS $$ BEGIN
+    INSERT INTO job_count_changes (queue, state, n) SELECT queue, state, sum(n) FROM (
+        SELECT queue, status AS state, 1 AS n FROM new_rows UNION ALL SELECT queue, status, -1 FROM old_rows) AS c
+    GROUP BY queue, state HAVING sum(n) <> 0;
+    RETURN NULL;
+END $$;
+"""
+
 
 def test_a_v1_schema_is_migrated_to_the_index_by_type_and_group(pg_url, pg_base, pg_schema):
     """v2 orders the ready jobs of a type by concurrency group first (a claim while a limit is full
@@ -271,7 +285,7 @@ def test_a_v1_schema_is_migrated_to_the_index_by_type_and_group(pg_url, pg_base,
             f"ALTER TABLE {s}.jobs RENAME COLUMN lease_boot_ms TO expiry_seen_at; "
             f"ALTER TABLE {s}.jobs RENAME COLUMN lease_boot_id TO expiry_seen_hb; "
             f"ALTER TABLE {s}.jobs DROP COLUMN progress_at; ALTER TABLE {s}.jobs DROP COLUMN claimed_boot_ms; "
-            f"DROP TABLE {s}.workers; "
+            f"DROP TABLE {s}.workers; " + BEFORE_V7.format(s=s) +
             f"UPDATE {s}.schema_version SET version = 1")
     finally:
         admin.close()
@@ -299,7 +313,7 @@ def test_a_v5_schema_gets_the_keys_of_its_live_jobs(pg_url, pg_base, pg_schema):
     sql(pg_base, f"UPDATE {s}.jobs SET unique_key = NULL WHERE id = 1; "
                  f"UPDATE {s}.jobs SET unique_key = %s WHERE id = 2; "  # (a --unique job's key before v6)
                  f"UPDATE {s}.jobs SET unique_key = NULL, status = 'cancelled' WHERE id = 3; "
-                 f"UPDATE {s}.schema_version SET version = 5",
+                 + BEFORE_V7.format(s=s) + f"UPDATE {s}.schema_version SET version = 5",
         (sha256(f"q-1\0t.x\0{hashes[2]}".encode()).hexdigest(),))
     open_pg(pg_url).close()
     assert sql(pg_base, f"SELECT version FROM {s}.schema_version") == [(SCHEMA_VERSION,)]
@@ -307,6 +321,48 @@ def test_a_v5_schema_gets_the_keys_of_its_live_jobs(pg_url, pg_base, pg_schema):
         (1, unique_key("q-1", "t.x", hashes[1])), (2, unique_key("q-1", "t.x", hashes[2])), (3, None)]
     r = run_cli("--db", pg_url, "enqueue", "--unique", "-q", "q-1", "t.x", '{"a": 1}', "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["id"] == 1, r.output
+
+
+def test_a_v6_schema_appends_its_counts_without_an_id_or_a_search_path(pg_url, pg_base, pg_schema):
+    """v7: the count functions name their table by schema (no SET search_path per call), and the
+    changes have no id (no sequence, no index to write per append); the counts stay exact across
+    the migration, with changes appended before it and after."""
+    for i in range(3):
+        assert run_cli("--db", pg_url, "enqueue", "t", json.dumps({"i": i})).exit_code == 0
+    s = f'"{pg_schema}"'
+    sql(pg_base, BEFORE_V7.format(s=s) + f"UPDATE {s}.schema_version SET version = 6")
+    engine = open_pg(pg_url)
+    try:
+        assert engine.claim(ClaimRequest(worker="w", token="tk")) is not None
+    finally:
+        engine.close()
+    assert sql(pg_base, f"SELECT version FROM {s}.schema_version") == [(SCHEMA_VERSION,)]
+    assert sql(pg_base, "SELECT proname, proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                        "WHERE nspname = %s ORDER BY 1", (pg_schema,)) == [
+        ("jobs_counted_delete", None), ("jobs_counted_insert", None), ("jobs_counted_update", None)]
+    columns = sql(pg_base, "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+                           "AND table_name = 'job_count_changes' ORDER BY 1", (pg_schema,))
+    assert columns == [("n",), ("queue",), ("state",)]
+    assert sql(pg_base, "SELECT relreplident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                        "WHERE nspname = %s AND relname = 'job_count_changes'", (pg_schema,)) == [("f",)]
+    # a search_path that names another schema first changes nothing: the functions name their own
+    other = f"{pg_schema}_other"
+    sql(pg_base, f'CREATE SCHEMA "{other}"; CREATE TABLE "{other}".job_count_changes (queue text, state text, n bigint)')
+    try:
+        conn = pg_admin(pg_base)
+        try:
+            conn.cursor().execute(f'SET search_path = "{other}", {s}; UPDATE {s}.jobs SET status = \'cancelled\' '
+                                  "WHERE id = 3")
+            conn.commit()
+        finally:
+            conn.close()
+        assert sql(pg_base, f'SELECT count(*) FROM "{other}".job_count_changes') == [(0,)]
+    finally:
+        sql(pg_base, f'DROP SCHEMA "{other}" CASCADE')
+    r = run_cli("--db", pg_url, "stats", "--json")
+    assert r.exit_code == 0, r.output
+    totals = json.loads(r.stdout)["totals"]
+    assert (totals["ready"], totals["running"], totals["cancelled"]) == (1, 1, 1), totals
 
 
 def test_ten_processes_creating_the_schema_at_once_all_succeed(pg_url, pg_base, pg_schema):

@@ -116,6 +116,12 @@ def text(value, style: str | None = None) -> Text:
     return Text(safe(value), style=style or "")
 
 
+def buried_error(error: str | None) -> Text:
+    """A group of buried jobs' error; none at all means they were buried by hand before any run
+    failed (their reasons are in their history: `jobctl show ID`)."""
+    return text(error, "red") if error else Text("buried by hand", style="dim")
+
+
 def masked_text(value_text: str | None, patterns, reveal: bool = False, limit: int | None = None) -> str:
     if value_text is None:
         return ""

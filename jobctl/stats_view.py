@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jobctl.durations import format_duration
-from jobctl.output import Cell, Col, ago, grid_lines, keep_whole, text
+from jobctl.output import Cell, Col, ago, buried_error, grid_lines, keep_whole, text
 from jobctl.untrusted import safe
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -161,7 +161,7 @@ def buried(stats: dict, now: int) -> Section:
     for g in grouped:
         latest = parse_time(g["latest_at"]) if g["latest_at"] else None
         rows.append([f"{g['count']:,}", text(g["queue"]), text(g["type"]), str(g["latest_id"]),
-                     ago(latest, now).removesuffix(" ago"), text(g["error"] or "", "red")])
+                     ago(latest, now).removesuffix(" ago"), buried_error(g["error"])])
     return Section(
         "buried" if not grouped else "buried, by error" if total <= sum(g["count"] for g in grouped)
         else f"buried, by error (the latest {len(grouped)} errors of {total:,} jobs)", "none",

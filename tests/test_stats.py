@@ -309,6 +309,26 @@ def test_sparkline_scales_to_the_largest_value():
     assert stats_view.sparkline([0, 4, 8]) == "▁▅█"
 
 
+def test_jobs_buried_by_hand_say_so_where_their_error_would_be(cli):
+    """A job buried by hand before any run failed has no error: the buried groups of the table and
+    of top say "buried by hand" in its place (not an empty cell); --json keeps the error as stored."""
+    from jobctl.top.widgets import tab_row
+
+    cli("enqueue", "t")
+    cli("enqueue", "t", '{"a": 1}')
+    assert cli("bury", "1", "--reason", "poison payload").exit_code == 0
+    job = json.loads(cli("claim").stdout)
+    cli("fail", job["id"], "--bury", "--error", "boom")
+    table = cli("stats").stdout
+    rows = table[table.index("buried, by error"):].splitlines()[2:4]
+    assert sorted(r.rstrip().rsplit("  ", 1)[-1].strip() for r in rows) == ["boom", "buried by hand"], table
+    groups = json.loads(cli("stats", "--json").stdout)["buried_by_error"]
+    assert sorted((g["latest_id"], g["error"]) for g in groups) == [(1, None), (2, "boom")]
+    by_hand = next(g for g in groups if g["error"] is None)
+    _, cells = tab_row("buried", by_hand, 0, True)
+    assert cells[-1].plain == "buried by hand" and cells[-1].style == "dim"
+
+
 # -- --check --quiet for cron; -q narrows everything and an unknown queue is a usage error ---------
 
 def test_stats_check_quiet_is_silent_only_when_all_holds(cli):

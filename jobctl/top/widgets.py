@@ -15,7 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, Static
 
 from jobctl.durations import format_duration
-from jobctl.output import ago, text
+from jobctl.output import ago, buried_error, text
 from jobctl.untrusted import safe
 
 SPARK_MINUTES = 30  # minutes of throughput in the header's sparklines
@@ -181,7 +181,7 @@ def tab_row(tab: str, row, now: int, wide: bool, patterns=(), held_why: dict[int
         return str(row["latest_id"]), [num(f"{row['count']:,}"), name(row["queue"]), name(row["type"]),
                                        num(str(row["latest_id"])),
                                        num(ago(row.get("latest_ms"), now).removesuffix(" ago")),
-                                       text(row.get("error") or "", "red")]
+                                       buried_error(row.get("error"))]
     if tab == "aging":
         return str(row["id"]), [num(str(row["id"])), name(row["queue"]), name(row["type"]),
                                 num(str(row["priority"])), num(age(row["waiting_for"]))]

@@ -15,7 +15,8 @@ nothing there because SQLite has one writer at a time anyway. On PostgreSQL a ro
 wait for the previous one's commit (a hot row). So here every statement that changes jobs only
 APPENDS its net change, (queue, state, +n/-n) rows, to job_count_changes (a statement trigger
 over the statement's transition tables: one small insert per statement, whatever number of rows
-it changed), and those rows are folded into job_counts later (fold_counts: by stats and purge).
+it changed, into a table with no key or index, since v7), and those rows are folded into
+job_counts later (fold_counts: by stats and purge, which delete what they read).
 The counts are job_counts plus the unfolded changes; reading them costs the number of queues and
 states plus the changes since the last fold, never the number of finished jobs.
 """

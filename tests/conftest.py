@@ -88,17 +88,25 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_protocol(item, nextitem):
     """_machine_share around the whole of each test: its setup (a module's fixtures included, such
     as a private PostgreSQL cluster), its run and its teardown."""
-    with _machine_share(alone=needs_the_machine_alone(item)):
+    alone = needs_the_machine_alone(item)
+    with _machine_share(alone=alone, next_alone=alone and nextitem is not None and needs_the_machine_alone(nextitem)):
         return (yield)
 
 
+_machine_held: list[bool] = []  # [True] while this process keeps "machine" exclusively from one test to the next
+
+
 @contextlib.contextmanager
-def _machine_share(alone: bool):
+def _machine_share(alone: bool, next_alone: bool = False):
     """A share of the machine for one test, through two flock(2) locks in the folder that
     JOBCTL_TEST_LOCKS names: "machine", held shared by an ordinary test and exclusively by one
     that must be alone, taken while holding "turnstile", so that a test waiting to be alone is not
     starved by a stream of shared holders (the next test of the other process waits at the
-    turnstile). Without JOBCTL_TEST_LOCKS (a run without xdist, or `-n 0`) it does nothing."""
+    turnstile). A test that must be alone and whose process runs another such test next keeps
+    "machine" for it (`next_alone`): without that, the other process's ordinary tests, waiting at
+    the turnstile, ran one by one between the two, each with the machine to itself. The lock is
+    the process's own, so a process that dies lets it go. Without JOBCTL_TEST_LOCKS (a run without
+    xdist, or `-n 0`) it does nothing."""
     folder = os.environ.get(LOCKS_ENV)
     if not folder:
         yield
@@ -106,15 +114,23 @@ def _machine_share(alone: bool):
     import fcntl
 
     turnstile, machine = _lock_fd(folder, "turnstile"), _lock_fd(folder, "machine")
-    fcntl.flock(turnstile, fcntl.LOCK_EX)
-    try:
-        fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-    finally:
-        fcntl.flock(turnstile, fcntl.LOCK_UN)
+    if not (alone and _machine_held):
+        _machine_held.clear()
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+    keep = False
     try:
         yield
+        keep = next_alone
     finally:
-        fcntl.flock(machine, fcntl.LOCK_UN)
+        if keep:
+            _machine_held[:] = [True]
+        else:
+            _machine_held.clear()
+            fcntl.flock(machine, fcntl.LOCK_UN)
 
 
 @pytest.fixture(autouse=True)

@@ -6,12 +6,12 @@ as a change, one that goes backwards does (it stays allowed). Both engines."""
 import json
 import time
 
-from conftest import run_cli
+from conftest import run_inproc
 from jobctl.queue import Queue
 
 
 def show(db, job_id) -> dict:
-    r = run_cli("show", job_id, "--json", db=db)
+    r = run_inproc("show", job_id, "--json", db=db)
     assert r.exit_code == 0, r.output
     return json.loads(r.stdout)
 
@@ -20,7 +20,7 @@ def assert_unclaimed(db, job_id):
     job = show(db, job_id)
     assert job["status"] == "pending"
     assert (job["claimed_at"], job["worker"], job["lease_expires_at"], job["token"]) == (None, None, None, None), job
-    human = run_cli("show", job_id, db=db).stdout
+    human = run_inproc("show", job_id, db=db).stdout
     fields = [line.strip("│ ") for line in human.splitlines()]
     assert not [f for f in fields if f.startswith(("claimed ", "lease until ", "worker "))], human
 
@@ -61,7 +61,7 @@ def test_show_says_when_progress_last_changed(any_db):
         q.progress(job_id, token=claim.token, message="page 3", percent=30)  # backwards: accepted, a change
         moved = show(db, job_id)
         assert moved["progress"]["percent"] == 30 and moved["progress_at"] > first["progress_at"]
-        human = run_cli("show", job_id, db=db).stdout
+        human = run_inproc("show", job_id, db=db).stdout
         assert "30% page 3 · changed " in human and " ago" in human
         q.release(job_id, token=claim.token)
         q.claim(worker="w")  # a new run starts without progress

@@ -295,6 +295,7 @@ def test_watch_piped_prints_one_snapshot_and_exits(cli, db):
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only (two frames drawn, exit 0 on Ctrl-C): runs beside other tests
 def test_watch_on_a_terminal_redraws_and_exits_0_on_sigint(db):
     build_known(db, time.time() - 600)[0].close()
     code, drawn, _ = run_on_pty([*JOBCTL, "--db", db, "stats", "--watch", "--interval", "1s"],

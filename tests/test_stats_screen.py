@@ -62,6 +62,7 @@ def check_frame(frame, columns, rows):
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only (what the frames show, the exit code): runs beside other tests
 def test_watch_fits_an_80x24_terminal_and_shows_what_matters(db):
     busy_database(db)
     code, frames, drawn = watch_on_pty(db, 80, 24)
@@ -83,6 +84,7 @@ def test_watch_fits_an_80x24_terminal_and_shows_what_matters(db):
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only (what the frames show, the exit code): runs beside other tests
 def test_watch_at_200x50_shows_every_section_in_full(db):
     busy_database(db)
     code, frames, drawn = watch_on_pty(db, 200, 50)

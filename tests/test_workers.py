@@ -53,6 +53,10 @@ def test_a_killed_worker_turns_lost_and_its_job_is_recovered(tmp_path, any_db):
     assert seen["state"] == "running" and seen["jobs"] == [{"id": 1, "type": "t"}] and seen["pid"] == a.pid
     assert seen["queues"] is None and seen["done"] == 0 and seen["failed"] == 0
     assert "database " in a.log_path.read_text().splitlines()[0]  # the first line names the database
+    # The registry lists the job as soon as it is claimed, before its handler has run `touch ran`:
+    # killed before that, the first run leaves no mark and the second sleeps its 30 s too (the
+    # worker that recovers it then times out in finish()).
+    wait_for(lambda: (tmp_path / "ran").exists(), what="the first run's handler to start")
     a.send_signal(signal.SIGKILL)
     a.wait()
     killed = time.monotonic()

@@ -172,6 +172,7 @@ def test_a_lease_that_expired_while_the_worker_was_cut_off_is_recovered_and_its_
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # outcomes only (a 30 s lease, 10 s for a start that takes well under 1): runs beside other tests
 def test_an_idle_worker_whose_connections_were_killed_still_wakes_on_new_jobs(pg_url, env):
     # (whether it listens again is checked on the engine itself, below: the worker's own idle
     # claims, whose pace slows towards the poll interval, would find the jobs anyway)

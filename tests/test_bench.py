@@ -94,6 +94,19 @@ def test_postgres_workloads_run_and_process_every_job_once(tmp_path, pg_base):
 
 
 @pytest.mark.slow
+@pytest.mark.shared  # (outcomes only: every job once, a ratio printed; no time bound)
+def test_postgres_alternated_compares_two_codes_and_counts_every_job(tmp_path, pg_base):
+    """The A/B of the worker's step, here with this checkout as its own base: both sides and the
+    hand-written loop run, every job once (the script stops on a duplicate or a loss)."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "postgres_alternated.py"), "--base", str(ROOT), "--procs", "2",
+         "--rounds", "1", "--jobs", "40"],
+        env={**os.environ, "JOBCTL_BENCH_POSTGRES_URL": pg_base}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "this ÷ reference" in proc.stdout and "(2 processes, 1 rounds)" in proc.stdout, proc.stdout
+
+
+@pytest.mark.slow
 def test_batch_memory_bench_runs(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "batch_memory.py"), "--lines", "3000",
                            "--speed-jobs", "500", "--rounds", "1"], capture_output=True, text=True, timeout=300)

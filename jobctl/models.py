@@ -43,6 +43,14 @@ UNFINISHED = ("pending", *HELD)  # (not FINISHED) a `--unique` job's twins, what
 REACTING = ("buried", "completed", "cancelled")  # the states a job may have a reaction to (Job.reaction_type)
 
 
+def counted_state(row: str | None = None) -> str:
+    """SQL of the state a job counts in (job_counts on SQLite, job_count_changes on PostgreSQL, a
+    transfer's check): a pending job waiting on `after` jobs counts as 'blocked'. row: the table or
+    trigger row that qualifies the columns ("NEW", "jobs"), or None."""
+    p = f"{row}." if row else ""
+    return f"CASE WHEN {p}status = 'pending' AND {p}waiting_on > 0 THEN 'blocked' ELSE {p}status END"
+
+
 def states_in(states) -> str:
     """`status IN ('a', 'b')`: states as literals, so that a planner can match a partial index."""
     return "status IN (" + ", ".join(f"'{s}'" for s in states) + ")"

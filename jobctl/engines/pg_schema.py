@@ -23,10 +23,12 @@ states plus the changes since the last fold, never the number of finished jobs.
 
 from __future__ import annotations
 
+from jobctl.models import counted_state
+
 SCHEMA_VERSION = 7
 
 # A pending job waiting on `after` jobs counts as 'blocked' (as in SQLite's job_counts).
-_STATE = "CASE WHEN status = 'pending' AND waiting_on > 0 THEN 'blocked' ELSE status END"
+_STATE = counted_state()
 
 
 # What each count function appends to %I.job_count_changes (%I: the schema, filled in when the

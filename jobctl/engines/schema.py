@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import sqlite3
 
+from jobctl.models import counted_state
+
 APPLICATION_ID = 0x6A6F6263  # "jobc"
 SCHEMA_VERSION = 14
 
 
-# The state a job counts in (job_counts), and the triggers' change of one row's count.
-_STATE = "CASE WHEN {r}.status = 'pending' AND {r}.waiting_on > 0 THEN 'blocked' ELSE {r}.status END"
-_COUNT_ADD = ("INSERT INTO job_counts (queue, state, n) VALUES (NEW.queue, " + _STATE.format(r="NEW") + ", 1) "
+# The triggers' change of one row's count in job_counts, under the state it counts in.
+_COUNT_ADD = ("INSERT INTO job_counts (queue, state, n) VALUES (NEW.queue, " + counted_state("NEW") + ", 1) "
               "ON CONFLICT (queue, state) DO UPDATE SET n = n + 1;")
-_COUNT_REMOVE = "UPDATE job_counts SET n = n - 1 WHERE queue = OLD.queue AND state = " + _STATE.format(r="OLD") + ";"
+_COUNT_REMOVE = "UPDATE job_counts SET n = n - 1 WHERE queue = OLD.queue AND state = " + counted_state("OLD") + ";"
 
 
 def _v1(db) -> None:
@@ -261,7 +262,7 @@ def _v9(db) -> None:
 
 # Jobs just inserted (ids first..last, in the transaction that inserts them), counted by queue and
 # state in one grouped statement: SQLiteEngine._count_inserted_jobs, used by every insert of a job.
-COUNT_INSERTED = ("INSERT INTO job_counts (queue, state, n) SELECT queue, " + _STATE.format(r="jobs") + ", count(*) "
+COUNT_INSERTED = ("INSERT INTO job_counts (queue, state, n) SELECT queue, " + counted_state("jobs") + ", count(*) "
                   "FROM jobs WHERE id BETWEEN ? AND ? GROUP BY 1, 2 "
                   "ON CONFLICT (queue, state) DO UPDATE SET n = n + excluded.n")
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from jobctl.errors import DatabaseUnusable, InvalidInput
-from jobctl.models import HELD
+from jobctl.models import HELD, counted_state
 
 # In the order they are copied; the key orders the pages (a primary key: a stable order).
 TABLES: dict[str, tuple[str, ...]] = {
@@ -141,7 +141,7 @@ class Transfer:
         queue and state (SQLEngine._state_counts, counted as the rows arrived)."""
         kept = {(q, s): int(n) for q, s, n in self._state_counts(c) if n}  # type: ignore[attr-defined]
         actual = {(r[0], r[1]): int(r[2]) for r in c.execute(
-            "SELECT queue, CASE WHEN status = 'pending' AND waiting_on > 0 THEN 'blocked' ELSE status END AS state, "
+            f"SELECT queue, {counted_state()} AS state, "
             "count(*) FROM jobs GROUP BY queue, state")}
         return [f"job counts of queue {q} ({s}): {kept.get((q, s), 0)} kept, {actual.get((q, s), 0)} rows"
                 for q, s in sorted(set(kept) | set(actual)) if kept.get((q, s), 0) != actual.get((q, s), 0)]
